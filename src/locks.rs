@@ -1,0 +1,137 @@
+//! Advisory lock keys and primitives shared by slot claiming and groups.
+//!
+//! pg_claim uses only the **two-`int4` advisory key space** (the one of
+//! `pg_advisory_lock(int4, int4)`; `pg_locks.objsubid = 2`), which never overlaps
+//! the single-`bigint` key space (`objsubid = 1`). Within it:
+//!
+//! | `key1` (`pg_locks.classid`) | `key2` (`pg_locks.objid`) | meaning |
+//! |---|---|---|
+//! | `name_key(name)` | `0 ..= 1048575` | slot `key2` of `claim_slot(name, n)`, exclusive |
+//! | `name_key(name)` | `0x10000000 + n` | "this session claims `name` with `n` slots", shared |
+//! | `name_key(name)` | `0x20000000` | membership of group `name`, shared |
+//! | `name_key(name)` | `0x30000000 + p` | partition `p` of group `name`, exclusive |
+//!
+//! `name_key(name)` is `crc32(name)` (of its UTF-8 bytes) reinterpreted as a signed
+//! `int4`, i.e. `crc32(name) - 4294967296` when `crc32(name) >= 2147483648`.
+//! `pg_locks` shows `classid`/`objid` as unsigned `oid`s, i.e. `crc32(name)` itself.
+//! Applications that also use two-`int4` advisory locks should avoid `key2` values
+//! in `0 ..= 1048575` and `0x10000000 ..= 0x3FFFFFFF`, or use the bigint key space.
+//!
+//! Two names with the same crc32 share their locks (about one pair in 4 billion);
+//! choose distinct names or check `crc32(a) <> crc32(b)` once.
+
+use crate::hashing::crc32;
+use pgrx::pg_sys;
+
+/// The largest `n` (slots) and `P` (partitions) the key layout allows.
+pub const MAX_KEY_INDEX: i32 = 1 << 20;
+/// `key2` of the shared lock recording a claimer's `n`: `N_RECORD_BASE + n`.
+pub const N_RECORD_BASE: i32 = 0x1000_0000;
+/// `key2` of a group's shared membership lock.
+pub const GROUP_MEMBER_KEY: i32 = 0x2000_0000;
+/// `key2` of group partition `p`: `PARTITION_BASE + p`.
+pub const PARTITION_BASE: i32 = 0x3000_0000;
+
+/// PostgreSQL's lock modes, as used for advisory locks.
+pub const SHARE: pg_sys::LOCKMODE = pg_sys::ShareLock as pg_sys::LOCKMODE;
+pub const EXCLUSIVE: pg_sys::LOCKMODE = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
+
+/// `key1` for a name: its crc32 as a signed int4.
+#[inline]
+pub fn name_key(name: &str) -> i32 {
+    crc32(name.as_bytes()) as i32
+}
+
+/// The lock tag `pg_advisory_lock(key1, key2)` uses in the current database.
+pub fn advisory_tag(key1: i32, key2: i32) -> pg_sys::LOCKTAG {
+    pg_sys::LOCKTAG {
+        // SAFETY: MyDatabaseId is set for every backend connected to a database.
+        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        locktag_field2: key1 as u32,
+        locktag_field3: key2 as u32,
+        locktag_field4: 2,
+        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
+        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
+    }
+}
+
+/// Try to take a session-level advisory lock without waiting.
+/// Returns true when this session now holds it (also when it already did:
+/// PostgreSQL then counts the lock twice, see `held_by_me`).
+pub fn try_lock(key1: i32, key2: i32, mode: pg_sys::LOCKMODE) -> bool {
+    let tag = advisory_tag(key1, key2);
+    // SAFETY: a valid tag; session locks survive transaction end.
+    let r = unsafe { pg_sys::LockAcquire(&tag, mode, true, true) };
+    r != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
+}
+
+/// Release one hold of a session-level advisory lock; false when not held.
+pub fn unlock(key1: i32, key2: i32, mode: pg_sys::LOCKMODE) -> bool {
+    let tag = advisory_tag(key1, key2);
+    // SAFETY: a valid tag. LockRelease only WARNs when the lock is not held;
+    // callers check `held_by_me` first.
+    unsafe { pg_sys::LockRelease(&tag, mode, true) }
+}
+
+/// Whether this session holds the lock in exactly `mode`.
+pub fn held_by_me(key1: i32, key2: i32, mode: pg_sys::LOCKMODE) -> bool {
+    let tag = advisory_tag(key1, key2);
+    // SAFETY: a valid tag; only reads this backend's local lock table.
+    unsafe { pg_sys::LockHeldByMe(&tag, mode) }
+}
+
+/// One granted or awaited advisory lock of a name, from the shared lock table.
+#[derive(Debug, Clone, Copy)]
+pub struct LockHolder {
+    pub key2: i32,
+    pub pid: i32,
+    pub mode: pg_sys::LOCKMODE,
+    pub granted: bool,
+}
+
+/// Every two-int4 advisory lock on `key1` in the current database whose `key2`
+/// is in `lo..hi`, granted or waiting (like `pg_locks`, one consistent snapshot).
+pub fn locks_of(key1: i32, lo: i32, hi: i32) -> Vec<LockHolder> {
+    let mut out = Vec::new();
+    // SAFETY: GetLockStatusData returns a palloc'd snapshot of the lock table,
+    // valid until the current memory context is reset; we copy out what we need.
+    unsafe {
+        let db = pg_sys::MyDatabaseId.to_u32();
+        let data = pg_sys::GetLockStatusData();
+        let n = (*data).nelements as usize;
+        let locks = std::slice::from_raw_parts((*data).locks, n);
+        for l in locks {
+            let t = &l.locktag;
+            if t.locktag_type != pg_sys::LockTagType::LOCKTAG_ADVISORY as u8
+                || t.locktag_field4 != 2
+                || t.locktag_field1 != db
+                || t.locktag_field2 != key1 as u32
+            {
+                continue;
+            }
+            let key2 = t.locktag_field3 as i32;
+            if key2 < lo || key2 >= hi {
+                continue;
+            }
+            for mode in [SHARE, EXCLUSIVE] {
+                if l.holdMask & (1 << mode) != 0 {
+                    out.push(LockHolder {
+                        key2,
+                        pid: l.pid,
+                        mode,
+                        granted: true,
+                    });
+                }
+                if l.waitLockMode == mode {
+                    out.push(LockHolder {
+                        key2,
+                        pid: l.pid,
+                        mode,
+                        granted: false,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
