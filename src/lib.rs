@@ -5,13 +5,27 @@
 //! - `mapping`: the SQL key → slot functions (`slot_of`, `crc32`, `jump_slot`, ...)
 //! - `error`:   SQLSTATE + message + hint reporting
 //! - `locks`:   the advisory lock key layout and lock primitives
+//! - `claim`:   claim_slot, release_slot, my_slot, slot_holders
+//! - `items`:   my_items, slot_counts
+//! - `group`:   group membership, positions, claim_partitions
+//! - `spread`:  spread_agg
 
 ::pgrx::pg_module_magic!(name, version);
 
+pub mod claim;
 pub mod error;
+pub mod group;
 pub mod hashing;
+pub mod items;
 pub mod locks;
 pub mod mapping;
+pub mod spread;
+
+/// Called once when the library is loaded into a backend.
+#[pgrx::pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    claim::init_gucs();
+}
 
 /// Required by `cargo pgrx test`.
 #[cfg(test)]

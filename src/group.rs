@@ -1,0 +1,1 @@
+//! Dynamic groups: membership, positions and fair partition ownership (DESIGN.md §4).

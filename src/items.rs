@@ -1,0 +1,1 @@
+//! A worker's share of a table: my_items, slot_counts (DESIGN.md §3).

@@ -1,0 +1,1 @@
+//! The job spreader: spread_agg (DESIGN.md §5).
