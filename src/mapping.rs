@@ -2,66 +2,11 @@
 //! SQL functions, thin shells around `crate::hashing`.
 
 use crate::error::check_n;
-use crate::hashing::{crc32, crc32_slot, jump_hash, modulo_slot, uuid_crc32};
+use crate::hashing::{crc32, jump_hash, uuid_crc32};
 use pgrx::prelude::*;
 
-// ---------------------------------------------------------------- slot_of
-
-/// `slot_of(smallint, n)`: the non-negative remainder of key by n.
-#[pg_extern(name = "slot_of", immutable, strict, parallel_safe)]
-fn slot_of_int2(key: i16, n: i32) -> i32 {
-    check_n(n);
-    modulo_slot(key as i64, n)
-}
-
-/// `slot_of(integer, n)`: the non-negative remainder of key by n.
-#[pg_extern(name = "slot_of", immutable, strict, parallel_safe)]
-fn slot_of_int4(key: i32, n: i32) -> i32 {
-    check_n(n);
-    modulo_slot(key as i64, n)
-}
-
-/// `slot_of(bigint, n)`: the non-negative remainder of key by n.
-#[pg_extern(name = "slot_of", immutable, strict, parallel_safe)]
-fn slot_of_int8(key: i64, n: i32) -> i32 {
-    check_n(n);
-    modulo_slot(key, n)
-}
-
-/// `slot_of(text, n)`: crc32 of the key's UTF-8 bytes, mod n.
-#[pg_extern(name = "slot_of", immutable, strict, parallel_safe)]
-fn slot_of_text(key: &str, n: i32) -> i32 {
-    check_n(n);
-    crc32_slot(key.as_bytes(), n)
-}
-
-/// `slot_of(bytea, n)`: crc32 of the bytes, mod n.
-#[pg_extern(name = "slot_of", immutable, strict, parallel_safe)]
-fn slot_of_bytea(key: &[u8], n: i32) -> i32 {
-    check_n(n);
-    crc32_slot(key, n)
-}
-
-/// `slot_of(uuid, n)`: crc32 of the canonical lowercase text form, mod n.
-#[pg_extern(name = "slot_of", immutable, strict, parallel_safe)]
-fn slot_of_uuid(key: pgrx::Uuid, n: i32) -> i32 {
-    check_n(n);
-    (uuid_crc32(key.as_bytes()) % n as u32) as i32
-}
-
-// ---------------------------------------------------------------- crc32
-
-/// `crc32(text)`: unsigned CRC-32/ISO-HDLC of the UTF-8 bytes.
-#[pg_extern(name = "crc32", immutable, strict, parallel_safe)]
-fn crc32_text(key: &str) -> i64 {
-    crc32(key.as_bytes()) as i64
-}
-
-/// `crc32(bytea)`: unsigned CRC-32/ISO-HDLC of the bytes.
-#[pg_extern(name = "crc32", immutable, strict, parallel_safe)]
-fn crc32_bytea(key: &[u8]) -> i64 {
-    crc32(key) as i64
-}
+// slot_of and crc32 are version-1 C functions in `crate::fast`: they run
+// once per row, so they bypass pgrx's argument machinery.
 
 // ---------------------------------------------------------------- jump_slot
 
