@@ -19,9 +19,9 @@ use crate::locks::{
     held_by_me, locks_of, name_key, try_lock, unlock, EXCLUSIVE, GROUP_MEMBER_KEY, PARTITION_BASE,
     SHARE,
 };
-use plan::{plan_step, MAX_PARTITIONS};
 use pgrx::prelude::*;
 use pgrx::Inet;
+use plan::{plan_step, MAX_PARTITIONS};
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 
@@ -279,7 +279,7 @@ fn claim_partitions(name: &str, partitions: i32) -> Vec<i32> {
     check_partitions(partitions);
     let key = name_key(name);
     let me = my_pid();
-    ensure_member(key, name);
+    let joined_now = ensure_member(key, name);
 
     // Record our P first, then check the others' records: of two members
     // racing with different counts, the later reader sees the other.
@@ -293,9 +293,15 @@ fn claim_partitions(name: &str, partitions: i32) -> Vec<i32> {
         );
     }
     let (_, counts) = read_partitions(key, partitions);
-    if let Some(&(pid, other)) = counts.iter().find(|&&(pid, p)| pid != me && p != partitions) {
+    if let Some(&(pid, other)) = counts
+        .iter()
+        .find(|&&(pid, p)| pid != me && p != partitions)
+    {
         if newly_recorded {
             unlock(key, record, SHARE);
+        }
+        if joined_now {
+            unlock(key, GROUP_MEMBER_KEY, SHARE);
         }
         invalid_parameter(
             format!(
@@ -307,8 +313,8 @@ fn claim_partitions(name: &str, partitions: i32) -> Vec<i32> {
     }
     // Drop our own records of another count, and partitions beyond P.
     for l in locks_of(key, PARTITION_COUNT_BASE, PARTITION_BASE + MAX_PARTITIONS) {
-        let stale = (l.key2 < PARTITION_BASE && l.key2 != record)
-            || l.key2 >= PARTITION_BASE + partitions;
+        let stale =
+            (l.key2 < PARTITION_BASE && l.key2 != record) || l.key2 >= PARTITION_BASE + partitions;
         if l.pid == me && l.granted && stale && held_by_me(key, l.key2, l.mode) {
             unlock(key, l.key2, l.mode);
         }
@@ -384,14 +390,25 @@ mod tests {
         Spi::run("SELECT group_join('pgtest_g')").unwrap();
         let idx = Spi::get_one::<i32>("SELECT index FROM group_position('pgtest_g')").unwrap();
         assert_eq!(idx, Some(0));
-        let parts =
-            Spi::get_one::<Vec<i32>>("SELECT claim_partitions('pgtest_g', 5)").unwrap().unwrap();
+        let parts = Spi::get_one::<Vec<i32>>("SELECT claim_partitions('pgtest_g', 5)")
+            .unwrap()
+            .unwrap();
         assert_eq!(parts, vec![0, 1, 2, 3, 4]);
-        let mine = Spi::get_one::<Vec<i32>>("SELECT my_partitions('pgtest_g')").unwrap().unwrap();
+        let mine = Spi::get_one::<Vec<i32>>("SELECT my_partitions('pgtest_g')")
+            .unwrap()
+            .unwrap();
         assert_eq!(mine, parts);
-        assert_eq!(Spi::get_one::<bool>("SELECT group_leave('pgtest_g')").unwrap(), Some(true));
-        assert_eq!(Spi::get_one::<bool>("SELECT group_leave('pgtest_g')").unwrap(), Some(false));
-        let mine = Spi::get_one::<Vec<i32>>("SELECT my_partitions('pgtest_g')").unwrap().unwrap();
+        assert_eq!(
+            Spi::get_one::<bool>("SELECT group_leave('pgtest_g')").unwrap(),
+            Some(true)
+        );
+        assert_eq!(
+            Spi::get_one::<bool>("SELECT group_leave('pgtest_g')").unwrap(),
+            Some(false)
+        );
+        let mine = Spi::get_one::<Vec<i32>>("SELECT my_partitions('pgtest_g')")
+            .unwrap()
+            .unwrap();
         assert!(mine.is_empty());
     }
 }
