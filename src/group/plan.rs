@@ -127,7 +127,10 @@ pub struct Step {
 /// `members` are the live members' pids in rank order and must contain `me`;
 /// `owners[p]` is the pid holding partition `p` (`owners.len()` is `P`).
 pub fn plan_step(seed: i32, members: &[i32], me: i32, owners: &[Option<i32>]) -> Step {
-    let index = members.iter().position(|&m| m == me).unwrap_or(members.len());
+    let index = members
+        .iter()
+        .position(|&m| m == me)
+        .unwrap_or(members.len());
     let target = fair_share(owners.len() as i32, members.len().max(1), index);
     let mine: Vec<i32> = (0..owners.len() as i32)
         .filter(|&p| owners[p as usize] == Some(me))
@@ -203,7 +206,10 @@ mod tests {
         }
         for &m in &members {
             let c = count.get(&m).copied().unwrap_or(0);
-            assert!((800..1200).contains(&c), "member {m} preferred for {c} of 10000");
+            assert!(
+                (800..1200).contains(&c),
+                "member {m} preferred for {c} of 10000"
+            );
         }
         // A join moves the preferences only to the new member.
         let mut grown = members.clone();
@@ -435,8 +441,7 @@ mod tests {
                 }
                 _ => {
                     let ranked = w.ranked();
-                    let some: Vec<i32> =
-                        ranked.into_iter().filter(|_| rng.below(2) == 0).collect();
+                    let some: Vec<i32> = ranked.into_iter().filter(|_| rng.below(2) == 0).collect();
                     w.round(&mut rng, &some);
                 }
             }
@@ -487,7 +492,11 @@ mod tests {
                 w.full_round(&mut rng);
                 w.full_round(&mut rng);
                 w.assert_converged();
-                assert_eq!(moved(&before, &w.owners), had, "leave moved others' partitions");
+                assert_eq!(
+                    moved(&before, &w.owners),
+                    had,
+                    "leave moved others' partitions"
+                );
                 for (a, b) in before.iter().zip(&w.owners) {
                     if *a != Some(pid) {
                         assert_eq!(a, b);
