@@ -16,8 +16,8 @@ pub mod plan;
 
 use crate::error::{invalid_parameter, raise};
 use crate::locks::{
-    held_by_me, locks_of, name_key, try_lock, unlock, EXCLUSIVE, GROUP_MEMBER_KEY, PARTITION_BASE,
-    SHARE,
+    held_by_me, locks_of, name_key, try_lock, unlock, LockHolder, EXCLUSIVE, GROUP_MEMBER_KEY,
+    PARTITION_BASE, SHARE,
 };
 use pgrx::prelude::*;
 use pgrx::Inet;
@@ -81,15 +81,28 @@ fn client_addr(sa: &pg_sys::SockAddr) -> Option<String> {
     }
 }
 
-/// The live members of the group with key `key`, ranked by
-/// `(backend_start, pid)`: holders of the membership lock that are still in
-/// the backend status array.
-fn ranked_members(key: i32) -> Vec<Member> {
-    let pids: BTreeSet<i32> = locks_of(key, GROUP_MEMBER_KEY, GROUP_MEMBER_KEY + 1)
-        .into_iter()
-        .filter(|l| l.granted && l.mode == SHARE && l.pid != 0)
+/// The pids holding the membership lock in a lock-table snapshot.
+fn member_pids(locks: &[LockHolder]) -> BTreeSet<i32> {
+    locks
+        .iter()
+        .filter(|l| l.key2 == GROUP_MEMBER_KEY && l.granted && l.mode == SHARE && l.pid != 0)
         .map(|l| l.pid)
-        .collect();
+        .collect()
+}
+
+/// The live members of the group with key `key`, ranked by
+/// `(backend_start, pid)`.
+fn ranked_members(key: i32) -> Vec<Member> {
+    rank(member_pids(&locks_of(
+        key,
+        GROUP_MEMBER_KEY,
+        GROUP_MEMBER_KEY + 1,
+    )))
+}
+
+/// Rank membership-lock holders by `(backend_start, pid)`, as read from the
+/// backend status array; a holder that has meanwhile exited is left out.
+fn rank(pids: BTreeSet<i32>) -> Vec<Member> {
     let mut out = Vec::with_capacity(pids.len());
     if pids.is_empty() {
         return out;
@@ -249,25 +262,50 @@ fn group_members(
     TableIterator::new(rows)
 }
 
-/// The partition owners of `key` for `0..partitions` and the records of the
-/// partition counts used by other members.
-fn read_partitions(key: i32, partitions: i32) -> (Vec<Option<i32>>, Vec<(i32, i32)>) {
-    let mut owners = vec![None; partitions as usize];
-    let mut counts = Vec::new();
-    for l in locks_of(key, PARTITION_COUNT_BASE, PARTITION_BASE + MAX_PARTITIONS) {
-        if !l.granted || l.pid == 0 {
+/// One consistent view of a group's locks, for one `claim_partitions` pass.
+struct GroupSnapshot {
+    /// Pids holding the membership lock.
+    members: BTreeSet<i32>,
+    /// Owner pid of each partition `0..P`.
+    owners: Vec<Option<i32>>,
+    /// `(pid, P)` of every partition-count record.
+    counts: Vec<(i32, i32)>,
+    /// This session's locks that do not belong to the current `P`:
+    /// other count records, partitions `>= P`.
+    my_stale: Vec<LockHolder>,
+}
+
+/// Read the whole group (membership, count records, partitions) from the
+/// shared lock table in one snapshot.
+fn snapshot(key: i32, partitions: i32) -> GroupSnapshot {
+    let me = my_pid();
+    let locks = locks_of(key, GROUP_MEMBER_KEY, PARTITION_BASE + MAX_PARTITIONS);
+    let mut snap = GroupSnapshot {
+        members: member_pids(&locks),
+        owners: vec![None; partitions as usize],
+        counts: Vec::new(),
+        my_stale: Vec::new(),
+    };
+    for l in locks {
+        if !l.granted || l.pid == 0 || l.key2 < PARTITION_COUNT_BASE {
             continue;
         }
         if l.key2 >= PARTITION_BASE {
             let p = l.key2 - PARTITION_BASE;
             if p < partitions && l.mode == EXCLUSIVE {
-                owners[p as usize] = Some(l.pid);
+                snap.owners[p as usize] = Some(l.pid);
+            } else if l.pid == me {
+                snap.my_stale.push(l);
             }
         } else if l.mode == SHARE {
-            counts.push((l.pid, l.key2 - PARTITION_COUNT_BASE));
+            let count = l.key2 - PARTITION_COUNT_BASE;
+            snap.counts.push((l.pid, count));
+            if l.pid == me && count != partitions {
+                snap.my_stale.push(l);
+            }
         }
     }
-    (owners, counts)
+    snap
 }
 
 /// `claim_partitions(name, partitions)`: one rebalancing step. Joins the
@@ -292,8 +330,9 @@ fn claim_partitions(name: &str, partitions: i32) -> Vec<i32> {
             "another session holds this group's partition-count lock exclusively",
         );
     }
-    let (_, counts) = read_partitions(key, partitions);
-    if let Some(&(pid, other)) = counts
+    let mut snap = snapshot(key, partitions);
+    if let Some(&(pid, other)) = snap
+        .counts
         .iter()
         .find(|&&(pid, p)| pid != me && p != partitions)
     {
@@ -312,10 +351,8 @@ fn claim_partitions(name: &str, partitions: i32) -> Vec<i32> {
         );
     }
     // Drop our own records of another count, and partitions beyond P.
-    for l in locks_of(key, PARTITION_COUNT_BASE, PARTITION_BASE + MAX_PARTITIONS) {
-        let stale =
-            (l.key2 < PARTITION_BASE && l.key2 != record) || l.key2 >= PARTITION_BASE + partitions;
-        if l.pid == me && l.granted && stale && held_by_me(key, l.key2, l.mode) {
+    for l in &snap.my_stale {
+        if held_by_me(key, l.key2, l.mode) {
             unlock(key, l.key2, l.mode);
         }
     }
@@ -324,17 +361,20 @@ fn claim_partitions(name: &str, partitions: i32) -> Vec<i32> {
     for pass in 0..MAX_PASSES {
         if pass > 0 {
             check_for_interrupts!();
+            snap = snapshot(key, partitions);
         }
-        let members: Vec<i32> = ranked_members(key).into_iter().map(|m| m.pid).collect();
-        let (owners, _) = read_partitions(key, partitions);
         held = (0..partitions)
-            .filter(|&p| owners[p as usize] == Some(me))
+            .filter(|&p| snap.owners[p as usize] == Some(me))
+            .collect();
+        let members: Vec<i32> = rank(std::mem::take(&mut snap.members))
+            .into_iter()
+            .map(|m| m.pid)
             .collect();
         if !members.contains(&me) {
             // Our own entry is always there while we run; be safe anyway.
             break;
         }
-        let step = plan_step(key, &members, me, &owners);
+        let step = plan_step(key, &members, me, &snap.owners);
         for p in step.release {
             if held_by_me(key, PARTITION_BASE + p, EXCLUSIVE) {
                 unlock(key, PARTITION_BASE + p, EXCLUSIVE);
