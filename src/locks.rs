@@ -9,6 +9,7 @@
 //! | `name_key(name)` | `0 ..= 1048575` | slot `key2` of `claim_slot(name, n)`, exclusive |
 //! | `name_key(name)` | `0x10000000 + n` | "this session claims `name` with `n` slots", shared |
 //! | `name_key(name)` | `0x20000000` | membership of group `name`, shared |
+//! | `name_key(name)` | `0x28000000 + P` | "this member uses `P` partitions", shared |
 //! | `name_key(name)` | `0x30000000 + p` | partition `p` of group `name`, exclusive |
 //!
 //! `name_key(name)` is `crc32(name)` (of its UTF-8 bytes) reinterpreted as a signed
