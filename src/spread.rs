@@ -14,14 +14,15 @@
 //! - the final function (`FINALFUNC_EXTRA`, so PostgreSQL resolves `anyarray`
 //!   from the job type) builds the array with `construct_md_array`.
 
+pub mod groups;
 pub mod order;
 
 use crate::error::{invalid_parameter, raise};
+use groups::GroupIds;
 use order::{spread_order_by, GroupOrder};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::PgMemoryContexts;
-use std::collections::HashMap;
 use std::ffi::c_char;
 
 /// Argument positions of the transition and final functions (0 is the state).
@@ -45,40 +46,9 @@ struct SpreadState {
     jobs: Vec<pg_sys::Datum>,
     nulls: Vec<bool>,
     groups: Vec<u32>,
-    /// Group text → dense id, by first appearance.
-    ids: HashMap<Box<[u8]>, u32>,
-    /// The id of the NULL group, once seen.
-    null_group: Option<u32>,
-    /// The previous row's group (rows of one group often come together).
-    last_key: Vec<u8>,
-    last_id: Option<u32>,
-}
-
-impl SpreadState {
-    fn group_id(&mut self, key: Option<&[u8]>) -> u32 {
-        let next = (self.ids.len() + usize::from(self.null_group.is_some())) as u32;
-        match key {
-            None => *self.null_group.get_or_insert(next),
-            Some(k) => {
-                if let Some(id) = self.last_id {
-                    if self.last_key == k {
-                        return id;
-                    }
-                }
-                let id = match self.ids.get(k) {
-                    Some(&id) => id,
-                    None => {
-                        self.ids.insert(k.into(), next);
-                        next
-                    }
-                };
-                self.last_key.clear();
-                self.last_key.extend_from_slice(k);
-                self.last_id = Some(id);
-                id
-            }
-        }
-    }
+    /// Group text → id, by first appearance. Group ids in `groups` are
+    /// 0 for the NULL group and 1 + this table's id for the others.
+    ids: GroupIds,
 }
 
 #[cold]
@@ -100,7 +70,9 @@ fn bad_feeders(feeders: Option<i32>) -> ! {
 #[cold]
 fn changed_argument(what: &str, first: String, now: String) -> ! {
     invalid_parameter(
-        format!("{what} must be the same for every row of one spread_agg call, got {now} after {first}"),
+        format!(
+            "{what} must be the same for every row of one spread_agg call, got {now} after {first}"
+        ),
         "pass a constant, e.g. spread_agg(id, customer, 4 ORDER BY created_at).",
     )
 }
@@ -127,17 +99,16 @@ unsafe fn agg_context(fcinfo: pg_sys::FunctionCallInfo, func: &str) -> pg_sys::M
 }
 
 /// Copy a by-reference job value into `cx` (varlena values detoasted).
-unsafe fn copy_job(
-    value: pg_sys::Datum,
-    typlen: i16,
-    cx: pg_sys::MemoryContext,
-) -> pg_sys::Datum {
+unsafe fn copy_job(value: pg_sys::Datum, typlen: i16, cx: pg_sys::MemoryContext) -> pg_sys::Datum {
     PgMemoryContexts::For(cx).switch_to(|_| match typlen {
         -1 => pg_sys::Datum::from(pg_sys::pg_detoast_datum_copy(value.cast_mut_ptr())),
         len => {
             let src: *const u8 = value.cast_mut_ptr();
             let size = if len == -2 {
-                std::ffi::CStr::from_ptr(src as *const c_char).to_bytes().len() + 1
+                std::ffi::CStr::from_ptr(src as *const c_char)
+                    .to_bytes()
+                    .len()
+                    + 1
             } else {
                 len as usize
             };
@@ -199,10 +170,7 @@ pub unsafe extern "C-unwind" fn spread_agg_trans(
                 jobs: Vec::new(),
                 nulls: Vec::new(),
                 groups: Vec::new(),
-                ids: HashMap::new(),
-                null_group: None,
-                last_key: Vec::new(),
-                last_id: None,
+                ids: GroupIds::default(),
             })
         }
     };
@@ -225,11 +193,11 @@ pub unsafe extern "C-unwind" fn spread_agg_trans(
     }
 
     let group = match arg(fcinfo, ARG_GRP) {
-        None => state.group_id(None),
+        None => 0,
         Some(d) => {
             let text = pg_sys::pg_detoast_datum_packed(d.cast_mut_ptr());
             let key = pgrx::varlena::varlena_to_byte_slice(text);
-            state.group_id(Some(key))
+            1 + state.ids.id(key)
         }
     };
     let (job, is_null) = match arg(fcinfo, ARG_JOB) {

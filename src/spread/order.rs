@@ -301,7 +301,10 @@ mod tests {
         // output is a plain round robin over the groups.
         let groups = [0, 0, 0, 1, 1, 2, 2, 2, 2];
         let order = spread_order(&groups, 10);
-        assert_eq!(names(&groups, &order).join(" "), "a1 b1 c1 a2 b2 c2 a3 c3 c4");
+        assert_eq!(
+            names(&groups, &order).join(" "),
+            "a1 b1 c1 a2 b2 c2 a3 c3 c4"
+        );
         assert_eq!(order, spread_order(&groups, 3));
         let s = spread_order_by(&groups, usize::MAX, GroupOrder::FirstAppearance);
         assert_eq!(s.order, order);
@@ -357,10 +360,7 @@ mod tests {
     fn layout() -> impl Strategy<Value = (Vec<u32>, usize)> {
         // up to 12 group ids, up to 60 jobs, feeders 1..=14 (so both more and
         // fewer feeders than groups occur)
-        (
-            prop::collection::vec(0u32..12, 0..60),
-            1usize..=14,
-        )
+        (prop::collection::vec(0u32..12, 0..60), 1usize..=14)
     }
 
     proptest! {
