@@ -220,7 +220,7 @@ mod tests {
 
     /// Jobs named by their group letter and 1-based position in the group.
     fn names(groups: &[u32], order: &[usize]) -> Vec<String> {
-        let mut seen = vec![0; 26];
+        let mut seen = [0; 26];
         let mut label = vec![String::new(); groups.len()];
         for (i, &g) in groups.iter().enumerate() {
             seen[g as usize] += 1;
