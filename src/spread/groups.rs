@@ -1,24 +1,34 @@
 //! Group text → dense group id, by first appearance (plain Rust).
 //!
-//! One lookup per input row, so it is kept compact: the table maps a 64-bit
-//! hash of the key to the first group id with that hash (16-byte buckets),
-//! the key bytes live in one arena, and the rare groups whose hashes collide
-//! are chained. A match is always confirmed by comparing the bytes.
+//! One lookup per input row, so it is kept compact and with few dependent
+//! memory accesses: the table maps a 64-bit hash of the key to the first
+//! group with that hash and where its key lies (24-byte buckets), the key
+//! bytes live in one arena, and the rare groups whose hashes collide are
+//! chained. A match is always confirmed by comparing the bytes.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+/// The first group with a given hash: its id and its key's place in the arena.
+#[derive(Clone, Copy)]
+struct Head {
+    start: usize,
+    len: u32,
+    id: u32,
+}
+
 /// Dense ids for byte-string keys, in order of first appearance.
 pub struct GroupIds {
     hash: fn(&[u8]) -> u64,
-    first_by_hash: HashMap<u64, u32, BuildHasherDefault<PassThrough>>,
+    first_by_hash: HashMap<u64, Head, BuildHasherDefault<PassThrough>>,
     /// Per group: the key's range in `arena` and the next group with the
     /// same hash (`u32::MAX`: none).
     keys: Vec<(usize, usize)>,
     next_same_hash: Vec<u32>,
     arena: Vec<u8>,
-    /// The previous lookup (rows of one group often come together).
-    last: Option<u32>,
+    /// The previous lookup (rows of one group often come together), with
+    /// its key's place in the arena so checking it costs no extra lookup.
+    last: Option<Head>,
 }
 
 impl Default for GroupIds {
@@ -49,52 +59,62 @@ impl GroupIds {
         self.keys.is_empty()
     }
 
-    fn key(&self, id: u32) -> &[u8] {
-        let (start, end) = self.keys[id as usize];
-        &self.arena[start..end]
-    }
-
     /// The id of `key`: its rank among the distinct keys by first
     /// appearance (0, 1, ...), assigning the next one on first sight.
     pub fn id(&mut self, key: &[u8]) -> u32 {
         if let Some(last) = self.last {
-            if self.key(last) == key {
-                return last;
+            if self.head_matches(last, key) {
+                return last.id;
             }
         }
         let h = (self.hash)(key);
-        let id = match self.first_by_hash.get(&h) {
+        let found = match self.first_by_hash.get(&h) {
             None => {
-                let id = self.push(key);
-                self.first_by_hash.insert(h, id);
-                id
+                let head = self.push(key);
+                self.first_by_hash.insert(h, head);
+                head
             }
-            Some(&first) => {
-                let mut cur = first;
+            Some(&head) if self.head_matches(head, key) => head,
+            Some(&head) => {
+                // a hash collision: walk the chain of groups with this hash
+                let mut cur = head.id;
                 loop {
-                    if self.key(cur) == key {
-                        break cur;
-                    }
                     let next = self.next_same_hash[cur as usize];
                     if next == u32::MAX {
-                        let id = self.push(key);
-                        self.next_same_hash[cur as usize] = id;
-                        break id;
+                        let added = self.push(key);
+                        self.next_same_hash[cur as usize] = added.id;
+                        break added;
+                    }
+                    let (start, end) = self.keys[next as usize];
+                    if &self.arena[start..end] == key {
+                        break Head {
+                            start,
+                            len: (end - start) as u32,
+                            id: next,
+                        };
                     }
                     cur = next;
                 }
             }
         };
-        self.last = Some(id);
-        id
+        self.last = Some(found);
+        found.id
     }
 
-    fn push(&mut self, key: &[u8]) -> u32 {
+    fn head_matches(&self, head: Head, key: &[u8]) -> bool {
+        head.len as usize == key.len() && &self.arena[head.start..head.start + key.len()] == key
+    }
+
+    fn push(&mut self, key: &[u8]) -> Head {
         let start = self.arena.len();
         self.arena.extend_from_slice(key);
         self.keys.push((start, self.arena.len()));
         self.next_same_hash.push(u32::MAX);
-        (self.keys.len() - 1) as u32
+        Head {
+            start,
+            len: key.len() as u32,
+            id: (self.keys.len() - 1) as u32,
+        }
     }
 }
 
