@@ -88,6 +88,19 @@ FROM spread_jobs, (VALUES (1), (2)) b(batch)
 WHERE seq <= 6 + batch
 GROUP BY batch ORDER BY batch;
 
+-- the same through hash aggregation (many states alive at once)
+SET enable_sort = off;
+EXPLAIN (COSTS OFF)
+SELECT b, spread_agg(i, (i % 3)::text, 2)
+FROM generate_series(1, 10) i, generate_series(1, 3) b
+GROUP BY b;
+SELECT count(*) AS batches,
+       bool_and(s = '{1,2,4,5,7,8,10,3,6,9}') AS all_spread_alike
+FROM (SELECT b, spread_agg(i, (i % 3)::text, 2) AS s
+      FROM generate_series(1, 10) i, generate_series(1, 3) b
+      GROUP BY b) x;
+RESET enable_sort;
+
 -- Against a reference written here in PL/pgSQL, literally simulating the
 -- feeders of the design, over many group layouts (with NULL groups).
 CREATE FUNCTION spread_reference(grps text[], feeders int) RETURNS int[]
@@ -192,6 +205,9 @@ SELECT spread_agg(job, grp, CASE WHEN seq < 5 THEN 2 END ORDER BY seq) FROM spre
 SELECT spread_agg(job, grp, 2, NULL) FROM spread_jobs;
 SELECT spread_agg(job, grp, 2, seq > 5 ORDER BY seq) FROM spread_jobs;
 SELECT spread_agg(ARRAY[seq], grp, 2) FROM spread_jobs;
+-- an error in the middle of the input aborts cleanly; the next call works
+SELECT spread_agg(10 / (seq - 5), grp, 2 ORDER BY seq) FROM spread_jobs;
+SELECT spread_agg(seq, grp, 2 ORDER BY seq) FROM spread_jobs;
 -- no rows: no error even with bad feeders (nothing to spread)
 SELECT spread_agg(job, grp, 0) IS NULL AS no_rows FROM spread_jobs WHERE false;
 
