@@ -71,15 +71,14 @@ unsafe fn compare(cache: *mut RangeCache, a: pg_sys::Datum, b: pg_sys::Datum) ->
     }
 }
 
-/// The text form of a value, for error messages.
+/// The text form of a value as a quoted SQL literal, for error messages.
 unsafe fn value_text(typoid: pg_sys::Oid, value: pg_sys::Datum) -> String {
     unsafe {
         let mut out = pg_sys::InvalidOid;
         let mut varlena = false;
         pg_sys::getTypeOutputInfo(typoid, &mut out, &mut varlena);
-        CStr::from_ptr(pg_sys::OidOutputFunctionCall(out, value))
-            .to_string_lossy()
-            .into_owned()
+        let text = CStr::from_ptr(pg_sys::OidOutputFunctionCall(out, value)).to_string_lossy();
+        format!("'{}'", text.replace('\'', "''"))
     }
 }
 

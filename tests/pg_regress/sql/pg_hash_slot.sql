@@ -49,9 +49,14 @@ SELECT * FROM phs_check('boolean', 'SELECT g % 2 = 0 FROM generate_series(1, 100
 SELECT * FROM phs_check('phs_mood', $$SELECT (enum_range(NULL::phs_mood))[1 + g % 4] FROM generate_series(1, 200) g$$, '{2,3}');
 SELECT * FROM phs_check('phs_code', 'SELECT md5(g::text) FROM generate_series(1, 1000) g', '{5}');
 SELECT * FROM phs_check('integer[]', 'SELECT ARRAY[g, g * 7, -g] FROM generate_series(1, 1000) g', '{3,4}');
+-- a column with a non-deterministic collation: the call takes the column's
+-- collation, as the partition key does, so keys equal under it share a slot
+CREATE COLLATION phs_ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+SELECT * FROM phs_check('text COLLATE phs_ci', $$SELECT CASE WHEN g % 2 = 0 THEN upper(md5(g::text)) ELSE md5(g::text) END FROM generate_series(1, 1000) g$$, '{3,5}');
+SELECT pg_hash_slot('ABC'::text COLLATE phs_ci, 1000) = pg_hash_slot('abc'::text COLLATE phs_ci, 1000) AS ci_equal_keys_same_slot;
 SELECT * FROM phs_check('float8', 'SELECT g / 7.0::float8 FROM generate_series(-1000, 1000) g', '{6}');
 
--- a key hashes the same through a column, a literal and a parameter
+-- a literal hashes like a cast value; varchar hashes like text (its default hash opclass)
 SELECT pg_hash_slot(42, 8) = pg_hash_slot(42::integer, 8) AS same_int,
        pg_hash_slot('abc'::text, 8) = pg_hash_slot('abc'::varchar, 8) AS text_and_varchar,
        pg_hash_slot(0::integer, 1) AS n_is_one,
@@ -94,5 +99,6 @@ SELECT p.proname, pg_get_function_identity_arguments(p.oid) AS args,
 FROM pg_proc p WHERE p.proname = 'pg_hash_slot';
 
 DROP FUNCTION phs_check(text, text, int[]);
+DROP COLLATION phs_ci;
 DROP DOMAIN phs_code;
 DROP TYPE phs_mood;
