@@ -14,10 +14,36 @@ use pgrx::{AnyArray, AnyElement};
 use std::cmp::Ordering;
 use std::ffi::CStr;
 
+/// How two elements are compared. Integer-like by-value types, whose default
+/// btree comparison is plain signed integer order, are compared natively; all
+/// others through the type's btree comparison support function.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+enum Compare {
+    Int16,
+    Int32,
+    Int64,
+    Support,
+}
+
+impl Compare {
+    fn for_type(typoid: pg_sys::Oid) -> Compare {
+        match typoid {
+            pg_sys::INT2OID => Compare::Int16,
+            pg_sys::INT4OID | pg_sys::DATEOID => Compare::Int32,
+            pg_sys::INT8OID | pg_sys::TIMESTAMPOID | pg_sys::TIMESTAMPTZOID | pg_sys::TIMEOID => {
+                Compare::Int64
+            }
+            _ => Compare::Support,
+        }
+    }
+}
+
 /// The bounds array one call site saw last, allocated in `flinfo->fn_mcxt`.
 #[repr(C)]
 struct RangeCache {
     elemtype: pg_sys::Oid,
+    how: Compare,
     collation: pg_sys::Oid,
     typlen: i16,
     typbyval: bool,
@@ -53,6 +79,7 @@ unsafe fn new_cache(
         let cache = pg_sys::MemoryContextAllocZero(mcxt, std::mem::size_of::<RangeCache>())
             as *mut RangeCache;
         (*cache).elemtype = elemtype;
+        (*cache).how = Compare::for_type(elemtype);
         (*cache).collation = effective_collation(fncollation, elemtype);
         (*cache).typlen = (*tc).typlen;
         (*cache).typbyval = (*tc).typbyval;
@@ -66,8 +93,15 @@ unsafe fn new_cache(
 #[inline]
 unsafe fn compare(cache: *mut RangeCache, a: pg_sys::Datum, b: pg_sys::Datum) -> Ordering {
     unsafe {
-        let r = pg_sys::FunctionCall2Coll(&mut (*cache).cmp, (*cache).collation, a, b);
-        (r.value() as i32).cmp(&0)
+        match (*cache).how {
+            Compare::Int16 => (a.value() as i16).cmp(&(b.value() as i16)),
+            Compare::Int32 => (a.value() as i32).cmp(&(b.value() as i32)),
+            Compare::Int64 => (a.value() as i64).cmp(&(b.value() as i64)),
+            Compare::Support => {
+                let r = pg_sys::FunctionCall2Coll(&mut (*cache).cmp, (*cache).collation, a, b);
+                (r.value() as i32).cmp(&0)
+            }
+        }
     }
 }
 
@@ -183,14 +217,19 @@ fn range_slot(key: AnyElement, bounds: AnyArray, fcinfo: pg_sys::FunctionCallInf
     // by this function in the same flinfo; the array datum is non-NULL (STRICT).
     unsafe {
         let flinfo = (*fcinfo).flinfo;
-        let arr = pg_sys::pg_detoast_datum(bounds.datum().cast_mut_ptr::<pg_sys::varlena>())
-            as *mut pg_sys::ArrayType;
+        let raw = bounds.datum().cast_mut_ptr::<pg_sys::varlena>();
+        // detoast only when needed (compressed, external, short-header, expanded)
+        let arr = if pgrx::varlena::varatt_is_4b_u(raw) {
+            raw as *mut pg_sys::ArrayType
+        } else {
+            pg_sys::pg_detoast_datum(raw) as *mut pg_sys::ArrayType
+        };
         let elemtype = (*arr).elemtype;
         let mut cache = (*flinfo).fn_extra as *mut RangeCache;
         if cache.is_null() || (*cache).elemtype != elemtype {
             cache = new_cache(flinfo, (*fcinfo).fncollation, elemtype);
         }
-        // detoasting always yields a 4-byte header
+        // a plain 4-byte header either way
         let len = pgrx::varlena::varsize_4b(arr as *const pg_sys::varlena);
         let same = !(*cache).raw.is_null()
             && (*cache).raw_len == len
