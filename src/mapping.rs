@@ -178,7 +178,7 @@ mod tests {
     }
 
     #[pg_test]
-    fn pg_hash_slot_agrees_with_the_server_partition_check() {
+    fn pg_hash_slot_names_the_partition_rows_are_stored_in() {
         Spi::run(
             "CREATE TABLE pgt_hash (k uuid) PARTITION BY HASH (k);
              CREATE TABLE pgt_hash_0 PARTITION OF pgt_hash FOR VALUES WITH (MODULUS 3, REMAINDER 0);
