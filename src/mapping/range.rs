@@ -55,6 +55,39 @@ struct RangeCache {
     /// its elements (by-reference ones point into `raw`)
     elems: *mut pg_sys::Datum,
     nelems: usize,
+    /// the TOAST pointer the cached bounds were last read through, when
+    /// `has_pointer` (zeroed memory reads as "none")
+    has_pointer: bool,
+    pointer: [u8; TOAST_POINTER_LEN],
+}
+
+/// Bytes of an on-disk TOAST pointer: the 2-byte external header and
+/// `varatt_external` (raw size, extsize and compression, value OID, TOAST
+/// table OID).
+const TOAST_POINTER_LEN: usize = 2 + std::mem::size_of::<pg_sys::varatt_external>();
+
+/// The TOAST pointer of a bounds array stored out of line in a table (bounds
+/// read per row, or from a scalar subquery over a table, arrive this way).
+/// A TOAST value is never changed in place and its OID is not reused while
+/// it exists, so the same pointer names the same bounds, and a call site can
+/// reuse them without fetching and decompressing the value on every row.
+unsafe fn ondisk_toast_pointer(v: *const pg_sys::varlena) -> Option<[u8; TOAST_POINTER_LEN]> {
+    unsafe {
+        let b = v as *const u8;
+        // 1-byte external header (0x01 on little-endian, 0x80 on big-endian), then the tag
+        let external = if cfg!(target_endian = "little") {
+            *b == 0x01
+        } else {
+            *b == 0x80
+        };
+        if external && *b.add(1) as u32 == pg_sys::vartag_external::VARTAG_ONDISK {
+            let mut out = [0u8; TOAST_POINTER_LEN];
+            std::ptr::copy_nonoverlapping(b, out.as_mut_ptr(), TOAST_POINTER_LEN);
+            Some(out)
+        } else {
+            None
+        }
+    }
 }
 
 unsafe fn new_cache(
@@ -218,25 +251,37 @@ fn range_slot(key: AnyElement, bounds: AnyArray, fcinfo: pg_sys::FunctionCallInf
     unsafe {
         let flinfo = (*fcinfo).flinfo;
         let raw = bounds.datum().cast_mut_ptr::<pg_sys::varlena>();
-        // detoast only when needed (compressed, external, short-header, expanded)
-        let arr = if pgrx::varlena::varatt_is_4b_u(raw) {
-            raw as *mut pg_sys::ArrayType
-        } else {
-            pg_sys::pg_detoast_datum(raw) as *mut pg_sys::ArrayType
-        };
-        let elemtype = (*arr).elemtype;
+        let pointer = ondisk_toast_pointer(raw);
         let mut cache = (*flinfo).fn_extra as *mut RangeCache;
-        if cache.is_null() || (*cache).elemtype != elemtype {
-            cache = new_cache(flinfo, (*fcinfo).fncollation, elemtype);
-        }
-        // a plain 4-byte header either way
-        let len = pgrx::varlena::varsize_4b(arr as *const pg_sys::varlena);
-        let same = !(*cache).raw.is_null()
-            && (*cache).raw_len == len
-            && std::slice::from_raw_parts((*cache).raw, len)
-                == std::slice::from_raw_parts(arr as *const u8, len);
-        if !same {
-            load_bounds(cache, (*flinfo).fn_mcxt, arr, len);
+        let known = match pointer {
+            Some(p) => !cache.is_null() && (*cache).has_pointer && (*cache).pointer == p,
+            None => false,
+        };
+        if !known {
+            // detoast only when needed (compressed, external, short-header, expanded)
+            let arr = if pgrx::varlena::varatt_is_4b_u(raw) {
+                raw as *mut pg_sys::ArrayType
+            } else {
+                pg_sys::pg_detoast_datum(raw) as *mut pg_sys::ArrayType
+            };
+            let elemtype = (*arr).elemtype;
+            if cache.is_null() || (*cache).elemtype != elemtype {
+                cache = new_cache(flinfo, (*fcinfo).fncollation, elemtype);
+            }
+            // a plain 4-byte header either way
+            let len = pgrx::varlena::varsize_4b(arr as *const pg_sys::varlena);
+            let same = !(*cache).raw.is_null()
+                && (*cache).raw_len == len
+                && std::slice::from_raw_parts((*cache).raw, len)
+                    == std::slice::from_raw_parts(arr as *const u8, len);
+            if !same {
+                (*cache).has_pointer = false;
+                load_bounds(cache, (*flinfo).fn_mcxt, arr, len);
+            }
+            if let Some(p) = pointer {
+                (*cache).pointer = p;
+            }
+            (*cache).has_pointer = pointer.is_some();
         }
         if (*cache).nelems == 0 {
             return 0;
