@@ -6,6 +6,7 @@ use crate::hashing::{crc32, crc32_slot, jump_hash, modulo_slot, uuid_crc32};
 use pgrx::prelude::*;
 
 mod pg_hash;
+mod poly;
 mod range;
 
 // ---------------------------------------------------------------- slot_of

@@ -7,10 +7,10 @@
 //! comparison of the array and log2(len) comparisons.
 
 use super::pg_hash::{effective_collation, type_name};
+use super::poly::{AnyArrayDatum, AnyDatum};
 use crate::error::{invalid_parameter, raise};
 use crate::hashing::{first_not_increasing, upper_bound_by};
 use pgrx::prelude::*;
-use pgrx::{AnyArray, AnyElement};
 use std::cmp::Ordering;
 use std::ffi::CStr;
 
@@ -245,12 +245,12 @@ unsafe fn load_bounds(
 /// `range_slot(key anyelement, bounds anyarray)`: the number of bounds `<=`
 /// key. Slot 0 is below `bounds[1]`; slot i holds `[bounds[i], bounds[i+1])`.
 #[pg_extern(immutable, strict, parallel_safe)]
-fn range_slot(key: AnyElement, bounds: AnyArray, fcinfo: pg_sys::FunctionCallInfo) -> i32 {
+fn range_slot(key: AnyDatum, bounds: AnyArrayDatum, fcinfo: pg_sys::FunctionCallInfo) -> i32 {
     // SAFETY: fcinfo is this call's; fn_extra is NULL or a RangeCache stored
     // by this function in the same flinfo; the array datum is non-NULL (STRICT).
     unsafe {
         let flinfo = (*fcinfo).flinfo;
-        let raw = bounds.datum().cast_mut_ptr::<pg_sys::varlena>();
+        let raw = bounds.0.cast_mut_ptr::<pg_sys::varlena>();
         let pointer = ondisk_toast_pointer(raw);
         let mut cache = (*flinfo).fn_extra as *mut RangeCache;
         let known = match pointer {
@@ -287,7 +287,7 @@ fn range_slot(key: AnyElement, bounds: AnyArray, fcinfo: pg_sys::FunctionCallInf
             return 0;
         }
         let es = std::slice::from_raw_parts((*cache).elems, (*cache).nelems);
-        let k = key.datum();
+        let k = key.0;
         upper_bound_by(es.len(), |i| compare(cache, es[i], k)) as i32
     }
 }
