@@ -119,6 +119,19 @@ SELECT range_slot(at, (SELECT percentile_disc(ARRAY[0.25, 0.5, 0.75]) WITHIN GRO
        count(*)
 FROM rs_events GROUP BY 1 ORDER BY 1;
 
+-- with PARTITION BY RANGE on the same bounds, slot i is partition i
+CREATE TABLE rs_part (at timestamptz) PARTITION BY RANGE (at);
+CREATE TABLE rs_part_0 PARTITION OF rs_part FOR VALUES FROM (MINVALUE) TO ('2024-01-10 00:00+00');
+CREATE TABLE rs_part_1 PARTITION OF rs_part FOR VALUES FROM ('2024-01-10 00:00+00') TO ('2024-02-01 00:00+00');
+CREATE TABLE rs_part_2 PARTITION OF rs_part FOR VALUES FROM ('2024-02-01 00:00+00') TO ('2024-02-01 00:00:00.000001+00');
+CREATE TABLE rs_part_3 PARTITION OF rs_part FOR VALUES FROM ('2024-02-01 00:00:00.000001+00') TO (MAXVALUE);
+INSERT INTO rs_part SELECT at FROM rs_events;
+INSERT INTO rs_part VALUES ('-infinity'), ('2024-01-10 00:00+00'), ('2024-02-01 00:00+00'), ('2024-02-01 00:00:00.000001+00'), ('infinity');
+SELECT range_slot(at, '{2024-01-10 00:00+00, 2024-02-01 00:00+00, 2024-02-01 00:00:00.000001+00}'::timestamptz[]) AS slot,
+       tableoid::regclass AS stored_in, count(*)
+FROM rs_part GROUP BY 1, 2 ORDER BY 1;
+DROP TABLE rs_part;
+
 -- errors: bad bounds are SQLSTATE 22023, naming the position; unorderable types 42883
 \set VERBOSITY default
 SELECT range_slot(1, ARRAY[1, NULL, 3]);
