@@ -88,7 +88,10 @@ fn parallel_scan_of_hash_partitions_matches_storage() {
     assert_parallel_plan(&mut c, q);
     let got = rows(&mut c, q);
     assert_eq!(got.len(), 3);
-    assert!(got.iter().all(|r| r.2 == 0), "rows outside their slot's partition: {got:?}");
+    assert!(
+        got.iter().all(|r| r.2 == 0),
+        "rows outside their slot's partition: {got:?}"
+    );
     assert_eq!(got.iter().map(|r| r.1).sum::<i64>(), 150000);
     c.batch_execute("DROP TABLE mpar_parts").unwrap();
 }
