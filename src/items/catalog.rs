@@ -224,10 +224,10 @@ impl Table {
                 }),
             None => {
                 let pk = self.primary_key();
-                let hint = format!(
-                    "name the key column: {fn_name}(..., key => 'column'); \
-                     it should be unique and not null for paging"
-                );
+                let mut hint = format!("name the key column: {fn_name}(..., key => 'column_name')");
+                if fn_name == "my_items" {
+                    hint.push_str("; paging with after needs it unique and not null");
+                }
                 match pk.as_deref() {
                     None => raise(
                         PgSqlErrorCode::ERRCODE_INVALID_COLUMN_REFERENCE,
