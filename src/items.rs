@@ -8,6 +8,7 @@
 //! from the catalogs (the row type's relation, its columns), always quoted;
 //! argument values reach the query as `EXECUTE ... USING` parameters.
 
+mod cache;
 mod catalog;
 pub mod plan;
 
@@ -90,10 +91,23 @@ fn my_items_query(
         }
     }
     let method = parse_method(method);
+    let ext = catalog::extension_schema();
+    let cache_key = cache::QueryKey {
+        ext: ext.ext.to_u32(),
+        reltype: reltype.to_u32(),
+        slot,
+        n,
+        key: key.map(str::to_string),
+        method: method.name(),
+        after: after.is_some(),
+        batch: batch.is_some(),
+    };
+    if let Some(sql) = cache::get(&cache_key) {
+        return sql;
+    }
     let table = catalog::Table::from_row_type(reltype);
     let key = table.key(key, "my_items");
     let mapping = slot_mapping(method, &key);
-    let ext = catalog::extension_schema();
 
     // A table hash-partitioned by the key with modulus n: the share is one
     // partition, read directly.
@@ -102,17 +116,21 @@ fn my_items_query(
     } else {
         None
     };
+    let mut deps = vec![table.relid];
     let columns = table.column_list();
     let sql = match &partition {
-        Some(child) => plan::share_sql(&ShareQuery {
-            from: child,
-            columns: Some(&columns),
-            key: &key.quoted,
-            key_type: &key.type_name,
-            filter: None,
-            after: after.is_some(),
-            batch: batch.is_some(),
-        }),
+        Some((child_oid, child)) => {
+            deps.push(*child_oid);
+            plan::share_sql(&ShareQuery {
+                from: child,
+                columns: Some(&columns),
+                key: &key.quoted,
+                key_type: &key.type_name,
+                filter: None,
+                after: after.is_some(),
+                batch: batch.is_some(),
+            })
+        }
         None => {
             table.advise_index(&key, &mapping, &ext, n);
             plan::share_sql(&ShareQuery {
@@ -126,6 +144,7 @@ fn my_items_query(
             })
         }
     };
+    cache::put(cache_key, sql.clone(), deps);
     sql
 }
 

@@ -66,6 +66,9 @@ fn internal(what: &str, e: impl std::fmt::Display) -> ! {
 
 /// pg_claim's schema, for schema-qualified calls in generated SQL.
 pub struct ExtSchema {
+    /// the extension's oid (pg_extension)
+    pub ext: pg_sys::Oid,
+    /// its schema's oid
     pub oid: pg_sys::Oid,
     pub quoted: String,
 }
@@ -87,7 +90,7 @@ pub fn extension_schema() -> ExtSchema {
     }
     if let Some((e, oid, quoted)) = EXT_SCHEMA.with(|c| c.borrow().clone()) {
         if e == ext {
-            return ExtSchema { oid, quoted };
+            return ExtSchema { ext, oid, quoted };
         }
     }
     let oid = Spi::get_one_with_args::<pg_sys::Oid>(
@@ -98,7 +101,7 @@ pub fn extension_schema() -> ExtSchema {
     .unwrap_or_else(|| internal("read pg_extension", "no row"));
     let quoted = quote_ident(&namespace_name(oid));
     EXT_SCHEMA.with(|c| *c.borrow_mut() = Some((ext, oid, quoted.clone())));
-    ExtSchema { oid, quoted }
+    ExtSchema { ext, oid, quoted }
 }
 
 /// The resolved key column.
@@ -306,7 +309,12 @@ impl Table {
     /// The partition that holds `slot` when this table is hash-partitioned
     /// by exactly the key with modulus `n` in every partition; its
     /// qualified name.
-    pub fn hash_partition_for(&self, key: &Key, n: i32, slot: i32) -> Option<String> {
+    pub fn hash_partition_for(
+        &self,
+        key: &Key,
+        n: i32,
+        slot: i32,
+    ) -> Option<(pg_sys::Oid, String)> {
         let rows: Vec<(pg_sys::Oid, Option<(i32, i32)>)> = Spi::connect(|client| {
             let table = client.select(
                 "SELECT c.oid, pg_catalog.pg_get_expr(c.relpartbound, c.oid)
@@ -330,7 +338,8 @@ impl Table {
         })
         .unwrap_or_else(|e| internal("read the partitions", e));
         let bounds: Vec<Option<(i32, i32)>> = rows.iter().map(|r| r.1).collect();
-        plan::partition_for_slot(&bounds, n, slot).map(|i| qualified_rel_name(rows[i].0))
+        plan::partition_for_slot(&bounds, n, slot)
+            .map(|i| (rows[i].0, qualified_rel_name(rows[i].0)))
     }
 
     fn large(&self) -> Option<f64> {
