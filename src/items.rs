@@ -11,6 +11,7 @@
 mod cache;
 mod catalog;
 pub mod plan;
+mod srf;
 
 use crate::error::{invalid_parameter, raise};
 use pgrx::prelude::*;
@@ -67,7 +68,9 @@ fn slot_mapping(method: Method, key: &catalog::Key) -> plan::Mapping {
 }
 
 /// The query `my_items` runs for these arguments (parameters: $1 slot, $2 n,
-/// $3 after, $4 batch). Exposed so users can see and EXPLAIN it.
+/// $3 after, $4 batch; n is also written into the slot expression so it
+/// matches an expression index in a cached, generic plan). Exposed so users
+/// can see and EXPLAIN it.
 #[pg_extern(stable)]
 fn my_items_query(
     rel: Option<pg_sys::Oid>,
@@ -79,6 +82,20 @@ fn my_items_query(
     batch: default!(Option<i32>, "NULL"),
 ) -> String {
     let reltype = rel.unwrap_or_else(|| null_arg("rel"));
+    share_query(reltype, slot, n, key, method, after.is_some(), batch)
+}
+
+/// Validate my_items' arguments and return the query text for the share
+/// (cached per session).
+pub(crate) fn share_query(
+    reltype: pg_sys::Oid,
+    slot: Option<i32>,
+    n: Option<i32>,
+    key: Option<&str>,
+    method: Option<&str>,
+    after: bool,
+    batch: Option<i32>,
+) -> String {
     let slot = slot.unwrap_or_else(|| null_arg("slot"));
     let n = n.unwrap_or_else(|| null_arg("n"));
     check_slot_n(slot, n);
@@ -99,7 +116,7 @@ fn my_items_query(
         n,
         key: key.map(str::to_string),
         method: method.name(),
-        after: after.is_some(),
+        after,
         batch: batch.is_some(),
     };
     if let Some(sql) = cache::get(&cache_key) {
@@ -127,7 +144,7 @@ fn my_items_query(
                 key: &key.quoted,
                 key_type: &key.type_name,
                 filter: None,
-                after: after.is_some(),
+                after,
                 batch: batch.is_some(),
             })
         }
@@ -138,8 +155,8 @@ fn my_items_query(
                 columns: None,
                 key: &key.quoted,
                 key_type: &key.type_name,
-                filter: Some(mapping.expr(&ext.quoted, &key.quoted, "$2")),
-                after: after.is_some(),
+                filter: Some(mapping.expr(&ext.quoted, &key.quoted, &n.to_string())),
+                after,
                 batch: batch.is_some(),
             })
         }
@@ -174,14 +191,8 @@ CREATE FUNCTION @extschema@.my_items(
     key text DEFAULT NULL, method text DEFAULT 'auto',
     after text DEFAULT NULL, batch integer DEFAULT NULL)
 RETURNS SETOF anyelement
-LANGUAGE plpgsql STABLE
-AS $body$
-BEGIN
-    RETURN QUERY EXECUTE @extschema@.my_items_query(
-        pg_catalog.pg_typeof(rel), slot, n, key, method, after, batch)
-    USING slot, n, after, batch;
-END
-$body$;
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'pg_claim_my_items';
 COMMENT ON FUNCTION @extschema@.my_items(anyelement, integer, integer, text, text, text, integer) IS
     'the rows of a table whose key maps to slot of n: SELECT * FROM my_items(NULL::tbl, slot, n)';
 
@@ -252,7 +263,7 @@ mod tests {
         .unwrap()
         .unwrap();
         assert!(
-            q.contains(".slot_of(id, $2) OPERATOR(pg_catalog.=) $1"),
+            q.contains(".slot_of(id, 4) OPERATOR(pg_catalog.=) $1"),
             "{q}"
         );
         assert!(q.ends_with("id > $3::bigint ORDER BY id LIMIT $4"), "{q}");
