@@ -110,7 +110,8 @@ pub unsafe extern "C-unwind" fn pg_claim_my_items(
         let method: Option<&str> = pg_getarg(fcinfo, 4);
         let after: Option<&str> = pg_getarg(fcinfo, 5);
         let batch: Option<i32> = pg_getarg(fcinfo, 6);
-        let sql = super::share_query(reltype, slot, n, key, method, after.is_some(), batch);
+        let func = super::catalog::calling_function(fcinfo);
+        let sql = super::share_query(func, reltype, slot, n, key, method, after.is_some(), batch);
 
         // the result: a tuplestore of the table's row type
         pg_sys::InitMaterializedSRF(fcinfo, 0);
