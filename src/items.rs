@@ -72,6 +72,7 @@ fn slot_mapping(method: Method, key: &catalog::Key) -> plan::Mapping {
 /// matches an expression index in a cached, generic plan). Exposed so users
 /// can see and EXPLAIN it.
 #[pg_extern(stable)]
+#[allow(clippy::too_many_arguments)]
 fn my_items_query(
     rel: Option<pg_sys::Oid>,
     slot: Option<i32>,

@@ -382,7 +382,7 @@ impl Table {
             ),
             "pg_claim",
         )
-        .set_hint(&format!("create the index that serves every slot and batch: {create}"))
+        .set_hint(format!("create the index that serves every slot and batch: {create}"))
         .report(PgLogLevel::NOTICE);
     }
 
