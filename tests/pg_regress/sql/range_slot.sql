@@ -88,6 +88,25 @@ GROUP BY sz, b ORDER BY sz;
 SELECT bool_and(range_slot(g, b) = rs_ref(g, b)) AS per_row_bounds_match
 FROM generate_series(-5, 45) g, (SELECT b FROM rs_int UNION ALL VALUES (ARRAY[10, 20]), (ARRAY[5, 25, 35]), ('{}')) v(b);
 
+-- bounds stored in a table, large enough to be TOASTed (read per row, or
+-- through a scalar subquery), give the same slots as the reference
+CREATE TABLE rs_stored (id int PRIMARY KEY, b bigint[]);
+INSERT INTO rs_stored
+SELECT i, ARRAY(SELECT g * (i + 2) FROM generate_series(1, 3000) g) FROM generate_series(1, 3) i;
+INSERT INTO rs_stored VALUES (4, ARRAY(SELECT CASE WHEN g = 2500 THEN 7 ELSE g * 3 END FROM generate_series(1, 3000) g));
+SELECT id, pg_column_size(b) < cardinality(b) * 8 AS compressed FROM rs_stored ORDER BY id;
+SELECT bool_and(range_slot(k::bigint, b) = rs_ref(k::bigint, b)) AS stored_per_row_match, count(*)
+FROM rs_stored, generate_series(-3, 15003, 7) k WHERE id <= 3;
+SELECT bool_and(range_slot(k::bigint, (SELECT b FROM rs_stored WHERE id = 2))
+                = rs_ref(k::bigint, (SELECT b FROM rs_stored WHERE id = 2))) AS stored_subquery_match
+FROM generate_series(-3, 15003, 7) k;
+-- a stored array that is not sorted is found too, and one that changes is re-read
+SELECT range_slot(1::bigint, b) FROM rs_stored WHERE id = 4;
+UPDATE rs_stored SET b = b || 100000::bigint WHERE id = 1;
+SELECT range_slot(99999::bigint, b) AS before_new_bound, range_slot(100000::bigint, b) AS at_new_bound
+FROM rs_stored WHERE id = 1;
+DROP TABLE rs_stored;
+
 -- collation: the call's collation orders the keys and the bounds
 SELECT range_slot('b' COLLATE "C", ARRAY['B', 'a', 'c']) AS c_order,
        range_slot('b' COLLATE "und-x-icu", ARRAY['a', 'B', 'c']) AS icu_order;
