@@ -17,8 +17,9 @@ SELECT claim_slot('rg_mailer', 3) AS reclaim;
 SELECT claim_slot('rg_mailer', 3, '10 s') AS reclaim_standby_form;
 SELECT my_slot('rg_mailer');
 
--- Exactly two locks, never stacked: the slot (exclusive) and the n record
--- 0x10000000 + 3 = 268435459 (shared), both keyed by crc32(name).
+-- Exactly three locks, never stacked, all keyed by crc32(name): the slot
+-- (exclusive), the "claimers" lock 0x10000000 = 268435456 and the n record
+-- 0x10000000 + 3 = 268435459 (both shared).
 SELECT objid, objsubid, mode, granted
 FROM pg_locks
 WHERE locktype = 'advisory' AND pid = pg_backend_pid()
@@ -52,7 +53,7 @@ SELECT claim_slot(NULL, 4);
 SELECT claim_slot('rg_other', NULL);
 SELECT claim_slot('rg_other', 4, NULL);
 SELECT claim_slot('rg_other', 4, '-5 s');
--- None of the failed claims left a lock behind: only rg_mailer's two remain.
+-- None of the failed claims left a lock behind: only rg_mailer's three remain.
 SELECT count(*) AS advisory_locks,
        count(*) FILTER (WHERE classid = crc32('rg_mailer')::oid) AS of_rg_mailer
 FROM pg_locks
