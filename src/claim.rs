@@ -313,9 +313,7 @@ fn claim(name: &str, n: i32, wait_us: Option<i64>) -> Option<i32> {
             if let Some(slot) = attempt_once(key1, n, seed) {
                 return Some(slot);
             }
-            let Some(deadline) = deadline else {
-                return None;
-            };
+            let deadline = deadline?;
             let now = Instant::now();
             if now >= deadline {
                 return None;
@@ -457,6 +455,7 @@ fn my_slot(name: &str) -> Option<i32> {
 }
 
 /// Who holds which slot of `name` now.
+#[allow(clippy::type_complexity)]
 #[pg_extern(volatile, strict, parallel_unsafe)]
 fn slot_holders(
     name: &str,
