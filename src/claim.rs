@@ -136,7 +136,7 @@ fn establish(name: &str, key1: i32, n: i32) {
     lock(key1, CLAIM_MUTEX_KEY, EXCLUSIVE);
     let outcome = PgTryBuilder::new(|| {
         for _ in 0..100 {
-            if held_by_others(key1, rec) || !held_by_others(key1, CLAIMERS_KEY) {
+            if !held_by_others(key1, CLAIMERS_KEY) || held_by_others(key1, rec) {
                 try_lock(key1, rec, SHARE);
                 try_lock(key1, CLAIMERS_KEY, SHARE);
                 return None;

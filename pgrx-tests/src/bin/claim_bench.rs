@@ -115,6 +115,38 @@ fn main() {
         cl - l
     );
 
+    // 1b. Server-side only: the same pairs in a DO loop (one round trip).
+    let do_loop = |c: &mut Client, body: &str| -> f64 {
+        let k = 20_000;
+        let sql = format!("DO $$ BEGIN FOR i IN 1..{k} LOOP {body} END LOOP; END $$");
+        let mut v = Vec::new();
+        for _ in 0..rounds {
+            let t = Instant::now();
+            c.batch_execute(&sql).unwrap();
+            v.push(t.elapsed().as_secs_f64() * 1e6 / k as f64);
+        }
+        median(v)
+    };
+    let s_lock = do_loop(
+        &mut c,
+        "PERFORM pg_try_advisory_lock(424242, 7); PERFORM pg_advisory_unlock(424242, 7);",
+    );
+    let s_claim = do_loop(
+        &mut c,
+        "PERFORM claim_slot('bench', 8); PERFORM release_slot('bench');",
+    );
+    let s_perform = do_loop(&mut c, "PERFORM 1; PERFORM 1;");
+    println!("server side only, a DO loop of 20000 pairs, median of {rounds} loops");
+    println!(
+        "  PERFORM 1; PERFORM 1                                    {s_perform:7.2} us per pair"
+    );
+    println!("  pg_try_advisory_lock + pg_advisory_unlock               {s_lock:7.2} us per pair");
+    println!("  claim_slot + release_slot                               {s_claim:7.2} us per pair");
+    println!(
+        "ratio: server side, claim_slot+release_slot / advisory lock+unlock = {:.2}x",
+        s_claim / s_lock
+    );
+
     // 2. The last free slot of n = 1024: another session holds slots 0..1022
     //    (taken directly through the documented key layout).
     let mut holder = connect("bench_holder");
