@@ -73,6 +73,58 @@ pub fn jump_hash(key: u64, n: i32) -> i32 {
     b as i32
 }
 
+/// The seed PostgreSQL passes to a type's extended hash function when it
+/// routes a row to a hash partition (`HASH_PARTITION_SEED` in
+/// `catalog/partition.h`).
+pub const HASH_PARTITION_SEED: u64 = 0x7A5B_2236_7996_DCFD;
+
+/// PostgreSQL's `hash_combine64` (`common/hashfn.h`), which folds the
+/// per-column hashes of a hash partition key into one.
+#[inline]
+pub fn hash_combine64(a: u64, b: u64) -> u64 {
+    a ^ b
+        .wrapping_add(0x49a0_f4dd_15e5_a8e3)
+        .wrapping_add(a << 54)
+        .wrapping_add(a >> 7)
+}
+
+/// The hash partition remainder (`n >= 1`) of a single-column key whose
+/// seeded extended hash is `hash`: the server starts from 0, combines each
+/// column's hash with `hash_combine64`, and takes the unsigned remainder by
+/// the modulus.
+#[inline]
+pub fn partition_remainder(hash: u64, n: i32) -> i32 {
+    debug_assert!(n >= 1);
+    (hash_combine64(0, hash) % n as u64) as i32
+}
+
+/// The number of sorted elements `<=` the key, by binary search. `cmp(i)`
+/// compares element `i` with the key. With strictly increasing elements this
+/// is the index of the first element greater than the key.
+#[inline]
+pub fn upper_bound_by(len: usize, mut cmp: impl FnMut(usize) -> std::cmp::Ordering) -> usize {
+    let (mut lo, mut hi) = (0usize, len);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if cmp(mid) == std::cmp::Ordering::Greater {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    lo
+}
+
+/// The first index `i` (`>= 1`) whose element is not strictly greater than
+/// element `i - 1`, or None when the `len` elements are strictly increasing.
+/// `cmp(a, b)` compares elements a and b.
+pub fn first_not_increasing(
+    len: usize,
+    mut cmp: impl FnMut(usize, usize) -> std::cmp::Ordering,
+) -> Option<usize> {
+    (1..len).find(|&i| cmp(i - 1, i) != std::cmp::Ordering::Less)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,6 +196,108 @@ mod tests {
         assert_eq!(jump_hash(u64::MAX, 1), 0);
     }
 
+    #[test]
+    fn hash_combine64_from_zero_adds_the_constant() {
+        assert_eq!(hash_combine64(0, 0), 0x49a0_f4dd_15e5_a8e3);
+        assert_eq!(hash_combine64(0, 1), 0x49a0_f4dd_15e5_a8e4);
+        assert_eq!(
+            hash_combine64(0, u64::MAX),
+            0x49a0_f4dd_15e5_a8e3u64.wrapping_sub(1)
+        );
+        // a non-zero accumulator shifts in its own bits
+        let a = 0x0123_4567_89ab_cdefu64;
+        assert_eq!(
+            hash_combine64(a, 5),
+            a ^ 5u64
+                .wrapping_add(0x49a0_f4dd_15e5_a8e3)
+                .wrapping_add(a << 54)
+                .wrapping_add(a >> 7)
+        );
+    }
+
+    #[test]
+    fn partition_remainder_is_unsigned() {
+        // hash + constant wraps past 2^64; the remainder is taken unsigned
+        let h = u64::MAX - 0x49a0_f4dd_15e5_a8e3 + 10; // combines to 9
+        assert_eq!(partition_remainder(h, 4), 1);
+        assert_eq!(partition_remainder(h, 1), 0);
+        assert_eq!(
+            partition_remainder(0, 1_000_000_007),
+            (0x49a0_f4dd_15e5_a8e3u64 % 1_000_000_007) as i32
+        );
+    }
+
+    #[test]
+    fn upper_bound_edges() {
+        let b = [10, 20, 30];
+        let ub = |k: i32| upper_bound_by(b.len(), |i| b[i].cmp(&k));
+        assert_eq!(ub(5), 0);
+        assert_eq!(ub(10), 1);
+        assert_eq!(ub(19), 1);
+        assert_eq!(ub(20), 2);
+        assert_eq!(ub(30), 3);
+        assert_eq!(ub(i32::MAX), 3);
+        assert_eq!(upper_bound_by(0, |_| unreachable!()), 0);
+    }
+
+    #[test]
+    fn first_not_increasing_finds_the_offender() {
+        let check = |v: &[i32]| first_not_increasing(v.len(), |a, b| v[a].cmp(&v[b]));
+        assert_eq!(check(&[]), None);
+        assert_eq!(check(&[1]), None);
+        assert_eq!(check(&[1, 2, 3]), None);
+        assert_eq!(check(&[1, 2, 2]), Some(2));
+        assert_eq!(check(&[3, 1, 2]), Some(1));
+    }
+
+    /// An independent jump hash written from the paper's description with
+    /// integer-only arithmetic where the float division is exact enough to
+    /// compare: used to cross-check `jump_hash` over random keys.
+    fn jump_reference(mut key: u64, n: i32) -> i32 {
+        let (mut b, mut j) = (-1i64, 0i64);
+        while j < n as i64 {
+            b = j;
+            key = (key as u128 * 2_862_933_555_777_941_757u128 + 1) as u64;
+            let r = (key >> 33) as f64 + 1.0;
+            j = ((b as f64 + 1.0) * (2_147_483_648.0 / r)).floor() as i64;
+        }
+        b as i32
+    }
+
+    #[test]
+    fn jump_moves_about_one_in_n_plus_one() {
+        // 200k keys from a fixed generator: the share that moves from n to n+1
+        // buckets is 1/(n+1) within a few standard deviations, all into bucket n;
+        // modulo moves n/(n+1) of them.
+        let keys: Vec<u64> = (0..200_000u64)
+            .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17) ^ 0xD1B5_4A32_D192_ED03)
+            .collect();
+        for n in [1, 2, 7, 10, 63, 100, 1000] {
+            let mut moved = 0usize;
+            let mut moved_mod = 0usize;
+            for &k in &keys {
+                let (a, b) = (jump_hash(k, n), jump_hash(k, n + 1));
+                if a != b {
+                    assert_eq!(b, n);
+                    moved += 1;
+                }
+                if k % n as u64 != k % (n as u64 + 1) {
+                    moved_mod += 1;
+                }
+            }
+            let f = moved as f64 / keys.len() as f64;
+            let expect = 1.0 / (n as f64 + 1.0);
+            let sigma = (expect * (1.0 - expect) / keys.len() as f64).sqrt();
+            assert!(
+                (f - expect).abs() < 5.0 * sigma + 1e-9,
+                "n={n} f={f} expect={expect}"
+            );
+            let fm = moved_mod as f64 / keys.len() as f64;
+            let mod_expect = n as f64 / (n as f64 + 1.0);
+            assert!((fm - mod_expect).abs() < 0.01, "n={n} modulo={fm} jump={f}");
+        }
+    }
+
     proptest! {
         #[test]
         fn modulo_in_range(key in any::<i64>(), n in 1i32..=i32::MAX) {
@@ -177,6 +331,30 @@ mod tests {
             let before = jump_hash(key, n);
             let after = jump_hash(key, n + 1);
             prop_assert!(after == before || after == n);
+        }
+
+        #[test]
+        fn jump_matches_reference(key in any::<u64>(), n in 1i32..1_000_000) {
+            prop_assert_eq!(jump_hash(key, n), jump_reference(key, n));
+        }
+
+        #[test]
+        fn upper_bound_matches_linear_count(
+            mut v in proptest::collection::vec(any::<i16>(), 0..40),
+            key in any::<i16>(),
+        ) {
+            v.sort();
+            v.dedup();
+            let linear = v.iter().filter(|&&b| b <= key).count();
+            prop_assert_eq!(upper_bound_by(v.len(), |i| v[i].cmp(&key)), linear);
+            prop_assert_eq!(first_not_increasing(v.len(), |a, b| v[a].cmp(&v[b])), None);
+        }
+
+        #[test]
+        fn partition_remainder_in_range(hash in any::<u64>(), n in 1i32..=i32::MAX) {
+            let r = partition_remainder(hash, n);
+            prop_assert!(r >= 0 && r < n);
+            prop_assert_eq!(r as u64, hash.wrapping_add(0x49a0_f4dd_15e5_a8e3) % n as u64);
         }
 
         #[test]

@@ -1,1 +1,285 @@
-//! A worker's share of a table: my_items, slot_counts (DESIGN.md §3).
+//! A worker's share of a table: my_items, slot_counts, slot_skew (DESIGN.md §3).
+//!
+//! `my_items(NULL::tbl, slot, n, ...)` returns `SETOF tbl`. Returning a
+//! caller-chosen row type is what PL/pgSQL's `RETURN QUERY EXECUTE` does
+//! well, so the SQL functions are small PL/pgSQL wrappers around Rust
+//! functions (`my_items_query`, `slot_counts_query`) that validate every
+//! argument against the catalogs and write the query text. Identifiers come
+//! from the catalogs (the row type's relation, its columns), always quoted;
+//! argument values reach the query as `EXECUTE ... USING` parameters.
+
+mod cache;
+mod catalog;
+pub mod plan;
+mod srf;
+
+use crate::error::{invalid_parameter, raise};
+use pgrx::prelude::*;
+use plan::{Method, ShareQuery};
+
+fn null_arg(name: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+        format!("{name} must not be null"),
+        "slot is this worker's slot (0 .. n-1) and n the number of slots.",
+    )
+}
+
+fn check_slot_n(slot: i32, n: i32) {
+    if n < 1 {
+        invalid_parameter(
+            format!("n must be at least 1, got {n}"),
+            "n is the number of slots the keys are split into; pass the worker count (1 or more).",
+        );
+    }
+    if slot < 0 || slot >= n {
+        invalid_parameter(
+            format!("slot must be between 0 and {} (n = {n}), got {slot}", n - 1),
+            "slots are numbered 0 .. n-1; pass the slot claim_slot returned.",
+        );
+    }
+}
+
+fn parse_method(method: Option<&str>) -> Method {
+    let name = method.unwrap_or("auto");
+    Method::parse(name).unwrap_or_else(|| {
+        invalid_parameter(
+            format!("unsupported method \"{name}\""),
+            &format!("method must be one of: {}", plan::METHOD_NAMES),
+        )
+    })
+}
+
+/// The mapping expression for `method` on the resolved key, or an ERROR
+/// naming the key's type.
+fn slot_mapping(method: Method, key: &catalog::Key) -> plan::Mapping {
+    plan::mapping(method, key.kind).unwrap_or_else(|why| {
+        raise(
+            PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
+            format!(
+                "method \"{}\" cannot map key column {} of type {}",
+                method.name(),
+                key.quoted,
+                key.type_name
+            ),
+            &format!("{why}; use method => 'pg_hash', or key => a column of a supported type."),
+        )
+    })
+}
+
+/// The query `my_items` runs for these arguments (parameters: $1 slot, $2 n,
+/// $3 after, $4 batch; n is also written into the slot expression so it
+/// matches an expression index in a cached, generic plan). Exposed so users
+/// can see and EXPLAIN it.
+#[pg_extern(stable)]
+fn my_items_query(
+    rel: Option<pg_sys::Oid>,
+    slot: Option<i32>,
+    n: Option<i32>,
+    key: default!(Option<&str>, "NULL"),
+    method: default!(Option<&str>, "'auto'"),
+    after: default!(Option<&str>, "NULL"),
+    batch: default!(Option<i32>, "NULL"),
+) -> String {
+    let reltype = rel.unwrap_or_else(|| null_arg("rel"));
+    share_query(reltype, slot, n, key, method, after.is_some(), batch)
+}
+
+/// Validate my_items' arguments and return the query text for the share
+/// (cached per session).
+pub(crate) fn share_query(
+    reltype: pg_sys::Oid,
+    slot: Option<i32>,
+    n: Option<i32>,
+    key: Option<&str>,
+    method: Option<&str>,
+    after: bool,
+    batch: Option<i32>,
+) -> String {
+    let slot = slot.unwrap_or_else(|| null_arg("slot"));
+    let n = n.unwrap_or_else(|| null_arg("n"));
+    check_slot_n(slot, n);
+    if let Some(b) = batch {
+        if b < 1 {
+            invalid_parameter(
+                format!("batch must be at least 1, got {b}"),
+                "batch is the most rows one call returns; leave it NULL for the whole share.",
+            );
+        }
+    }
+    let method = parse_method(method);
+    let ext = catalog::extension_schema();
+    let cache_key = cache::QueryKey {
+        ext: ext.ext.to_u32(),
+        reltype: reltype.to_u32(),
+        slot,
+        n,
+        key: key.map(str::to_string),
+        method: method.name(),
+        after,
+        batch: batch.is_some(),
+    };
+    if let Some(sql) = cache::get(&cache_key) {
+        return sql;
+    }
+    let table = catalog::Table::from_row_type(reltype);
+    let key = table.key(key, "my_items");
+    let mapping = slot_mapping(method, &key);
+
+    // A table hash-partitioned by the key with modulus n: the share is one
+    // partition, read directly.
+    let partition = if method == Method::PgHash && table.is_partitioned() {
+        table.hash_partition_for(&key, n, slot)
+    } else {
+        None
+    };
+    let mut deps = vec![table.relid];
+    let columns = table.column_list();
+    let sql = match &partition {
+        Some((child_oid, child)) => {
+            deps.push(*child_oid);
+            plan::share_sql(&ShareQuery {
+                from: child,
+                columns: Some(&columns),
+                key: &key.quoted,
+                key_type: &key.type_name,
+                filter: None,
+                after,
+                batch: batch.is_some(),
+            })
+        }
+        None => {
+            table.advise_index(&key, &mapping, &ext, n);
+            plan::share_sql(&ShareQuery {
+                from: &table.quoted,
+                columns: None,
+                key: &key.quoted,
+                key_type: &key.type_name,
+                filter: Some(mapping.expr(&ext.quoted, &key.quoted, &n.to_string())),
+                after,
+                batch: batch.is_some(),
+            })
+        }
+    };
+    cache::put(cache_key, sql.clone(), deps);
+    sql
+}
+
+/// The query `slot_counts` runs (parameter: $1 n).
+#[pg_extern(stable)]
+fn slot_counts_query(
+    rel: Option<pg_sys::Oid>,
+    n: Option<i32>,
+    key: default!(Option<&str>, "NULL"),
+    method: default!(Option<&str>, "'auto'"),
+) -> String {
+    let relid = rel.unwrap_or_else(|| null_arg("rel"));
+    let n = n.unwrap_or_else(|| null_arg("n"));
+    check_slot_n(0, n);
+    let method = parse_method(method);
+    let table = catalog::Table::from_regclass(relid);
+    let key = table.key(key, "slot_counts");
+    let mapping = slot_mapping(method, &key);
+    let ext = catalog::extension_schema();
+    plan::counts_sql(&table.quoted, &mapping.expr(&ext.quoted, &key.quoted, "$1"))
+}
+
+extension_sql!(
+    r#"
+CREATE FUNCTION @extschema@.my_items(
+    rel anyelement, slot integer, n integer,
+    key text DEFAULT NULL, method text DEFAULT 'auto',
+    after text DEFAULT NULL, batch integer DEFAULT NULL)
+RETURNS SETOF anyelement
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'pg_claim_my_items';
+COMMENT ON FUNCTION @extschema@.my_items(anyelement, integer, integer, text, text, text, integer) IS
+    'the rows of a table whose key maps to slot of n: SELECT * FROM my_items(NULL::tbl, slot, n)';
+
+CREATE FUNCTION @extschema@.slot_counts(
+    rel regclass, n integer, key text DEFAULT NULL, method text DEFAULT 'auto')
+RETURNS TABLE (slot integer, items bigint)
+LANGUAGE plpgsql STABLE
+AS $body$
+BEGIN
+    RETURN QUERY EXECUTE @extschema@.slot_counts_query(rel, n, key, method) USING n;
+END
+$body$;
+COMMENT ON FUNCTION @extschema@.slot_counts(regclass, integer, text, text) IS
+    'rows per slot 0 .. n-1 (0 for empty slots) of a table split by key';
+
+CREATE FUNCTION @extschema@.slot_skew(
+    rel regclass, n integer, key text DEFAULT NULL, method text DEFAULT 'auto')
+RETURNS TABLE (slots integer, items bigint, min_items bigint, max_items bigint,
+               mean_items numeric, max_over_mean numeric)
+LANGUAGE sql STABLE
+AS $body$
+    SELECT pg_catalog.count(*)::integer, pg_catalog.sum(c.items)::bigint,
+           pg_catalog.min(c.items), pg_catalog.max(c.items),
+           pg_catalog.round(pg_catalog.avg(c.items), 2),
+           CASE WHEN pg_catalog.sum(c.items) > 0
+                THEN pg_catalog.round(pg_catalog.max(c.items) / pg_catalog.avg(c.items), 3) END
+    FROM @extschema@.slot_counts(rel, n, key, method) AS c
+$body$;
+COMMENT ON FUNCTION @extschema@.slot_skew(regclass, integer, text, text) IS
+    'how even a split is: smallest, largest and mean slot, and largest / mean';
+"#,
+    name = "my_items_sql",
+    requires = [my_items_query, slot_counts_query]
+);
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    fn setup() {
+        Spi::run(
+            "CREATE TABLE t_items (id bigint PRIMARY KEY, v text);
+             INSERT INTO t_items SELECT g - 50, 'v' || g FROM generate_series(1, 100) g;",
+        )
+        .unwrap();
+    }
+
+    #[pg_test]
+    fn share_equals_filter() {
+        setup();
+        let ok = Spi::get_one::<bool>(
+            "SELECT bool_and(
+                 (SELECT array_agg(id ORDER BY id) FROM my_items(NULL::t_items, s, 7))
+                 IS NOT DISTINCT FROM
+                 (SELECT array_agg(id ORDER BY id) FROM t_items WHERE slot_of(id, 7) = s))
+             FROM generate_series(0, 6) s",
+        );
+        assert_eq!(ok, Ok(Some(true)));
+    }
+
+    #[pg_test]
+    fn query_text_is_schema_qualified_and_parameterised() {
+        setup();
+        let q = Spi::get_one::<String>(
+            "SELECT my_items_query('t_items'::regtype, 1, 4, after => '0', batch => 10)",
+        )
+        .unwrap()
+        .unwrap();
+        assert!(
+            q.contains(".slot_of(id, 4) OPERATOR(pg_catalog.=) $1"),
+            "{q}"
+        );
+        assert!(q.ends_with("id > $3::bigint ORDER BY id LIMIT $4"), "{q}");
+    }
+
+    #[pg_test(error = "slot must be between 0 and 3 (n = 4), got 4")]
+    fn slot_out_of_range() {
+        setup();
+        let _ = Spi::get_one::<i64>("SELECT count(*) FROM my_items(NULL::t_items, 4, 4)");
+    }
+
+    #[pg_test(error = "unsupported method \"modulo\"")]
+    fn unknown_method() {
+        setup();
+        let _ = Spi::get_one::<i64>(
+            "SELECT count(*) FROM my_items(NULL::t_items, 0, 4, method => 'modulo')",
+        );
+    }
+}

@@ -5,6 +5,9 @@ use crate::error::check_n;
 use crate::hashing::{crc32, crc32_slot, jump_hash, modulo_slot, uuid_crc32};
 use pgrx::prelude::*;
 
+mod pg_hash;
+mod range;
+
 // ---------------------------------------------------------------- slot_of
 
 /// `slot_of(smallint, n)`: the non-negative remainder of key by n.

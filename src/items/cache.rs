@@ -1,0 +1,94 @@
+//! Per-backend cache of the query text my_items_query writes, so a worker
+//! calling my_items batch after batch pays the catalog look-ups once.
+//!
+//! An entry is dropped when PostgreSQL invalidates the relcache entry of a
+//! relation it was built from (the table, or the partition it reads: ALTER
+//! TABLE, CREATE/DROP INDEX, ATTACH/DETACH PARTITION, RENAME, DROP ...), and
+//! the whole cache when a schema or type changes.
+
+use pgrx::pg_sys;
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// Everything the query text depends on besides the catalogs.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct QueryKey {
+    pub ext: u32,
+    pub reltype: u32,
+    pub slot: i32,
+    pub n: i32,
+    pub key: Option<String>,
+    pub method: &'static str,
+    pub after: bool,
+    pub batch: bool,
+}
+
+struct Entry {
+    sql: String,
+    deps: Vec<pg_sys::Oid>,
+}
+
+/// Bound on entries (slots x tables x options a session uses); the cache
+/// starts over when full.
+const MAX_ENTRIES: usize = 4096;
+
+thread_local! {
+    static CACHE: RefCell<HashMap<QueryKey, Entry>> = RefCell::new(HashMap::new());
+    static REGISTERED: RefCell<bool> = const { RefCell::new(false) };
+}
+
+pub fn get(key: &QueryKey) -> Option<String> {
+    CACHE.with(|c| c.borrow().get(key).map(|e| e.sql.clone()))
+}
+
+pub fn put(key: QueryKey, sql: String, deps: Vec<pg_sys::Oid>) {
+    register_callbacks();
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= MAX_ENTRIES {
+            c.clear();
+        }
+        c.insert(key, Entry { sql, deps });
+    });
+}
+
+fn register_callbacks() {
+    if REGISTERED.with(|r| r.replace(true)) {
+        return;
+    }
+    // SAFETY: registered once per backend; the callbacks only touch the
+    // thread-local map (no allocation in PostgreSQL memory, no ERROR)
+    unsafe {
+        pg_sys::CacheRegisterRelcacheCallback(Some(relcache_changed), pg_sys::Datum::from(0));
+        for cache in [
+            pg_sys::SysCacheIdentifier::NAMESPACEOID,
+            pg_sys::SysCacheIdentifier::TYPEOID,
+        ] {
+            pg_sys::CacheRegisterSyscacheCallback(
+                cache as _,
+                Some(syscache_changed),
+                pg_sys::Datum::from(0),
+            );
+        }
+    }
+}
+
+unsafe extern "C-unwind" fn relcache_changed(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
+    let _ = CACHE.try_with(|c| {
+        if let Ok(mut c) = c.try_borrow_mut() {
+            if relid == pg_sys::InvalidOid {
+                c.clear();
+            } else {
+                c.retain(|_, e| !e.deps.contains(&relid));
+            }
+        }
+    });
+}
+
+unsafe extern "C-unwind" fn syscache_changed(_arg: pg_sys::Datum, _cache: i32, _hash: u32) {
+    let _ = CACHE.try_with(|c| {
+        if let Ok(mut c) = c.try_borrow_mut() {
+            c.clear();
+        }
+    });
+}

@@ -1,0 +1,317 @@
+//! Pure query planning for `my_items` and `slot_counts`: which mapping
+//! function a method uses for a key type, and the SQL text that selects a
+//! share. No PostgreSQL calls here; every identifier passed in is already
+//! quoted by the caller.
+
+/// How keys map to slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// integer keys: modulo (`slot_of`); text, bytea, uuid: crc32 (`slot_of`)
+    Auto,
+    /// crc32 of the key (`slot_of`); integer keys: crc32 of their decimal text
+    Crc32,
+    /// jump consistent hash (`jump_slot`)
+    Jump,
+    /// PostgreSQL's own hash partitioning (`pg_hash_slot`)
+    PgHash,
+}
+
+/// The valid method names, for error messages.
+pub const METHOD_NAMES: &str = "auto, crc32, jump, pg_hash";
+
+impl Method {
+    /// Parse a method name (exact, lower case).
+    pub fn parse(name: &str) -> Option<Method> {
+        match name {
+            "auto" => Some(Method::Auto),
+            "crc32" => Some(Method::Crc32),
+            "jump" => Some(Method::Jump),
+            "pg_hash" => Some(Method::PgHash),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Auto => "auto",
+            Method::Crc32 => "crc32",
+            Method::Jump => "jump",
+            Method::PgHash => "pg_hash",
+        }
+    }
+}
+
+/// The families of key types the mapping functions know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyKind {
+    /// smallint, integer, bigint
+    Int,
+    /// text, varchar, char(n)
+    Text,
+    Bytea,
+    Uuid,
+    /// anything else (numeric, date, ...): only `pg_hash` handles it
+    Other,
+}
+
+/// What the mapping expression applies to the key before the function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgForm {
+    /// the key column itself (implicit casts, e.g. varchar → text, are the
+    /// server's)
+    Key,
+    /// the key's text form, `(key)::text`
+    KeyAsText,
+}
+
+/// The mapping function a method uses for a key type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    /// `slot_of`, `jump_slot` or `pg_hash_slot`
+    pub func: &'static str,
+    pub arg: ArgForm,
+}
+
+impl Mapping {
+    /// The SQL expression `<schema>.<func>(<key>, <n>)`. `schema` and `key`
+    /// must already be quoted identifiers; `n` is a parameter reference or a
+    /// literal integer.
+    pub fn expr(&self, schema: &str, key: &str, n: &str) -> String {
+        match self.arg {
+            ArgForm::Key => format!("{schema}.{}({key}, {n})", self.func),
+            ArgForm::KeyAsText => format!("{schema}.{}(({key})::text, {n})", self.func),
+        }
+    }
+}
+
+/// The mapping of `method` for keys of `kind`, or the reason there is none.
+pub fn mapping(method: Method, kind: KeyKind) -> Result<Mapping, &'static str> {
+    use KeyKind::*;
+    let key = |func| {
+        Ok(Mapping {
+            func,
+            arg: ArgForm::Key,
+        })
+    };
+    match (method, kind) {
+        (Method::PgHash, _) => key("pg_hash_slot"),
+        (_, Other) => Err("only method 'pg_hash' maps keys of this type; \
+                           slot_of and jump_slot take smallint, integer, bigint, text, bytea and uuid"),
+        (Method::Auto, _) => key("slot_of"),
+        (Method::Crc32, Int) => Ok(Mapping {
+            func: "slot_of",
+            arg: ArgForm::KeyAsText,
+        }),
+        (Method::Crc32, _) => key("slot_of"),
+        (Method::Jump, _) => key("jump_slot"),
+    }
+}
+
+/// Everything needed to write the query for one share. Identifiers are
+/// quoted already.
+pub struct ShareQuery<'a> {
+    /// the relation to read: the table, or the one hash partition holding the share
+    pub from: &'a str,
+    /// explicit column list (reading a partition: the parent's columns in the
+    /// parent's order); None selects `*`
+    pub columns: Option<&'a [String]>,
+    /// the key column
+    pub key: &'a str,
+    /// the key column's type, schema-qualified, for the `after` cast
+    pub key_type: &'a str,
+    /// the slot filter `<expr>($2) = $1`; None when `from` is the share's own partition
+    pub filter: Option<String>,
+    pub after: bool,
+    pub batch: bool,
+}
+
+/// The SELECT for one share. Parameters: $1 slot, $2 n, $3 after (text),
+/// $4 batch.
+pub fn share_sql(q: &ShareQuery) -> String {
+    let cols = match q.columns {
+        Some(c) => c.join(", "),
+        None => "*".to_string(),
+    };
+    let mut sql = format!("SELECT {cols} FROM {}", q.from);
+    let mut conds = Vec::new();
+    if let Some(f) = &q.filter {
+        conds.push(format!("{f} OPERATOR(pg_catalog.=) $1"));
+    }
+    if q.after {
+        conds.push(format!("{} > $3::{}", q.key, q.key_type));
+    }
+    if !conds.is_empty() {
+        sql.push_str(" WHERE ");
+        sql.push_str(&conds.join(" AND "));
+    }
+    if q.after || q.batch {
+        sql.push_str(&format!(" ORDER BY {}", q.key));
+    }
+    if q.batch {
+        sql.push_str(" LIMIT $4");
+    }
+    sql
+}
+
+/// The query behind `slot_counts`: rows per slot 0..n-1, zero for empty
+/// slots; rows whose key is NULL belong to no slot. Parameter: $1 n.
+pub fn counts_sql(rel: &str, slot_expr: &str) -> String {
+    format!(
+        "SELECT g.slot, COALESCE(c.items, 0)::bigint AS items \
+         FROM pg_catalog.generate_series(0, $1 - 1) AS g(slot) \
+         LEFT JOIN (SELECT {slot_expr} AS slot, pg_catalog.count(*) AS items \
+                    FROM {rel} GROUP BY 1) AS c ON c.slot = g.slot \
+         ORDER BY g.slot"
+    )
+}
+
+/// The index that makes a share an index range scan in key order.
+pub fn create_index_sql(rel: &str, slot_expr: &str, key: &str) -> String {
+    format!("CREATE INDEX ON {rel} (({slot_expr}), {key});")
+}
+
+/// Parse a hash partition bound as `pg_get_expr(relpartbound, oid)` prints
+/// it: `FOR VALUES WITH (modulus 8, remainder 3)` → (8, 3).
+pub fn parse_hash_bound(bound: &str) -> Option<(i32, i32)> {
+    let inner = bound
+        .trim()
+        .strip_prefix("FOR VALUES WITH (")?
+        .strip_suffix(')')?;
+    let mut modulus = None;
+    let mut remainder = None;
+    for part in inner.split(',') {
+        let mut words = part.split_whitespace();
+        let (name, value) = (words.next()?, words.next()?);
+        if words.next().is_some() {
+            return None;
+        }
+        let value: i32 = value.parse().ok()?;
+        match name {
+            "modulus" => modulus = Some(value),
+            "remainder" => remainder = Some(value),
+            _ => return None,
+        }
+    }
+    Some((modulus?, remainder?))
+}
+
+/// Given the bounds of every partition of a table hash-partitioned by the
+/// key, the index of the partition that holds `slot` when every partition's
+/// modulus is `n`; None when the partitioning does not match `n` (then the
+/// share is read through the parent with the slot filter).
+pub fn partition_for_slot(bounds: &[Option<(i32, i32)>], n: i32, slot: i32) -> Option<usize> {
+    if bounds.is_empty() || bounds.iter().any(|b| !matches!(b, Some((m, _)) if *m == n)) {
+        return None;
+    }
+    bounds
+        .iter()
+        .position(|b| matches!(b, Some((_, r)) if *r == slot))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn methods_parse() {
+        for m in [Method::Auto, Method::Crc32, Method::Jump, Method::PgHash] {
+            assert_eq!(Method::parse(m.name()), Some(m));
+            assert!(METHOD_NAMES.contains(m.name()));
+        }
+        assert_eq!(Method::parse("modulo"), None);
+        assert_eq!(Method::parse("AUTO"), None);
+        assert_eq!(Method::parse(""), None);
+    }
+
+    #[test]
+    fn mapping_per_method_and_kind() {
+        let m = |method, kind| mapping(method, kind).map(|m| m.expr("s", "k", "$2"));
+        assert_eq!(m(Method::Auto, KeyKind::Int).unwrap(), "s.slot_of(k, $2)");
+        assert_eq!(m(Method::Auto, KeyKind::Text).unwrap(), "s.slot_of(k, $2)");
+        assert_eq!(m(Method::Auto, KeyKind::Uuid).unwrap(), "s.slot_of(k, $2)");
+        assert_eq!(m(Method::Auto, KeyKind::Bytea).unwrap(), "s.slot_of(k, $2)");
+        assert_eq!(
+            m(Method::Crc32, KeyKind::Int).unwrap(),
+            "s.slot_of((k)::text, $2)"
+        );
+        assert_eq!(m(Method::Crc32, KeyKind::Text).unwrap(), "s.slot_of(k, $2)");
+        assert_eq!(m(Method::Jump, KeyKind::Int).unwrap(), "s.jump_slot(k, $2)");
+        assert_eq!(
+            m(Method::Jump, KeyKind::Uuid).unwrap(),
+            "s.jump_slot(k, $2)"
+        );
+        assert_eq!(
+            m(Method::PgHash, KeyKind::Other).unwrap(),
+            "s.pg_hash_slot(k, $2)"
+        );
+        assert!(m(Method::Auto, KeyKind::Other).is_err());
+        assert!(m(Method::Crc32, KeyKind::Other).is_err());
+        assert!(m(Method::Jump, KeyKind::Other).is_err());
+    }
+
+    #[test]
+    fn share_sql_shapes() {
+        let base = ShareQuery {
+            from: "public.items",
+            columns: None,
+            key: "id",
+            key_type: "bigint",
+            filter: Some("s.slot_of(id, $2)".into()),
+            after: false,
+            batch: false,
+        };
+        assert_eq!(
+            share_sql(&base),
+            "SELECT * FROM public.items WHERE s.slot_of(id, $2) OPERATOR(pg_catalog.=) $1"
+        );
+        let paged = ShareQuery {
+            after: true,
+            batch: true,
+            ..base
+        };
+        assert_eq!(
+            share_sql(&paged),
+            "SELECT * FROM public.items WHERE s.slot_of(id, $2) OPERATOR(pg_catalog.=) $1 \
+             AND id > $3::bigint ORDER BY id LIMIT $4"
+        );
+        let cols = vec!["id".to_string(), "\"a b\"".to_string()];
+        let part = ShareQuery {
+            from: "public.items_p3",
+            columns: Some(&cols),
+            key: "id",
+            key_type: "bigint",
+            filter: None,
+            after: false,
+            batch: true,
+        };
+        assert_eq!(
+            share_sql(&part),
+            "SELECT id, \"a b\" FROM public.items_p3 ORDER BY id LIMIT $4"
+        );
+    }
+
+    #[test]
+    fn hash_bounds() {
+        assert_eq!(
+            parse_hash_bound("FOR VALUES WITH (modulus 8, remainder 3)"),
+            Some((8, 3))
+        );
+        assert_eq!(parse_hash_bound("FOR VALUES FROM (1) TO (5)"), None);
+        assert_eq!(parse_hash_bound("DEFAULT"), None);
+        assert_eq!(
+            parse_hash_bound("FOR VALUES WITH (modulus x, remainder 3)"),
+            None
+        );
+        let b = |v: &[(i32, i32)]| v.iter().map(|x| Some(*x)).collect::<Vec<_>>();
+        let four = b(&[(4, 2), (4, 0), (4, 3), (4, 1)]);
+        assert_eq!(partition_for_slot(&four, 4, 3), Some(2));
+        assert_eq!(partition_for_slot(&four, 4, 0), Some(1));
+        assert_eq!(partition_for_slot(&four, 8, 0), None);
+        let mixed = b(&[(2, 0), (4, 1), (4, 3)]);
+        assert_eq!(partition_for_slot(&mixed, 4, 1), None);
+        let missing = b(&[(4, 0), (4, 1)]);
+        assert_eq!(partition_for_slot(&missing, 4, 3), None);
+        assert_eq!(partition_for_slot(&[None], 4, 0), None);
+        assert_eq!(partition_for_slot(&[], 4, 0), None);
+    }
+}

@@ -1,0 +1,169 @@
+//! The C-level set-returning function behind `my_items(anyelement, ...)`.
+//!
+//! It resolves the row type of its first argument, gets the share's query
+//! text (`share_query`, cached per session), and runs that query through a
+//! plan prepared once per session (SPI_prepare + SPI_keepplan; PostgreSQL's
+//! plan cache re-plans it after DDL), streaming the rows straight into the
+//! result tuplestore, as PL/pgSQL's RETURN QUERY does. The argument values
+//! reach the query only as parameters.
+
+use pgrx::fcinfo::pg_getarg;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{c_char, CString};
+
+extern "C-unwind" {
+    // executor/tstoreReceiver.h (not in pgrx's bindings)
+    fn SetTuplestoreDestReceiverParams(
+        receiver: *mut pg_sys::DestReceiver,
+        store: *mut pg_sys::Tuplestorestate,
+        context: pg_sys::MemoryContext,
+        detoast: bool,
+        target_tupdesc: pg_sys::TupleDesc,
+        map_failure_msg: *const c_char,
+    );
+}
+
+/// Prepared plans kept per session, keyed by query text.
+const MAX_PLANS: usize = 256;
+
+thread_local! {
+    static PLANS: RefCell<HashMap<String, usize>> = RefCell::new(HashMap::new());
+}
+
+/// The kept plan for `sql` (parameters int4, int4, text, int4). Call only
+/// while connected to SPI.
+unsafe fn plan_for(sql: &str) -> pg_sys::SPIPlanPtr {
+    if let Some(p) = PLANS.with(|p| p.borrow().get(sql).copied()) {
+        return p as pg_sys::SPIPlanPtr;
+    }
+    let text = CString::new(sql).expect("query text has no NUL");
+    let mut types = [
+        pg_sys::INT4OID,
+        pg_sys::INT4OID,
+        pg_sys::TEXTOID,
+        pg_sys::INT4OID,
+    ];
+    // SAFETY: connected to SPI; the argument array outlives the call
+    unsafe {
+        let plan = pg_sys::SPI_prepare(text.as_ptr(), types.len() as i32, types.as_mut_ptr());
+        if plan.is_null() {
+            crate::error::raise(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                format!("pg_claim could not prepare the share query: {sql}"),
+                "please report this as a bug",
+            );
+        }
+        pg_sys::SPI_keepplan(plan);
+        PLANS.with(|p| {
+            let mut p = p.borrow_mut();
+            if p.len() >= MAX_PLANS {
+                for (_, old) in p.drain() {
+                    pg_sys::SPI_freeplan(old as pg_sys::SPIPlanPtr);
+                }
+            }
+            p.insert(sql.to_string(), plan as usize);
+        });
+        plan
+    }
+}
+
+#[no_mangle]
+#[doc(hidden)]
+pub extern "C" fn pg_finfo_pg_claim_my_items() -> &'static pg_sys::Pg_finfo_record {
+    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
+}
+
+/// `my_items(rel anyelement, slot, n, key, method, after, batch) RETURNS SETOF anyelement`
+///
+/// # Safety
+/// Called by PostgreSQL's function manager with a valid `fcinfo`.
+#[no_mangle]
+#[doc(hidden)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn pg_claim_my_items(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    unsafe {
+        let reltype = pg_sys::get_fn_expr_argtype((*fcinfo).flinfo, 0);
+        if reltype == pg_sys::InvalidOid {
+            crate::error::raise(
+                PgSqlErrorCode::ERRCODE_INDETERMINATE_DATATYPE,
+                "my_items could not determine the row type of its first argument".into(),
+                "pass a typed NULL of the table: SELECT * FROM my_items(NULL::my_table, slot, n)",
+            );
+        }
+        let slot: Option<i32> = pg_getarg(fcinfo, 1);
+        let n: Option<i32> = pg_getarg(fcinfo, 2);
+        let key: Option<&str> = pg_getarg(fcinfo, 3);
+        let method: Option<&str> = pg_getarg(fcinfo, 4);
+        let after: Option<&str> = pg_getarg(fcinfo, 5);
+        let batch: Option<i32> = pg_getarg(fcinfo, 6);
+        let sql = super::share_query(reltype, slot, n, key, method, after.is_some(), batch);
+
+        // the result: a tuplestore of the table's row type
+        pg_sys::InitMaterializedSRF(fcinfo, 0);
+        let rsinfo = (*fcinfo).resultinfo as *mut pg_sys::ReturnSetInfo;
+
+        // parameters $1 slot, $2 n, $3 after, $4 batch, as constants so the
+        // planner sees their values
+        let params = pg_sys::makeParamList(4);
+        let values: [(Option<pg_sys::Datum>, pg_sys::Oid); 4] = [
+            (slot.into_datum(), pg_sys::INT4OID),
+            (n.into_datum(), pg_sys::INT4OID),
+            (after.into_datum(), pg_sys::TEXTOID),
+            (batch.into_datum(), pg_sys::INT4OID),
+        ];
+        let slots = (*params).params.as_mut_slice(4);
+        for (p, (v, t)) in slots.iter_mut().zip(values) {
+            p.value = v.unwrap_or(pg_sys::Datum::from(0));
+            p.isnull = v.is_none();
+            p.pflags = pg_sys::PARAM_FLAG_CONST as u16;
+            p.ptype = t;
+        }
+
+        let dest = pg_sys::CreateDestReceiver(pg_sys::CommandDest::DestTuplestore);
+        SetTuplestoreDestReceiverParams(
+            dest,
+            (*rsinfo).setResult,
+            (*(*rsinfo).econtext).ecxt_per_query_memory,
+            false,
+            (*rsinfo).setDesc,
+            c"structure of the share query does not match the table's row type".as_ptr(),
+        );
+
+        if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
+            crate::error::raise(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                "pg_claim could not connect to SPI".into(),
+                "please report this as a bug",
+            );
+        }
+        let plan = plan_for(&sql);
+        let options = pg_sys::SPIExecuteOptions {
+            params,
+            read_only: true,
+            allow_nonatomic: false,
+            must_return_tuples: true,
+            tcount: 0,
+            dest,
+            owner: std::ptr::null_mut(),
+        };
+        let rc = pg_sys::SPI_execute_plan_extended(plan, &options);
+        if rc < 0 {
+            crate::error::raise(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                format!("pg_claim could not run the share query (SPI code {rc}): {sql}"),
+                "please report this as a bug",
+            );
+        }
+        pg_sys::SPI_finish();
+        if let Some(destroy) = (*dest).rDestroy {
+            destroy(dest);
+        }
+        pg_sys::Datum::from(0)
+    }
+}

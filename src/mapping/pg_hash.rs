@@ -1,0 +1,116 @@
+//! `pg_hash_slot(anyelement, n)`: the remainder of the hash partition that
+//! PostgreSQL's own `PARTITION BY HASH (key)` with `MODULUS n` routes a key to.
+//!
+//! The server hashes a partition key column with the extended hash support
+//! function (number 2) of the column type's default hash operator class, seeded
+//! with `HASH_PARTITION_SEED`, folds the per-column hashes with `hash_combine64`
+//! starting from 0, and routes the row to remainder `hash % modulus`. This does
+//! the same for a single-column key. The support function and collation are
+//! looked up once per call site and kept in `fn_extra`.
+
+use crate::error::{check_n, raise};
+use crate::hashing::{partition_remainder, HASH_PARTITION_SEED};
+use pgrx::prelude::*;
+use pgrx::AnyElement;
+use std::ffi::CStr;
+
+/// Support function number of a hash opclass's extended (seeded, 64-bit) hash.
+const HASHEXTENDED_PROC: i16 = 2;
+
+/// What one call site needs, allocated in `flinfo->fn_mcxt`.
+#[repr(C)]
+struct HashCache {
+    typoid: pg_sys::Oid,
+    collation: pg_sys::Oid,
+    hash: pg_sys::FmgrInfo,
+}
+
+/// The name of a type as SQL prints it (`integer`, `point`, `my_domain`).
+pub(super) fn type_name(typoid: pg_sys::Oid) -> String {
+    // SAFETY: format_type_be accepts any OID and returns a palloc'd C string.
+    unsafe { CStr::from_ptr(pg_sys::format_type_be(typoid)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The collation a call compares or hashes with: the call's own collation
+/// (the column's, for `pg_hash_slot(col, n)`), else the type's default, as a
+/// table column of that type without a COLLATE clause would have.
+pub(super) fn effective_collation(fncollation: pg_sys::Oid, typoid: pg_sys::Oid) -> pg_sys::Oid {
+    // SAFETY: catalog lookups on a valid type OID.
+    unsafe {
+        if !pg_sys::type_is_collatable(typoid) {
+            pg_sys::InvalidOid
+        } else if fncollation != pg_sys::InvalidOid {
+            fncollation
+        } else {
+            pg_sys::get_typcollation(typoid)
+        }
+    }
+}
+
+/// Look up the partition hash function of `typoid` the way the server does for
+/// a partition key column: default hash opclass, its family's extended hash
+/// support function for the opclass's input type.
+unsafe fn build_cache(fcinfo: pg_sys::FunctionCallInfo, typoid: pg_sys::Oid) -> *mut HashCache {
+    unsafe {
+        let flinfo = (*fcinfo).flinfo;
+        let opclass = pg_sys::GetDefaultOpClass(typoid, pg_sys::HASH_AM_OID);
+        if opclass == pg_sys::InvalidOid {
+            raise(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_FUNCTION,
+                format!(
+                    "type {} has no default hash operator class, so it cannot be a hash partition key",
+                    type_name(typoid)
+                ),
+                "pg_hash_slot accepts the types PARTITION BY HASH accepts; cast the key to one of them \
+                 (for example key::text), or use slot_of or jump_slot.",
+            );
+        }
+        let family = pg_sys::get_opclass_family(opclass);
+        let intype = pg_sys::get_opclass_input_type(opclass);
+        let proc_oid = pg_sys::get_opfamily_proc(family, intype, intype, HASHEXTENDED_PROC);
+        if proc_oid == pg_sys::InvalidOid {
+            raise(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_FUNCTION,
+                format!(
+                    "type {} has no extended hash function in its default hash operator class",
+                    type_name(typoid)
+                ),
+                "PARTITION BY HASH needs the opclass's support function 2; cast the key to a type that \
+                 has one (for example key::text).",
+            );
+        }
+        let mcxt = (*flinfo).fn_mcxt;
+        let cache = pg_sys::MemoryContextAllocZero(mcxt, std::mem::size_of::<HashCache>())
+            as *mut HashCache;
+        (*cache).typoid = typoid;
+        (*cache).collation = effective_collation((*fcinfo).fncollation, typoid);
+        pg_sys::fmgr_info_cxt(proc_oid, &mut (*cache).hash, mcxt);
+        (*flinfo).fn_extra = cache as *mut std::ffi::c_void;
+        cache
+    }
+}
+
+/// `pg_hash_slot(key anyelement, n integer)`: the remainder of the partition
+/// that `PARTITION BY HASH (key)` with `MODULUS n` routes `key` to.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn pg_hash_slot(key: AnyElement, n: i32, fcinfo: pg_sys::FunctionCallInfo) -> i32 {
+    check_n(n);
+    // SAFETY: fcinfo is this call's; fn_extra is either NULL or a HashCache
+    // this function stored in the same flinfo.
+    unsafe {
+        let flinfo = (*fcinfo).flinfo;
+        let mut cache = (*flinfo).fn_extra as *mut HashCache;
+        if cache.is_null() || (*cache).typoid != key.oid() {
+            cache = build_cache(fcinfo, key.oid());
+        }
+        let hash = pg_sys::FunctionCall2Coll(
+            &mut (*cache).hash,
+            (*cache).collation,
+            key.datum(),
+            pg_sys::Datum::from(HASH_PARTITION_SEED),
+        );
+        partition_remainder(hash.value() as u64, n)
+    }
+}
