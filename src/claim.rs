@@ -1,4 +1,557 @@
 //! Claiming an identity: claim_slot, release_slot, my_slot, slot_holders (DESIGN.md §2).
+//!
+//! A slot of a name is a session-level advisory lock in the two-`int4` key
+//! space (`src/locks.rs` has the key layout): `(name_key(name), slot)`,
+//! exclusive. While a session holds a slot it also holds the shared "n record"
+//! lock `(name_key(name), 0x10000000 + n)`, so a claimer with another `n` can
+//! see the live `n` in the lock table and is refused.
+//!
+//! Claim protocol (one statement, no client round trips, no lock-table scan
+//! on the common path):
+//! 1. *establish* under the name's claim mutex (an exclusive advisory lock held
+//!    for a few microseconds): if another session holds the n record of `n`,
+//!    live claimers use `n` (all live claimers agree, see below); else if no
+//!    session holds the name's "claimers" lock, there are no live claimers;
+//!    else live claimers use another `n`: read the lock table once to name it
+//!    and raise an ERROR. Then take the shared n record and "claimers" locks and
+//!    release the mutex. Since every claimer checks and joins under the mutex,
+//!    the live claimers of a name always agree on `n`;
+//! 2. try the slots lowest first with conditional lock acquisitions (the lock
+//!    manager guarantees that no two sessions get the same slot); past the
+//!    first 64 slots, read the lock table once and try its free slots, lowest
+//!    first, then from a pid-derived offset (see `probe`);
+//! 3. standby (`wait`): if none was free, sleep on the process latch a few
+//!    milliseconds and go back to 2, until the deadline.
+
+pub mod probe;
+
+use crate::error::{invalid_parameter, raise};
+use crate::locks::{
+    held_by_me, lock, locks_of, name_key, try_lock, unlock, CLAIMERS_KEY, CLAIM_MUTEX_KEY,
+    EXCLUSIVE, MAX_KEY_INDEX, N_RECORD_BASE, SHARE,
+};
+use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use pgrx::prelude::*;
+use pgrx::PgTryBuilder;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::time::{Duration, Instant};
+
+/// The largest `n` accepted by `claim_slot`: the key layout's slot range.
+pub const MAX_N: i32 = MAX_KEY_INDEX;
+
+/// `pg_claim.client_connection_check_interval`, in milliseconds.
+pub static CLIENT_CHECK_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
+/// `pg_claim.standby_poll_max`, in milliseconds.
+pub static STANDBY_POLL_MAX: GucSetting<i32> = GucSetting::<i32>::new(5);
 
 /// Registers pg_claim's configuration parameters (`pg_claim.*`); called from `_PG_init`.
-pub fn init_gucs() {}
+pub fn init_gucs() {
+    GucRegistry::define_int_guc(
+        c"pg_claim.client_connection_check_interval",
+        c"client_connection_check_interval that claim_slot applies to claiming sessions (0: leave the session's setting alone).",
+        c"A holder whose client dies while its backend runs a query loses its slot within about this time. claim_slot sets the session's client_connection_check_interval to this value when it is 0 (disabled) or larger.",
+        &CLIENT_CHECK_INTERVAL,
+        0,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_claim.standby_poll_max",
+        c"Longest sleep, in milliseconds, between two attempts of a claim_slot(name, n, wait) standby.",
+        c"A waiting standby retries after 1 ms, then sleeps 1 ms longer after each attempt up to this value. Lower means faster takeover and more lock-table reads.",
+        &STANDBY_POLL_MAX,
+        1,
+        1000,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
+    );
+}
+
+/// What this session holds, per name key.
+#[derive(Debug, Clone)]
+struct Held {
+    name: String,
+    slot: i32,
+    n: i32,
+}
+
+thread_local! {
+    static HELD: RefCell<HashMap<i32, Held>> = RefCell::new(HashMap::new());
+}
+
+/// This session's claim for `key1`, if its locks are still held. A claim
+/// whose locks were released behind pg_claim's back (`pg_advisory_unlock_all()`)
+/// is forgotten here, together with any remaining hold of its n record.
+fn current_claim(key1: i32) -> Option<Held> {
+    let h = HELD.with(|m| m.borrow().get(&key1).cloned())?;
+    let rec = N_RECORD_BASE + h.n;
+    if held_by_me(key1, h.slot, EXCLUSIVE) && held_by_me(key1, rec, SHARE) {
+        return Some(h);
+    }
+    forget(key1, &h);
+    None
+}
+
+/// Drop the bookkeeping of a claim and release whatever is left of its locks.
+fn forget(key1: i32, h: &Held) {
+    HELD.with(|m| m.borrow_mut().remove(&key1));
+    if held_by_me(key1, h.slot, EXCLUSIVE) {
+        unlock(key1, h.slot, EXCLUSIVE);
+    }
+    leave(key1, h.n);
+}
+
+/// Release this session's n record and "claimers" holds of a name.
+fn leave(key1: i32, n: i32) {
+    for key2 in [N_RECORD_BASE + n, CLAIMERS_KEY] {
+        // bounded: each call releases one hold
+        for _ in 0..64 {
+            if !held_by_me(key1, key2, SHARE) {
+                break;
+            }
+            unlock(key1, key2, SHARE);
+        }
+    }
+}
+
+/// Whether another session holds `key2` in a mode that conflicts with
+/// ExclusiveLock (for the keys tested here: shared holds of live claimers).
+/// Only called under the claim mutex, so the momentary test lock disturbs no one.
+fn held_by_others(key1: i32, key2: i32) -> bool {
+    if try_lock(key1, key2, EXCLUSIVE) {
+        unlock(key1, key2, EXCLUSIVE);
+        false
+    } else {
+        true
+    }
+}
+
+/// Step 1 of the protocol: become a live claimer of `name` with `n`, or raise
+/// the mismatch ERROR.
+fn establish(name: &str, key1: i32, n: i32) {
+    let rec = N_RECORD_BASE + n;
+    lock(key1, CLAIM_MUTEX_KEY, EXCLUSIVE);
+    let outcome = PgTryBuilder::new(|| {
+        for _ in 0..100 {
+            if held_by_others(key1, rec) || !held_by_others(key1, CLAIMERS_KEY) {
+                try_lock(key1, rec, SHARE);
+                try_lock(key1, CLAIMERS_KEY, SHARE);
+                return None;
+            }
+            // Live claimers with another n: find one to name it. If they all
+            // left between the two tests, test again.
+            // SAFETY: MyProcPid is set for every backend.
+            let me = unsafe { pg_sys::MyProcPid };
+            let records: Vec<(i32, i32)> =
+                locks_of(key1, N_RECORD_BASE + 1, N_RECORD_BASE + MAX_N + 1)
+                    .iter()
+                    .filter(|l| l.granted && l.mode == SHARE && l.pid != me)
+                    .map(|l| (l.key2 - N_RECORD_BASE, l.pid))
+                    .collect();
+            if let Some(other) = probe::conflicting_n(&records, n) {
+                return Some(other);
+            }
+        }
+        Some((0, 0))
+    })
+    .catch_others(|cause| {
+        unlock(key1, CLAIM_MUTEX_KEY, EXCLUSIVE);
+        cause.rethrow()
+    })
+    .execute();
+    unlock(key1, CLAIM_MUTEX_KEY, EXCLUSIVE);
+    match outcome {
+        None => {}
+        Some((0, _)) => raise(
+            PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+            format!("cannot establish n = {n} for \"{name}\": its claimers keep changing"),
+            "Retry the claim.",
+        ),
+        Some((other, pid)) => raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "n = {n} does not match n = {other} used by the live claimers of \"{name}\" (for example pid {pid})"
+            ),
+            "All workers of one name must use the same n. Use the same n, or stop the workers with the other n first (SELECT * FROM slot_holders(name)).",
+        ),
+    }
+}
+
+// The server's timeout ids (utils/timeout.h, PostgreSQL 15); not in pgrx's bindings.
+const CLIENT_CONNECTION_CHECK_TIMEOUT: i32 = 10;
+
+// Neither function raises an ERROR (they only arm a timer and read a flag).
+unsafe extern "C" {
+    fn enable_timeout_after(id: i32, delay_ms: i32);
+    fn get_timeout_active(id: i32) -> bool;
+}
+
+/// Make this session notice a dead client within the configured interval,
+/// also while it runs a query, and arm the check for the running statement
+/// (PostgreSQL arms it only when a statement starts).
+fn apply_client_check() {
+    let want = CLIENT_CHECK_INTERVAL.get();
+    if want <= 0 {
+        return;
+    }
+    // SAFETY: reading a GUC variable of this backend.
+    let cur = unsafe { pg_sys::client_connection_check_interval };
+    if cur == 0 || cur > want {
+        let value = CString::new(want.to_string()).expect("digits contain no NUL");
+        // SAFETY: valid C strings; a user-settable GUC set at session level.
+        unsafe {
+            pg_sys::SetConfigOption(
+                c"client_connection_check_interval".as_ptr(),
+                value.as_ptr(),
+                pg_sys::GucContext::PGC_USERSET,
+                pg_sys::GucSource::PGC_S_SESSION,
+            );
+        }
+    }
+    // SAFETY: plain reads of backend globals, and the timeout API of the
+    // backend we run in; only regular client backends have a port.
+    unsafe {
+        let interval = pg_sys::client_connection_check_interval;
+        if interval > 0
+            && pg_sys::IsUnderPostmaster
+            && !pg_sys::MyProcPort.is_null()
+            && !get_timeout_active(CLIENT_CONNECTION_CHECK_TIMEOUT)
+        {
+            enable_timeout_after(CLIENT_CONNECTION_CHECK_TIMEOUT, interval);
+        }
+    }
+}
+
+fn require_name(name: Option<&str>) -> &str {
+    match name {
+        Some(s) => s,
+        None => raise(
+            PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+            "name must not be null".to_string(),
+            "name identifies the worker fleet, e.g. claim_slot('mailer', 8); a NULL name is usually an unset variable in the client.",
+        ),
+    }
+}
+
+fn check_claim_n(n: Option<i32>) -> i32 {
+    match n {
+        None => raise(
+            PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+            "n must not be null".to_string(),
+            "n is the number of slots (workers) of the name; pass the same n from every worker.",
+        ),
+        Some(n) if n < 1 => invalid_parameter(
+            format!("n must be at least 1, got {n}"),
+            "n is the number of slots (workers) of the name; pass the same n from every worker.",
+        ),
+        Some(n) if n > MAX_N => invalid_parameter(
+            format!("n must be at most {MAX_N}, got {n}"),
+            "Each held slot is one entry in PostgreSQL's shared lock table; split the work into at most 1048576 slots.",
+        ),
+        Some(n) => n,
+    }
+}
+
+/// The wait of the standby form, in microseconds.
+fn wait_micros(wait: Option<pgrx::datum::Interval>) -> i64 {
+    let Some(w) = wait else {
+        raise(
+            PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+            "wait must not be null".to_string(),
+            "Pass how long to wait for a free slot, e.g. interval '30 seconds', or use claim_slot(name, n) to not wait.",
+        )
+    };
+    let us = w.as_micros();
+    if us < 0 {
+        invalid_parameter(
+            format!("wait must not be negative, got {w}"),
+            "Pass how long to wait for a free slot, e.g. interval '30 seconds', or interval '0' to not wait.",
+        );
+    }
+    us.min(i64::MAX as i128) as i64
+}
+
+/// The claim itself; `wait_us` None means a single attempt.
+fn claim(name: &str, n: i32, wait_us: Option<i64>) -> Option<i32> {
+    let key1 = name_key(name);
+    apply_client_check();
+    if let Some(h) = current_claim(key1) {
+        if h.name != name {
+            raise(
+                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                format!(
+                    "name \"{name}\" shares its lock key {} with \"{}\", whose slot {} this session holds",
+                    key1 as u32, h.name, h.slot
+                ),
+                "pg_claim keys names by their crc32; rename one of the two so crc32(a) <> crc32(b).",
+            );
+        }
+        if h.n != n {
+            raise(
+                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                format!(
+                    "n = {n} does not match n = {} of slot {} of \"{name}\", which this session holds",
+                    h.n, h.slot
+                ),
+                "All workers of one name must use the same n; call release_slot first to claim with another n.",
+            );
+        }
+        return Some(h.slot);
+    }
+
+    establish(name, key1, n);
+    let deadline = wait_us.map(|us| Instant::now() + Duration::from_micros(us as u64));
+    // SAFETY: MyProcPid is set for every backend.
+    let seed = probe::seed_of(unsafe { pg_sys::MyProcPid });
+
+    let got = PgTryBuilder::new(|| {
+        let mut attempt = 0u32;
+        loop {
+            if let Some(slot) = attempt_once(key1, n, seed) {
+                return Some(slot);
+            }
+            let Some(deadline) = deadline else {
+                return None;
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            let remaining = (deadline - now).as_micros() as i64;
+            let ms = probe::next_sleep_ms(attempt, STANDBY_POLL_MAX.get() as u32, remaining);
+            attempt = attempt.saturating_add(1);
+            sleep_on_latch(ms);
+        }
+    })
+    .catch_others(|cause| {
+        // cancel, statement_timeout, termination: leave nothing behind.
+        leave(key1, n);
+        cause.rethrow()
+    })
+    .execute();
+
+    match got {
+        Some(slot) => {
+            HELD.with(|m| {
+                m.borrow_mut().insert(
+                    key1,
+                    Held {
+                        name: name.to_string(),
+                        slot,
+                        n,
+                    },
+                )
+            });
+            Some(slot)
+        }
+        None => {
+            leave(key1, n);
+            None
+        }
+    }
+}
+
+/// Slots tried one by one, lowest first, before reading the lock table.
+const LINEAR_PROBES: i32 = 64;
+
+/// One pass over the slots: the lowest `LINEAR_PROBES` one by one (a failed
+/// conditional acquisition costs about 0.2 us), then, for larger `n`, one
+/// snapshot of the lock table and its free slots.
+fn attempt_once(key1: i32, n: i32, seed: u32) -> Option<i32> {
+    let linear = n.min(LINEAR_PROBES);
+    if let Some(slot) = (0..linear).find(|&s| try_slot(key1, s)) {
+        return Some(slot);
+    }
+    if n <= LINEAR_PROBES {
+        return None;
+    }
+    let mut held: Vec<i32> = locks_of(key1, 0, n)
+        .iter()
+        .filter(|l| l.granted)
+        .map(|l| l.key2)
+        .collect();
+    held.sort_unstable();
+    held.dedup();
+    let found = probe::FreeSlots::new(n, &held)
+        .probe_order(seed)
+        .find(|&slot| try_slot(key1, slot));
+    found
+}
+
+/// Take a slot unless someone holds it. The lock manager never lets a
+/// session conflict with itself, so a slot key this session already holds
+/// (e.g. through a plain pg_advisory_lock) is skipped explicitly.
+fn try_slot(key1: i32, slot: i32) -> bool {
+    !held_by_me(key1, slot, EXCLUSIVE)
+        && !held_by_me(key1, slot, SHARE)
+        && try_lock(key1, slot, EXCLUSIVE)
+}
+
+/// Sleep up to `ms` milliseconds on the process latch, then honour cancel,
+/// statement_timeout and termination.
+fn sleep_on_latch(ms: i64) {
+    if ms > 0 {
+        // SAFETY: MyLatch is this backend's latch; WaitLatch/ResetLatch are the
+        // standard way for a backend to sleep interruptibly.
+        unsafe {
+            pg_sys::WaitLatch(
+                pg_sys::MyLatch,
+                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+                ms as _,
+                pg_sys::PG_WAIT_EXTENSION,
+            );
+            pg_sys::ResetLatch(pg_sys::MyLatch);
+        }
+    }
+    pg_sys::check_for_interrupts!();
+}
+
+/// Claim a slot of `name` in `0..n-1` for this session, or NULL when all `n`
+/// are held by other sessions. Idempotent for a session that already holds one.
+#[pg_extern(volatile, parallel_unsafe)]
+fn claim_slot(name: Option<&str>, n: Option<i32>) -> Option<i32> {
+    let name = require_name(name);
+    let n = check_claim_n(n);
+    claim(name, n, None)
+}
+
+/// As `claim_slot(name, n)`, but wait up to `wait` for a slot to free
+/// (standby). NULL on timeout.
+#[pg_extern(volatile, parallel_unsafe, name = "claim_slot")]
+fn claim_slot_wait(
+    name: Option<&str>,
+    n: Option<i32>,
+    wait: Option<pgrx::datum::Interval>,
+) -> Option<i32> {
+    let name = require_name(name);
+    let n = check_claim_n(n);
+    let us = wait_micros(wait);
+    claim(name, n, Some(us))
+}
+
+/// Release this session's slot of `name`; false when it held none.
+#[pg_extern(volatile, strict, parallel_unsafe)]
+fn release_slot(name: &str) -> bool {
+    let key1 = name_key(name);
+    match current_claim(key1) {
+        Some(h) if h.name == name => {
+            forget(key1, &h);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// The slot this session holds for `name`, or NULL.
+#[pg_extern(stable, strict, parallel_restricted)]
+fn my_slot(name: &str) -> Option<i32> {
+    let key1 = name_key(name);
+    HELD.with(|m| {
+        let m = m.borrow();
+        let h = m.get(&key1)?;
+        (h.name == name && held_by_me(key1, h.slot, EXCLUSIVE)).then_some(h.slot)
+    })
+}
+
+/// Who holds which slot of `name` now.
+#[pg_extern(volatile, strict, parallel_unsafe)]
+fn slot_holders(
+    name: &str,
+) -> TableIterator<
+    'static,
+    (
+        name!(slot, Option<i32>),
+        name!(pid, Option<i32>),
+        name!(application_name, Option<String>),
+        name!(client_addr, Option<pgrx::datum::Inet>),
+        name!(backend_start, Option<pgrx::datum::TimestampWithTimeZone>),
+        name!(state, Option<String>),
+    ),
+> {
+    let key1 = name_key(name);
+    let mut holders: Vec<(i32, i32)> = locks_of(key1, 0, MAX_N)
+        .into_iter()
+        .filter(|l| l.granted && l.mode == EXCLUSIVE)
+        .map(|l| (l.key2, l.pid))
+        .collect();
+    holders.sort_unstable();
+    holders.dedup();
+    if holders.is_empty() {
+        return TableIterator::new(Vec::new());
+    }
+    let list = |f: fn(&(i32, i32)) -> i32| {
+        holders
+            .iter()
+            .map(|h| f(h).to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    // Only integers are formatted into the query.
+    let sql = format!(
+        "SELECT h.slot, h.pid, a.application_name::text, a.client_addr, a.backend_start, a.state::text
+         FROM unnest('{{{}}}'::int4[], '{{{}}}'::int4[]) WITH ORDINALITY AS h(slot, pid, o)
+         LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = h.pid
+         ORDER BY h.o",
+        list(|h| h.0),
+        list(|h| h.1)
+    );
+    let rows = Spi::connect(|client| {
+        let table = client.select(&sql, None, &[])?;
+        let mut out = Vec::with_capacity(holders.len());
+        for row in table {
+            out.push((
+                row.get::<i32>(1)?,
+                row.get::<i32>(2)?,
+                row.get::<String>(3)?,
+                row.get::<pgrx::datum::Inet>(4)?,
+                row.get::<pgrx::datum::TimestampWithTimeZone>(5)?,
+                row.get::<String>(6)?,
+            ));
+        }
+        Ok::<_, pgrx::spi::SpiError>(out)
+    })
+    .unwrap_or_else(|e| {
+        raise(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            format!("reading pg_stat_activity failed: {e}"),
+            "This is a bug in pg_claim; please report it.",
+        )
+    });
+    TableIterator::new(rows)
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn claim_is_idempotent_and_released() {
+        let a = Spi::get_one::<i32>("SELECT claim_slot('pgt_claim', 4)").unwrap();
+        assert_eq!(a, Some(0));
+        let b = Spi::get_one::<i32>("SELECT claim_slot('pgt_claim', 4)").unwrap();
+        assert_eq!(b, Some(0));
+        let mine = Spi::get_one::<i32>("SELECT my_slot('pgt_claim')").unwrap();
+        assert_eq!(mine, Some(0));
+        let locks = Spi::get_one::<i64>(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND objsubid = 2 AND classid = crc32('pgt_claim')::oid",
+        )
+        .unwrap();
+        assert_eq!(locks, Some(3)); // the slot, the n record, the claimers lock
+        assert_eq!(
+            Spi::get_one::<bool>("SELECT release_slot('pgt_claim')").unwrap(),
+            Some(true)
+        );
+        assert_eq!(
+            Spi::get_one::<bool>("SELECT release_slot('pgt_claim')").unwrap(),
+            Some(false)
+        );
+        assert_eq!(
+            Spi::get_one::<i32>("SELECT my_slot('pgt_claim')").unwrap(),
+            None
+        );
+    }
+}

@@ -8,6 +8,8 @@
 //! |---|---|---|
 //! | `name_key(name)` | `0 ..= 1048575` | slot `key2` of `claim_slot(name, n)`, exclusive |
 //! | `name_key(name)` | `0x10000000 + n` | "this session claims `name` with `n` slots", shared |
+//! | `name_key(name)` | `0x10000000` | "this session is a live claimer of `name`" (any `n`), shared |
+//! | `name_key(name)` | `0x10100001` | claim mutex of `name`, exclusive, held for microseconds |
 //! | `name_key(name)` | `0x20000000` | membership of group `name`, shared |
 //! | `name_key(name)` | `0x30000000 + p` | partition `p` of group `name`, exclusive |
 //!
@@ -27,6 +29,12 @@ use pgrx::pg_sys;
 pub const MAX_KEY_INDEX: i32 = 1 << 20;
 /// `key2` of the shared lock recording a claimer's `n`: `N_RECORD_BASE + n`.
 pub const N_RECORD_BASE: i32 = 0x1000_0000;
+/// `key2` held shared by every live claimer of a name, whatever its `n`
+/// (the n record of the invalid `n = 0`).
+pub const CLAIMERS_KEY: i32 = N_RECORD_BASE;
+/// `key2` of the short-lived exclusive lock that serialises the n check of
+/// claimers of one name (just above the n records).
+pub const CLAIM_MUTEX_KEY: i32 = N_RECORD_BASE + MAX_KEY_INDEX + 1;
 /// `key2` of a group's shared membership lock.
 pub const GROUP_MEMBER_KEY: i32 = 0x2000_0000;
 /// `key2` of group partition `p`: `PARTITION_BASE + p`.
@@ -63,6 +71,14 @@ pub fn try_lock(key1: i32, key2: i32, mode: pg_sys::LOCKMODE) -> bool {
     // SAFETY: a valid tag; session locks survive transaction end.
     let r = unsafe { pg_sys::LockAcquire(&tag, mode, true, true) };
     r != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
+}
+
+/// Take a session-level advisory lock, waiting for it like `pg_advisory_lock`
+/// (interruptible by cancel and statement_timeout, deadlock-checked).
+pub fn lock(key1: i32, key2: i32, mode: pg_sys::LOCKMODE) {
+    let tag = advisory_tag(key1, key2);
+    // SAFETY: a valid tag; session locks survive transaction end.
+    unsafe { pg_sys::LockAcquire(&tag, mode, true, false) };
 }
 
 /// Release one hold of a session-level advisory lock; false when not held.

@@ -1,0 +1,218 @@
+//! Benchmark of slot claiming, run by bench/30-claim.sh against a throwaway
+//! cluster (PGHOST/PGPORT/PGUSER from the environment):
+//! - claim latency next to a bare pg_try_advisory_lock round trip, one session;
+//! - the cost of claiming the last free slot of n = 1024;
+//! - takeover latency percentiles (standby blocked in claim_slot(name, n, wait)).
+
+use postgres::{Client, NoTls, Statement};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+fn dsn() -> String {
+    let host = std::env::var("PGHOST").unwrap_or_else(|_| "/tmp".into());
+    let port = std::env::var("PGPORT").unwrap_or_else(|_| "5432".into());
+    let user = std::env::var("PGUSER").unwrap_or_else(|_| "postgres".into());
+    format!("host={host} port={port} user={user} dbname=postgres")
+}
+
+fn connect(app: &str) -> Client {
+    let mut c = Client::connect(&format!("{} application_name={app}", dsn()), NoTls)
+        .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", dsn()));
+    c.batch_execute("SET client_min_messages = warning; CREATE EXTENSION IF NOT EXISTS pg_claim")
+        .unwrap();
+    c
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Mean microseconds per iteration of `pair` (two statements) over `iters`.
+fn time_pair(c: &mut Client, a: &Statement, b: &Statement, iters: usize) -> f64 {
+    let t = Instant::now();
+    for _ in 0..iters {
+        c.query_one(a, &[]).unwrap();
+        c.query_one(b, &[]).unwrap();
+    }
+    t.elapsed().as_secs_f64() * 1e6 / iters as f64
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn main() {
+    let iters = env_usize("BENCH_ITERS", 2000);
+    let rounds = env_usize("BENCH_ROUNDS", 7);
+    let takeovers = env_usize("BENCH_TAKEOVERS", 40);
+
+    // 1. Claim + release vs pg_try_advisory_lock + pg_advisory_unlock, same
+    //    session, prepared statements, interleaved rounds, median.
+    let mut c = connect("bench_claim");
+    let lock = c.prepare("SELECT pg_try_advisory_lock(424242, 7)").unwrap();
+    let unlock = c.prepare("SELECT pg_advisory_unlock(424242, 7)").unwrap();
+    let claim = c.prepare("SELECT claim_slot('bench', 8)").unwrap();
+    let release = c.prepare("SELECT release_slot('bench')").unwrap();
+    let reclaim = c.prepare("SELECT claim_slot('bench', 8)").unwrap();
+    let my = c.prepare("SELECT my_slot('bench')").unwrap();
+    let one = c.prepare("SELECT 1").unwrap();
+    // warm-up
+    time_pair(&mut c, &lock, &unlock, iters / 4);
+    time_pair(&mut c, &claim, &release, iters / 4);
+    let (mut t_lock, mut t_claim, mut t_one) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        t_lock.push(time_pair(&mut c, &lock, &unlock, iters));
+        t_claim.push(time_pair(&mut c, &claim, &release, iters));
+        t_one.push(time_pair(&mut c, &one, &one, iters));
+    }
+    c.query_one(&claim, &[]).unwrap();
+    let (mut t_reclaim, mut t_lockonly) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        t_reclaim.push(time_pair(&mut c, &reclaim, &my, iters));
+        t_lockonly.push(time_pair(&mut c, &one, &one, iters));
+    }
+    c.query_one(&release, &[]).unwrap();
+    let (l, cl, o) = (median(t_lock), median(t_claim), median(t_one));
+    let (rc, o2) = (median(t_reclaim), median(t_lockonly));
+    println!("claim latency, one session over a Unix socket, prepared statements, median of {rounds} rounds x {iters}");
+    println!("  SELECT 1; SELECT 1                                      {o:8.1} us per pair");
+    println!("  pg_try_advisory_lock(k1,k2); pg_advisory_unlock(k1,k2)  {l:8.1} us per pair");
+    println!("  claim_slot('bench', 8); release_slot('bench')           {cl:8.1} us per pair");
+    println!("  claim_slot (re-claim, held); my_slot                    {rc:8.1} us per pair (SELECT 1 pair: {o2:.1} us)");
+    println!("ratio: claim_slot+release_slot / pg_try_advisory_lock+pg_advisory_unlock = {:.2}x  (target <= 1.2x)", cl / l);
+    println!(
+        "  server-side increment over the bare lock pair: {:.1} us per claim+release",
+        cl - l
+    );
+
+    // 2. The last free slot of n = 1024: another session holds slots 0..1022
+    //    (taken directly through the documented key layout).
+    let mut holder = connect("bench_holder");
+    holder
+        .batch_execute(
+            "SELECT count(pg_advisory_lock(
+                 (crc32('bench1024') - CASE WHEN crc32('bench1024') >= 2147483648
+                                            THEN 4294967296 ELSE 0 END)::int4, s))
+             FROM generate_series(0, 1022) s",
+        )
+        .unwrap();
+    let claim_last = c.prepare("SELECT claim_slot('bench1024', 1024)").unwrap();
+    let release_last = c.prepare("SELECT release_slot('bench1024')").unwrap();
+    let got: Option<i32> = c.query_one(&claim_last, &[]).unwrap().get(0);
+    assert_eq!(got, Some(1023), "the only free slot");
+    c.query_one(&release_last, &[]).unwrap();
+    let claim_free = c
+        .prepare("SELECT claim_slot('bench1024free', 1024)")
+        .unwrap();
+    let release_free = c.prepare("SELECT release_slot('bench1024free')").unwrap();
+    let (mut t_last, mut t_free) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        t_last.push(time_pair(&mut c, &claim_last, &release_last, iters / 2));
+        t_free.push(time_pair(&mut c, &claim_free, &release_free, iters / 2));
+    }
+    let (last, free) = (median(t_last), median(t_free));
+    println!();
+    println!(
+        "claiming with n = 1024, claim_slot + release_slot pair, median of {rounds} rounds x {}",
+        iters / 2
+    );
+    println!("  all 1024 slots free                                      {free:8.1} us per pair");
+    println!("  1023 held by another session, the last one free          {last:8.1} us per pair");
+    println!(
+        "ratio: last free slot of 1024 / all free = {:.2}x",
+        last / free
+    );
+    drop(holder);
+
+    // 3. Takeover latency: a standby blocked in claim_slot(name, 1, wait); the
+    //    holder is terminated (pg_terminate_backend) or releases its slot.
+    println!();
+    println!("takeover latency, {takeovers} takeovers each: holder ends -> standby's claim_slot(name, 1, '10 s') returns to its client");
+    let mut admin = connect("bench_admin");
+    let mut ratio_line = Vec::new();
+    for mode in ["pg_terminate_backend", "release_slot"] {
+        let mut lat = Vec::new();
+        for i in 0..takeovers {
+            let name = format!("bench_takeover_{mode}_{i}");
+            let mut h = connect("bench_takeover_holder");
+            let hpid: i32 = h.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+            let s: Option<i32> = h
+                .query_one("SELECT claim_slot($1, 1)", &[&name])
+                .unwrap()
+                .get(0);
+            assert_eq!(s, Some(0));
+            let (tx, rx) = mpsc::channel();
+            let (ptx, prx) = mpsc::channel();
+            let sname = name.clone();
+            let standby = thread::spawn(move || {
+                let mut s = connect("bench_takeover_standby");
+                ptx.send(
+                    s.query_one("SELECT pg_backend_pid()", &[])
+                        .unwrap()
+                        .get::<_, i32>(0),
+                )
+                .unwrap();
+                let got: Option<i32> = s
+                    .query_one("SELECT claim_slot($1, 1, '10 s')", &[&sname])
+                    .unwrap()
+                    .get(0);
+                tx.send((got, Instant::now())).unwrap();
+            });
+            let spid = prx.recv().unwrap();
+            // wait until the standby is inside claim_slot, then a little more so
+            // its poll interval has grown to its maximum (the steady state)
+            let t = Instant::now();
+            loop {
+                let waiting: bool = admin
+                    .query_one(
+                        "SELECT count(*) = 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active'",
+                        &[&spid],
+                    )
+                    .unwrap()
+                    .get(0);
+                if waiting {
+                    break;
+                }
+                assert!(t.elapsed() < Duration::from_secs(10));
+                thread::sleep(Duration::from_millis(1));
+            }
+            thread::sleep(Duration::from_millis(30 + (i as u64 * 7) % 13));
+            let t0 = Instant::now();
+            if mode == "pg_terminate_backend" {
+                admin
+                    .execute("SELECT pg_terminate_backend($1)", &[&hpid])
+                    .unwrap();
+            } else {
+                h.query_one("SELECT release_slot($1)", &[&name]).unwrap();
+            }
+            let (got, at) = rx.recv_timeout(Duration::from_secs(20)).unwrap();
+            assert_eq!(got, Some(0));
+            lat.push(at.duration_since(t0).as_secs_f64() * 1000.0);
+            standby.join().unwrap();
+            drop(h);
+        }
+        lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        println!(
+            "  after {mode:21} p50 {:6.2} ms  p90 {:6.2} ms  p99 {:6.2} ms  max {:6.2} ms",
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.9),
+            percentile(&lat, 0.99),
+            lat[lat.len() - 1]
+        );
+        ratio_line.push(percentile(&lat, 0.5));
+    }
+    println!(
+        "ratio: takeover p50 after pg_terminate_backend / after release_slot = {:.2}x",
+        ratio_line[0] / ratio_line[1]
+    );
+}
