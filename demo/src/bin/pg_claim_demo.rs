@@ -656,6 +656,7 @@ struct Display {
     drawn_lines: usize,
     printed_events: usize,
     last_plain: Option<Instant>,
+    last_plain_done: Option<u64>,
     width: usize,
 }
 
@@ -666,6 +667,7 @@ impl Display {
             drawn_lines: 0,
             printed_events: 0,
             last_plain: None,
+            last_plain_done: None,
             width: 30,
         }
     }
@@ -748,8 +750,9 @@ impl Display {
             let due = self
                 .last_plain
                 .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(2));
-            if due || last {
+            if (due || last) && self.last_plain_done != Some(done) {
                 self.last_plain = Some(now);
+                self.last_plain_done = Some(done);
                 let per: Vec<String> = s
                     .slots
                     .iter()
