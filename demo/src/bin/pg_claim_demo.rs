@@ -505,7 +505,10 @@ fn worker(
             Err(e) if is_connection_loss(&e) => {
                 let mut s = lock(state);
                 let v = &mut s.slots[su];
-                v.holder = None;
+                // A standby may already hold the slot again.
+                if v.holder.as_ref().is_some_and(|h| h.1 == pid) {
+                    v.holder = None;
+                }
                 let lost = match std::mem::take(&mut v.uncommitted) {
                     0 => "no transaction was open".to_string(),
                     k => format!("its open transaction with {k} log rows was rolled back"),
