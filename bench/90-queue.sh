@@ -14,6 +14,7 @@
 #   BENCH_QUEUE_WORK_US  simulated work per item (default 0)
 #   BENCH_QUEUE_ROUNDS   rounds, median reported (default 3)
 #   BENCH_QUEUE_METHODS  default pg_claim,my_items,skip_locked,pgq
+#   BENCH_QUEUE_FILLFACTOR  of the work table, for every method (default 100)
 #   BENCH_QUEUE_OUT      output directory        (default docs)
 # Needs PGHOST/PGPORT/PGUSER of a cluster where pg_claim and pgq can be
 # created (scripts/bench provides one).
@@ -27,5 +28,6 @@ exec target/release/queue_bench \
     --batch "${BENCH_QUEUE_BATCH:-50}" \
     --work-us "${BENCH_QUEUE_WORK_US:-0}" \
     --rounds "${BENCH_QUEUE_ROUNDS:-3}" \
+    --fillfactor "${BENCH_QUEUE_FILLFACTOR:-100}" \
     --methods "${BENCH_QUEUE_METHODS:-pg_claim,my_items,skip_locked,pgq}" \
     --out-dir "${BENCH_QUEUE_OUT:-docs}"

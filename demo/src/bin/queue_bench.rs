@@ -49,6 +49,7 @@ struct Config {
     work_us: u64,
     methods: Vec<String>,
     rounds: usize,
+    fillfactor: u32,
     out_dir: String,
 }
 
@@ -85,7 +86,16 @@ fn parse_config() -> Result<Config, String> {
         std::process::exit(0);
     }
     o.check_known(&[
-        "items", "workers", "batch", "work-us", "methods", "rounds", "out-dir", "dsn", "help",
+        "items",
+        "workers",
+        "batch",
+        "work-us",
+        "methods",
+        "rounds",
+        "fillfactor",
+        "out-dir",
+        "dsn",
+        "help",
     ])?;
     let methods: Vec<String> = o
         .get_str("methods")
@@ -109,8 +119,12 @@ fn parse_config() -> Result<Config, String> {
         work_us: o.get("work-us", 0u64)?,
         methods,
         rounds: o.get("rounds", 1usize)?,
+        fillfactor: o.get("fillfactor", 100u32)?,
         out_dir: o.get_str("out-dir").unwrap_or("target/bench").to_string(),
     };
+    if !(10..=100).contains(&c.fillfactor) {
+        return Err("--fillfactor must be between 10 and 100".into());
+    }
     if c.items < 1 || c.batch < 1 || c.rounds < 1 {
         return Err("--items, --batch and --rounds must be at least 1".into());
     }
@@ -239,7 +253,7 @@ fn prepare(
              id      bigint PRIMARY KEY,
              payload text NOT NULL,
              done    boolean NOT NULL DEFAULT false
-         );
+         ) WITH (fillfactor = {ff});
          INSERT INTO bench_items (id, payload)
              SELECT g, 'item ' || g FROM generate_series(1, {items}) g;
          {index}
@@ -249,7 +263,8 @@ fn prepare(
              worker_pid   integer NOT NULL,
              processed_at timestamptz NOT NULL
          );",
-        items = cfg.items
+        items = cfg.items,
+        ff = cfg.fillfactor
     ))?;
     admin.batch_execute("VACUUM ANALYZE bench_items")?;
     if method == "pgq" {
@@ -526,6 +541,9 @@ fn command_line(cfg: &Config) -> String {
     if cfg.work_us > 0 {
         s = format!("BENCH_QUEUE_WORK_US={} {s}", cfg.work_us);
     }
+    if cfg.fillfactor != 100 {
+        s = format!("BENCH_QUEUE_FILLFACTOR={} {s}", cfg.fillfactor);
+    }
     if cfg.rounds != 3 {
         s = format!("BENCH_QUEUE_ROUNDS={} {s}", cfg.rounds);
     }
@@ -537,11 +555,12 @@ fn markdown(cfg: &Config, table: &[RunResult], cores: usize) -> String {
     let _ = writeln!(
         s,
         "Items/s and batch (transaction) latency by number of workers W: {} items, {} per transaction, \
-         simulated work {} µs per item, {} round(s) (median run shown), {cores} cores, client and server \
-         on the same machine.\n\nProduced by `{}`.\n",
+         simulated work {} µs per item, table fillfactor {}, {} round(s) (median run shown), {cores} cores, \
+         client and server on the same machine.\n\nProduced by `{}`.\n",
         thousands(cfg.items as u64),
         cfg.batch,
         cfg.work_us,
+        cfg.fillfactor,
         cfg.rounds,
         command_line(cfg)
     );
