@@ -120,7 +120,8 @@ pgc_cluster_start() {
         for s in "$@"; do echo "$s"; done
     } >>"$data/postgresql.conf"
     PGC_CLUSTERS+=("$data")
-    pgc_as_postgres "$PGC_BIN/pg_ctl" -D "$data" -l "$PGC_WORK/pg/server-$name.log" -w -t 60 start >/dev/null ||
+    # RUST_BACKTRACE would make pgrx append Rust backtraces to ERROR details.
+    pgc_as_postgres env -u RUST_BACKTRACE "$PGC_BIN/pg_ctl" -D "$data" -l "$PGC_WORK/pg/server-$name.log" -w -t 60 start >/dev/null ||
         { cat "$PGC_WORK/pg/server-$name.log" >&2; return 1; }
     export PGHOST="$PGC_SOCKDIR" PGPORT="$port" PGUSER=postgres
     pgc_log "cluster '$name' running on port $port (data $data)"

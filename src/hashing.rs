@@ -250,9 +250,9 @@ mod tests {
         assert_eq!(check(&[3, 1, 2]), Some(1));
     }
 
-    /// An independent jump hash written from the paper's description with
-    /// integer-only arithmetic where the float division is exact enough to
-    /// compare: used to cross-check `jump_hash` over random keys.
+    /// A second jump hash written from the paper's description, with the
+    /// 64-bit multiply done in u128 and the division as `floor` of f64: used to
+    /// cross-check `jump_hash` over random keys and bucket counts.
     fn jump_reference(mut key: u64, n: i32) -> i32 {
         let (mut b, mut j) = (-1i64, 0i64);
         while j < n as i64 {

@@ -72,6 +72,7 @@ fn slot_mapping(method: Method, key: &catalog::Key) -> plan::Mapping {
 /// matches an expression index in a cached, generic plan). Exposed so users
 /// can see and EXPLAIN it.
 #[pg_extern(stable)]
+#[allow(clippy::too_many_arguments)]
 fn my_items_query(
     rel: Option<pg_sys::Oid>,
     slot: Option<i32>,
@@ -80,14 +81,19 @@ fn my_items_query(
     method: default!(Option<&str>, "'auto'"),
     after: default!(Option<&str>, "NULL"),
     batch: default!(Option<i32>, "NULL"),
+    fcinfo: pg_sys::FunctionCallInfo,
 ) -> String {
     let reltype = rel.unwrap_or_else(|| null_arg("rel"));
-    share_query(reltype, slot, n, key, method, after.is_some(), batch)
+    // SAFETY: this call's fcinfo
+    let func = unsafe { catalog::calling_function(fcinfo) };
+    share_query(func, reltype, slot, n, key, method, after.is_some(), batch)
 }
 
 /// Validate my_items' arguments and return the query text for the share
 /// (cached per session).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn share_query(
+    func: pg_sys::Oid,
     reltype: pg_sys::Oid,
     slot: Option<i32>,
     n: Option<i32>,
@@ -108,9 +114,8 @@ pub(crate) fn share_query(
         }
     }
     let method = parse_method(method);
-    let ext = catalog::extension_schema();
     let cache_key = cache::QueryKey {
-        ext: ext.ext.to_u32(),
+        func: func.to_u32(),
         reltype: reltype.to_u32(),
         slot,
         n,
@@ -122,6 +127,7 @@ pub(crate) fn share_query(
     if let Some(sql) = cache::get(&cache_key) {
         return sql;
     }
+    let ext = catalog::extension_schema(func);
     let table = catalog::Table::from_row_type(reltype);
     let key = table.key(key, "my_items");
     let mapping = slot_mapping(method, &key);
@@ -172,6 +178,7 @@ fn slot_counts_query(
     n: Option<i32>,
     key: default!(Option<&str>, "NULL"),
     method: default!(Option<&str>, "'auto'"),
+    fcinfo: pg_sys::FunctionCallInfo,
 ) -> String {
     let relid = rel.unwrap_or_else(|| null_arg("rel"));
     let n = n.unwrap_or_else(|| null_arg("n"));
@@ -180,7 +187,8 @@ fn slot_counts_query(
     let table = catalog::Table::from_regclass(relid);
     let key = table.key(key, "slot_counts");
     let mapping = slot_mapping(method, &key);
-    let ext = catalog::extension_schema();
+    // SAFETY: this call's fcinfo
+    let ext = catalog::extension_schema(unsafe { catalog::calling_function(fcinfo) });
     plan::counts_sql(&table.quoted, &mapping.expr(&ext.quoted, &key.quoted, "$1"))
 }
 

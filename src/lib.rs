@@ -3,6 +3,7 @@
 //! Modules, one per SQL concept:
 //! - `hashing`: pure key → slot arithmetic (no PostgreSQL dependency)
 //! - `mapping`: the SQL key → slot functions (`slot_of`, `crc32`, `jump_slot`, ...)
+//! - `fast`:    slot_of and crc32 as plain version-1 C functions (the per-row hot path)
 //! - `error`:   SQLSTATE + message + hint reporting
 //! - `locks`:   the advisory lock key layout and lock primitives
 //! - `claim`:   claim_slot, release_slot, my_slot, slot_holders
@@ -14,6 +15,7 @@
 
 pub mod claim;
 pub mod error;
+pub mod fast;
 pub mod group;
 pub mod hashing;
 pub mod items;

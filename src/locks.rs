@@ -11,6 +11,7 @@
 //! | `name_key(name)` | `0x10000000` | "this session is a live claimer of `name`" (any `n`), shared |
 //! | `name_key(name)` | `0x10100001` | claim mutex of `name`, exclusive, held for microseconds |
 //! | `name_key(name)` | `0x20000000` | membership of group `name`, shared |
+//! | `name_key(name)` | `0x28000000 + P` | "this member uses `P` partitions", shared |
 //! | `name_key(name)` | `0x30000000 + p` | partition `p` of group `name`, exclusive |
 //!
 //! `name_key(name)` is `crc32(name)` (of its UTF-8 bytes) reinterpreted as a signed

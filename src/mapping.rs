@@ -2,69 +2,15 @@
 //! SQL functions, thin shells around `crate::hashing`.
 
 use crate::error::check_n;
-use crate::hashing::{crc32, crc32_slot, jump_hash, modulo_slot, uuid_crc32};
+use crate::hashing::{crc32, jump_hash, uuid_crc32};
 use pgrx::prelude::*;
 
 mod pg_hash;
+mod poly;
 mod range;
 
-// ---------------------------------------------------------------- slot_of
-
-/// `slot_of(smallint, n)`: the non-negative remainder of key by n.
-#[pg_extern(name = "slot_of", immutable, strict, parallel_safe)]
-fn slot_of_int2(key: i16, n: i32) -> i32 {
-    check_n(n);
-    modulo_slot(key as i64, n)
-}
-
-/// `slot_of(integer, n)`: the non-negative remainder of key by n.
-#[pg_extern(name = "slot_of", immutable, strict, parallel_safe)]
-fn slot_of_int4(key: i32, n: i32) -> i32 {
-    check_n(n);
-    modulo_slot(key as i64, n)
-}
-
-/// `slot_of(bigint, n)`: the non-negative remainder of key by n.
-#[pg_extern(name = "slot_of", immutable, strict, parallel_safe)]
-fn slot_of_int8(key: i64, n: i32) -> i32 {
-    check_n(n);
-    modulo_slot(key, n)
-}
-
-/// `slot_of(text, n)`: crc32 of the key's UTF-8 bytes, mod n.
-#[pg_extern(name = "slot_of", immutable, strict, parallel_safe)]
-fn slot_of_text(key: &str, n: i32) -> i32 {
-    check_n(n);
-    crc32_slot(key.as_bytes(), n)
-}
-
-/// `slot_of(bytea, n)`: crc32 of the bytes, mod n.
-#[pg_extern(name = "slot_of", immutable, strict, parallel_safe)]
-fn slot_of_bytea(key: &[u8], n: i32) -> i32 {
-    check_n(n);
-    crc32_slot(key, n)
-}
-
-/// `slot_of(uuid, n)`: crc32 of the canonical lowercase text form, mod n.
-#[pg_extern(name = "slot_of", immutable, strict, parallel_safe)]
-fn slot_of_uuid(key: pgrx::Uuid, n: i32) -> i32 {
-    check_n(n);
-    (uuid_crc32(key.as_bytes()) % n as u32) as i32
-}
-
-// ---------------------------------------------------------------- crc32
-
-/// `crc32(text)`: unsigned CRC-32/ISO-HDLC of the UTF-8 bytes.
-#[pg_extern(name = "crc32", immutable, strict, parallel_safe)]
-fn crc32_text(key: &str) -> i64 {
-    crc32(key.as_bytes()) as i64
-}
-
-/// `crc32(bytea)`: unsigned CRC-32/ISO-HDLC of the bytes.
-#[pg_extern(name = "crc32", immutable, strict, parallel_safe)]
-fn crc32_bytea(key: &[u8]) -> i64 {
-    crc32(key) as i64
-}
+// slot_of and crc32 are version-1 C functions in `crate::fast`: they run
+// once per row, so they bypass pgrx's argument machinery.
 
 // ---------------------------------------------------------------- jump_slot
 
@@ -163,6 +109,75 @@ mod tests {
     #[pg_test(error = "n must be at least 1, got 0")]
     fn zero_n_is_an_error() {
         let _ = Spi::get_one::<i32>("SELECT slot_of(5, 0)");
+    }
+
+    #[pg_test]
+    fn jump_slot_published_vectors() {
+        assert_eq!(
+            Spi::get_one::<i32>("SELECT jump_slot(10863919174838991, 11)"),
+            Ok(Some(6))
+        );
+        assert_eq!(
+            Spi::get_one::<i32>("SELECT jump_slot(2202, 100001)"),
+            Ok(Some(15018))
+        );
+    }
+
+    #[pg_test]
+    fn pg_hash_slot_names_the_partition_rows_are_stored_in() {
+        Spi::run(
+            "CREATE TABLE pgt_hash (k uuid) PARTITION BY HASH (k);
+             CREATE TABLE pgt_hash_0 PARTITION OF pgt_hash FOR VALUES WITH (MODULUS 3, REMAINDER 0);
+             CREATE TABLE pgt_hash_1 PARTITION OF pgt_hash FOR VALUES WITH (MODULUS 3, REMAINDER 1);
+             CREATE TABLE pgt_hash_2 PARTITION OF pgt_hash FOR VALUES WITH (MODULUS 3, REMAINDER 2);
+             INSERT INTO pgt_hash SELECT md5(g::text)::uuid FROM generate_series(1, 3000) g;",
+        )
+        .unwrap();
+        let ok = Spi::get_one::<bool>(
+            "SELECT bool_and(tableoid = ('pgt_hash_' || pg_hash_slot(k, 3))::regclass)
+                AND count(DISTINCT tableoid) = 3
+             FROM pgt_hash",
+        );
+        assert_eq!(ok, Ok(Some(true)));
+    }
+
+    #[pg_test]
+    fn range_slot_counts_bounds_at_or_below() {
+        assert_eq!(
+            Spi::get_one::<i32>("SELECT range_slot(20, ARRAY[10, 20, 30])"),
+            Ok(Some(2))
+        );
+        assert_eq!(
+            Spi::get_one::<i32>("SELECT range_slot('m'::text, ARRAY['a', 'n'])"),
+            Ok(Some(1))
+        );
+    }
+
+    #[pg_test(error = "bounds must not contain NULL, found one at bounds[2]")]
+    fn range_slot_rejects_null_bounds() {
+        let _ = Spi::get_one::<i32>("SELECT range_slot(1, ARRAY[1, NULL])");
+    }
+
+    #[pg_test(
+        error = "type point has no default hash operator class, so it cannot be a hash partition key"
+    )]
+    fn pg_hash_slot_rejects_unhashable_types() {
+        let _ = Spi::get_one::<i32>("SELECT pg_hash_slot(point '(1,2)', 3)");
+    }
+
+    #[pg_test]
+    fn new_mappings_are_immutable_strict_parallel_safe_without_set() {
+        let bad = Spi::get_one::<i64>(
+            "SELECT count(*) FROM pg_proc \
+             WHERE proname IN ('pg_hash_slot', 'range_slot') \
+               AND (provolatile <> 'i' OR NOT proisstrict OR proparallel <> 's' \
+                    OR proconfig IS NOT NULL)",
+        );
+        assert_eq!(bad, Ok(Some(0)));
+        let n = Spi::get_one::<i64>(
+            "SELECT count(*) FROM pg_proc WHERE proname IN ('pg_hash_slot', 'range_slot')",
+        );
+        assert_eq!(n, Ok(Some(2)));
     }
 
     #[pg_test]

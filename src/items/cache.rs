@@ -13,7 +13,8 @@ use std::collections::HashMap;
 /// Everything the query text depends on besides the catalogs.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct QueryKey {
-    pub ext: u32,
+    /// the calling pg_claim function (a new oid when the extension is re-created)
+    pub func: u32,
     pub reltype: u32,
     pub slot: i32,
     pub n: i32,

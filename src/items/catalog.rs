@@ -66,42 +66,37 @@ fn internal(what: &str, e: impl std::fmt::Display) -> ! {
 
 /// pg_claim's schema, for schema-qualified calls in generated SQL.
 pub struct ExtSchema {
-    /// the extension's oid (pg_extension)
-    pub ext: pg_sys::Oid,
-    /// its schema's oid
+    /// its oid
     pub oid: pg_sys::Oid,
+    /// its name, quoted where needed
     pub quoted: String,
 }
 
 thread_local! {
-    static EXT_SCHEMA: RefCell<Option<(pg_sys::Oid, pg_sys::Oid, String)>> = const { RefCell::new(None) };
     static ADVISED: RefCell<HashSet<(u32, String)>> = RefCell::new(HashSet::new());
 }
 
-pub fn extension_schema() -> ExtSchema {
-    // SAFETY: an index look-up in pg_extension
-    let ext = unsafe { pg_sys::get_extension_oid(c"pg_claim".as_ptr(), true) };
-    if ext == pg_sys::InvalidOid {
-        raise(
-            PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
-            "extension \"pg_claim\" is not installed in this database".into(),
-            "run CREATE EXTENSION pg_claim",
-        );
+/// The oid of the running SQL function (one of pg_claim's own).
+///
+/// # Safety
+/// `fcinfo` is the current call's.
+pub unsafe fn calling_function(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Oid {
+    // SAFETY: the function manager fills flinfo for every call
+    unsafe { (*(*fcinfo).flinfo).fn_oid }
+}
+
+/// pg_claim's schema: the schema of the pg_claim function being called
+/// (`calling_function`), wherever the extension was installed.
+pub fn extension_schema(func: pg_sys::Oid) -> ExtSchema {
+    // SAFETY: syscache look-up of an existing function
+    let oid = unsafe { pg_sys::get_func_namespace(func) };
+    if oid == pg_sys::InvalidOid {
+        internal("find its own schema", func.to_u32());
     }
-    if let Some((e, oid, quoted)) = EXT_SCHEMA.with(|c| c.borrow().clone()) {
-        if e == ext {
-            return ExtSchema { ext, oid, quoted };
-        }
+    ExtSchema {
+        oid,
+        quoted: quote_ident(&namespace_name(oid)),
     }
-    let oid = Spi::get_one_with_args::<pg_sys::Oid>(
-        "SELECT extnamespace FROM pg_catalog.pg_extension WHERE oid = $1",
-        &[ext.into()],
-    )
-    .unwrap_or_else(|e| internal("read pg_extension", e))
-    .unwrap_or_else(|| internal("read pg_extension", "no row"));
-    let quoted = quote_ident(&namespace_name(oid));
-    EXT_SCHEMA.with(|c| *c.borrow_mut() = Some((ext, oid, quoted.clone())));
-    ExtSchema { ext, oid, quoted }
 }
 
 /// The resolved key column.
@@ -387,7 +382,7 @@ impl Table {
             ),
             "pg_claim",
         )
-        .set_hint(&format!("create the index that serves every slot and batch: {create}"))
+        .set_hint(format!("create the index that serves every slot and batch: {create}"))
         .report(PgLogLevel::NOTICE);
     }
 

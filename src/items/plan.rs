@@ -314,4 +314,32 @@ mod tests {
         assert_eq!(partition_for_slot(&[None], 4, 0), None);
         assert_eq!(partition_for_slot(&[], 4, 0), None);
     }
+
+    proptest::proptest! {
+        /// Whatever order the partitions are listed in, the slot's partition
+        /// is the one whose remainder is the slot; one partition missing or
+        /// of another modulus means no routing.
+        #[test]
+        fn partition_routing(n in 1i32..64, seed in proptest::prelude::any::<u64>(), slot_pick in 0i32..64) {
+            let slot = slot_pick % n;
+            let mut rems: Vec<i32> = (0..n).collect();
+            // a deterministic shuffle from the seed
+            let mut x = seed | 1;
+            for i in (1..rems.len()).rev() {
+                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                rems.swap(i, (x % (i as u64 + 1)) as usize);
+            }
+            let bounds: Vec<Option<(i32, i32)>> = rems.iter().map(|r| Some((n, *r))).collect();
+            let i = partition_for_slot(&bounds, n, slot).unwrap();
+            proptest::prop_assert_eq!(rems[i], slot);
+            let text = format!("FOR VALUES WITH (modulus {n}, remainder {slot})");
+            proptest::prop_assert_eq!(parse_hash_bound(&text), Some((n, slot)));
+            if n > 1 {
+                proptest::prop_assert_eq!(partition_for_slot(&bounds, n + 1, slot), None);
+                let mut mixed = bounds.clone();
+                mixed[0] = Some((2 * n, rems[0]));
+                proptest::prop_assert_eq!(partition_for_slot(&mixed, n, slot), None);
+            }
+        }
+    }
 }

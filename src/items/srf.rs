@@ -33,8 +33,8 @@ thread_local! {
     static PLANS: RefCell<HashMap<String, usize>> = RefCell::new(HashMap::new());
 }
 
-/// The kept plan for `sql` (parameters int4, int4, text, int4). Call only
-/// while connected to SPI.
+/// The kept plan for `sql` (parameters int4, int4, text, int4), prepared
+/// once per session. Call only while connected to SPI.
 unsafe fn plan_for(sql: &str) -> pg_sys::SPIPlanPtr {
     if let Some(p) = PLANS.with(|p| p.borrow().get(sql).copied()) {
         return p as pg_sys::SPIPlanPtr;
@@ -48,7 +48,15 @@ unsafe fn plan_for(sql: &str) -> pg_sys::SPIPlanPtr {
     ];
     // SAFETY: connected to SPI; the argument array outlives the call
     unsafe {
-        let plan = pg_sys::SPI_prepare(text.as_ptr(), types.len() as i32, types.as_mut_ptr());
+        // Always the generic plan: the query's shape is fixed, n is a literal
+        // in the slot expression (so the expression index matches), and a
+        // generic plan costs no planning per batch.
+        let plan = pg_sys::SPI_prepare_cursor(
+            text.as_ptr(),
+            types.len() as i32,
+            types.as_mut_ptr(),
+            pg_sys::CURSOR_OPT_GENERIC_PLAN as i32,
+        );
         if plan.is_null() {
             crate::error::raise(
                 PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
@@ -102,7 +110,8 @@ pub unsafe extern "C-unwind" fn pg_claim_my_items(
         let method: Option<&str> = pg_getarg(fcinfo, 4);
         let after: Option<&str> = pg_getarg(fcinfo, 5);
         let batch: Option<i32> = pg_getarg(fcinfo, 6);
-        let sql = super::share_query(reltype, slot, n, key, method, after.is_some(), batch);
+        let func = super::catalog::calling_function(fcinfo);
+        let sql = super::share_query(func, reltype, slot, n, key, method, after.is_some(), batch);
 
         // the result: a tuplestore of the table's row type
         pg_sys::InitMaterializedSRF(fcinfo, 0);

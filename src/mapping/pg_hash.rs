@@ -8,10 +8,10 @@
 //! the same for a single-column key. The support function and collation are
 //! looked up once per call site and kept in `fn_extra`.
 
+use super::poly::{arg_type, AnyDatum};
 use crate::error::{check_n, raise};
 use crate::hashing::{partition_remainder, HASH_PARTITION_SEED};
 use pgrx::prelude::*;
-use pgrx::AnyElement;
 use std::ffi::CStr;
 
 /// Support function number of a hash opclass's extended (seeded, 64-bit) hash.
@@ -20,7 +20,6 @@ const HASHEXTENDED_PROC: i16 = 2;
 /// What one call site needs, allocated in `flinfo->fn_mcxt`.
 #[repr(C)]
 struct HashCache {
-    typoid: pg_sys::Oid,
     collation: pg_sys::Oid,
     hash: pg_sys::FmgrInfo,
 }
@@ -55,6 +54,13 @@ pub(super) fn effective_collation(fncollation: pg_sys::Oid, typoid: pg_sys::Oid)
 unsafe fn build_cache(fcinfo: pg_sys::FunctionCallInfo, typoid: pg_sys::Oid) -> *mut HashCache {
     unsafe {
         let flinfo = (*fcinfo).flinfo;
+        if typoid == pg_sys::InvalidOid {
+            raise(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                "could not determine the type of the key".to_string(),
+                "call pg_hash_slot from SQL, where the key's type is known.",
+            );
+        }
         let opclass = pg_sys::GetDefaultOpClass(typoid, pg_sys::HASH_AM_OID);
         if opclass == pg_sys::InvalidOid {
             raise(
@@ -84,7 +90,6 @@ unsafe fn build_cache(fcinfo: pg_sys::FunctionCallInfo, typoid: pg_sys::Oid) -> 
         let mcxt = (*flinfo).fn_mcxt;
         let cache = pg_sys::MemoryContextAllocZero(mcxt, std::mem::size_of::<HashCache>())
             as *mut HashCache;
-        (*cache).typoid = typoid;
         (*cache).collation = effective_collation((*fcinfo).fncollation, typoid);
         pg_sys::fmgr_info_cxt(proc_oid, &mut (*cache).hash, mcxt);
         (*flinfo).fn_extra = cache as *mut std::ffi::c_void;
@@ -95,20 +100,20 @@ unsafe fn build_cache(fcinfo: pg_sys::FunctionCallInfo, typoid: pg_sys::Oid) -> 
 /// `pg_hash_slot(key anyelement, n integer)`: the remainder of the partition
 /// that `PARTITION BY HASH (key)` with `MODULUS n` routes `key` to.
 #[pg_extern(immutable, strict, parallel_safe)]
-fn pg_hash_slot(key: AnyElement, n: i32, fcinfo: pg_sys::FunctionCallInfo) -> i32 {
+fn pg_hash_slot(key: AnyDatum, n: i32, fcinfo: pg_sys::FunctionCallInfo) -> i32 {
     check_n(n);
     // SAFETY: fcinfo is this call's; fn_extra is either NULL or a HashCache
-    // this function stored in the same flinfo.
+    // this function stored in the same flinfo (whose argument types are fixed).
     unsafe {
         let flinfo = (*fcinfo).flinfo;
         let mut cache = (*flinfo).fn_extra as *mut HashCache;
-        if cache.is_null() || (*cache).typoid != key.oid() {
-            cache = build_cache(fcinfo, key.oid());
+        if cache.is_null() {
+            cache = build_cache(fcinfo, arg_type(fcinfo, 0));
         }
         let hash = pg_sys::FunctionCall2Coll(
             &mut (*cache).hash,
             (*cache).collation,
-            key.datum(),
+            key.0,
             pg_sys::Datum::from(HASH_PARTITION_SEED),
         );
         partition_remainder(hash.value() as u64, n)

@@ -7,17 +7,43 @@
 //! comparison of the array and log2(len) comparisons.
 
 use super::pg_hash::{effective_collation, type_name};
+use super::poly::{AnyArrayDatum, AnyDatum};
 use crate::error::{invalid_parameter, raise};
 use crate::hashing::{first_not_increasing, upper_bound_by};
 use pgrx::prelude::*;
-use pgrx::{AnyArray, AnyElement};
 use std::cmp::Ordering;
 use std::ffi::CStr;
+
+/// How two elements are compared. Integer-like by-value types, whose default
+/// btree comparison is plain signed integer order, are compared natively; all
+/// others through the type's btree comparison support function.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+enum Compare {
+    Int16,
+    Int32,
+    Int64,
+    Support,
+}
+
+impl Compare {
+    fn for_type(typoid: pg_sys::Oid) -> Compare {
+        match typoid {
+            pg_sys::INT2OID => Compare::Int16,
+            pg_sys::INT4OID | pg_sys::DATEOID => Compare::Int32,
+            pg_sys::INT8OID | pg_sys::TIMESTAMPOID | pg_sys::TIMESTAMPTZOID | pg_sys::TIMEOID => {
+                Compare::Int64
+            }
+            _ => Compare::Support,
+        }
+    }
+}
 
 /// The bounds array one call site saw last, allocated in `flinfo->fn_mcxt`.
 #[repr(C)]
 struct RangeCache {
     elemtype: pg_sys::Oid,
+    how: Compare,
     collation: pg_sys::Oid,
     typlen: i16,
     typbyval: bool,
@@ -29,6 +55,39 @@ struct RangeCache {
     /// its elements (by-reference ones point into `raw`)
     elems: *mut pg_sys::Datum,
     nelems: usize,
+    /// the TOAST pointer the cached bounds were last read through, when
+    /// `has_pointer` (zeroed memory reads as "none")
+    has_pointer: bool,
+    pointer: [u8; TOAST_POINTER_LEN],
+}
+
+/// Bytes of an on-disk TOAST pointer: the 2-byte external header and
+/// `varatt_external` (raw size, extsize and compression, value OID, TOAST
+/// table OID).
+const TOAST_POINTER_LEN: usize = 2 + std::mem::size_of::<pg_sys::varatt_external>();
+
+/// The TOAST pointer of a bounds array stored out of line in a table (bounds
+/// read per row, or from a scalar subquery over a table, arrive this way).
+/// A TOAST value is never changed in place and its OID is not reused while
+/// it exists, so the same pointer names the same bounds, and a call site can
+/// reuse them without fetching and decompressing the value on every row.
+unsafe fn ondisk_toast_pointer(v: *const pg_sys::varlena) -> Option<[u8; TOAST_POINTER_LEN]> {
+    unsafe {
+        let b = v as *const u8;
+        // 1-byte external header (0x01 on little-endian, 0x80 on big-endian), then the tag
+        let external = if cfg!(target_endian = "little") {
+            *b == 0x01
+        } else {
+            *b == 0x80
+        };
+        if external && *b.add(1) as u32 == pg_sys::vartag_external::VARTAG_ONDISK {
+            let mut out = [0u8; TOAST_POINTER_LEN];
+            std::ptr::copy_nonoverlapping(b, out.as_mut_ptr(), TOAST_POINTER_LEN);
+            Some(out)
+        } else {
+            None
+        }
+    }
 }
 
 unsafe fn new_cache(
@@ -53,6 +112,7 @@ unsafe fn new_cache(
         let cache = pg_sys::MemoryContextAllocZero(mcxt, std::mem::size_of::<RangeCache>())
             as *mut RangeCache;
         (*cache).elemtype = elemtype;
+        (*cache).how = Compare::for_type(elemtype);
         (*cache).collation = effective_collation(fncollation, elemtype);
         (*cache).typlen = (*tc).typlen;
         (*cache).typbyval = (*tc).typbyval;
@@ -66,8 +126,15 @@ unsafe fn new_cache(
 #[inline]
 unsafe fn compare(cache: *mut RangeCache, a: pg_sys::Datum, b: pg_sys::Datum) -> Ordering {
     unsafe {
-        let r = pg_sys::FunctionCall2Coll(&mut (*cache).cmp, (*cache).collation, a, b);
-        (r.value() as i32).cmp(&0)
+        match (*cache).how {
+            Compare::Int16 => (a.value() as i16).cmp(&(b.value() as i16)),
+            Compare::Int32 => (a.value() as i32).cmp(&(b.value() as i32)),
+            Compare::Int64 => (a.value() as i64).cmp(&(b.value() as i64)),
+            Compare::Support => {
+                let r = pg_sys::FunctionCall2Coll(&mut (*cache).cmp, (*cache).collation, a, b);
+                (r.value() as i32).cmp(&0)
+            }
+        }
     }
 }
 
@@ -178,32 +245,49 @@ unsafe fn load_bounds(
 /// `range_slot(key anyelement, bounds anyarray)`: the number of bounds `<=`
 /// key. Slot 0 is below `bounds[1]`; slot i holds `[bounds[i], bounds[i+1])`.
 #[pg_extern(immutable, strict, parallel_safe)]
-fn range_slot(key: AnyElement, bounds: AnyArray, fcinfo: pg_sys::FunctionCallInfo) -> i32 {
+fn range_slot(key: AnyDatum, bounds: AnyArrayDatum, fcinfo: pg_sys::FunctionCallInfo) -> i32 {
     // SAFETY: fcinfo is this call's; fn_extra is NULL or a RangeCache stored
     // by this function in the same flinfo; the array datum is non-NULL (STRICT).
     unsafe {
         let flinfo = (*fcinfo).flinfo;
-        let arr = pg_sys::pg_detoast_datum(bounds.datum().cast_mut_ptr::<pg_sys::varlena>())
-            as *mut pg_sys::ArrayType;
-        let elemtype = (*arr).elemtype;
+        let raw = bounds.0.cast_mut_ptr::<pg_sys::varlena>();
+        let pointer = ondisk_toast_pointer(raw);
         let mut cache = (*flinfo).fn_extra as *mut RangeCache;
-        if cache.is_null() || (*cache).elemtype != elemtype {
-            cache = new_cache(flinfo, (*fcinfo).fncollation, elemtype);
-        }
-        // detoasting always yields a 4-byte header
-        let len = pgrx::varlena::varsize_4b(arr as *const pg_sys::varlena);
-        let same = !(*cache).raw.is_null()
-            && (*cache).raw_len == len
-            && std::slice::from_raw_parts((*cache).raw, len)
-                == std::slice::from_raw_parts(arr as *const u8, len);
-        if !same {
-            load_bounds(cache, (*flinfo).fn_mcxt, arr, len);
+        let known = match pointer {
+            Some(p) => !cache.is_null() && (*cache).has_pointer && (*cache).pointer == p,
+            None => false,
+        };
+        if !known {
+            // detoast only when needed (compressed, external, short-header, expanded)
+            let arr = if pgrx::varlena::varatt_is_4b_u(raw) {
+                raw as *mut pg_sys::ArrayType
+            } else {
+                pg_sys::pg_detoast_datum(raw) as *mut pg_sys::ArrayType
+            };
+            let elemtype = (*arr).elemtype;
+            if cache.is_null() || (*cache).elemtype != elemtype {
+                cache = new_cache(flinfo, (*fcinfo).fncollation, elemtype);
+            }
+            // a plain 4-byte header either way
+            let len = pgrx::varlena::varsize_4b(arr as *const pg_sys::varlena);
+            let same = !(*cache).raw.is_null()
+                && (*cache).raw_len == len
+                && std::slice::from_raw_parts((*cache).raw, len)
+                    == std::slice::from_raw_parts(arr as *const u8, len);
+            if !same {
+                (*cache).has_pointer = false;
+                load_bounds(cache, (*flinfo).fn_mcxt, arr, len);
+            }
+            if let Some(p) = pointer {
+                (*cache).pointer = p;
+            }
+            (*cache).has_pointer = pointer.is_some();
         }
         if (*cache).nelems == 0 {
             return 0;
         }
         let es = std::slice::from_raw_parts((*cache).elems, (*cache).nelems);
-        let k = key.datum();
+        let k = key.0;
         upper_bound_by(es.len(), |i| compare(cache, es[i], k)) as i32
     }
 }

@@ -62,6 +62,18 @@ SELECT t AS statement, mie_try(t) AS result FROM (VALUES
     ('SELECT * FROM my_items(NULL::mie_nopk, 0, 2, key => ''a'')')
 ) AS s(t);
 
+-- my_items runs its query as the calling user: table privileges apply
+CREATE ROLE mie_reader;
+SET ROLE mie_reader;
+SELECT mie_try('SELECT * FROM my_items(NULL::mie_items, 0, 2)') AS without_select_privilege;
+RESET ROLE;
+GRANT SELECT ON mie_items TO mie_reader;
+SET ROLE mie_reader;
+SELECT count(*) AS with_select_privilege FROM my_items(NULL::mie_items, 0, 2);
+RESET ROLE;
+REVOKE SELECT ON mie_items FROM mie_reader;
+DROP ROLE mie_reader;
+
 -- A table name with quotes and spaces, and a key column that needs quoting
 CREATE TABLE "mie ""quoted"" table" ("Item Id" integer PRIMARY KEY, "Some Text" text);
 INSERT INTO "mie ""quoted"" table" SELECT g, 'row ' || g FROM generate_series(1, 12) g;

@@ -46,7 +46,8 @@ SELECT * FROM phs_check('numeric', 'SELECT (g * 1.37)::numeric(12,2) FROM genera
 SELECT * FROM phs_check('timestamptz', $$SELECT timestamptz '2024-01-01 00:00+00' + g * interval '37 minutes 13.5 seconds' FROM generate_series(1, 2000) g$$, '{4,6}');
 SELECT * FROM phs_check('bytea', 'SELECT decode(md5(g::text), ''hex'') FROM generate_series(1, 2000) g', '{3,8}');
 SELECT * FROM phs_check('boolean', 'SELECT g % 2 = 0 FROM generate_series(1, 100) g', '{2,3}');
-SELECT * FROM phs_check('phs_mood', $$SELECT (enum_range(NULL::phs_mood))[1 + g % 4] FROM generate_series(1, 200) g$$, '{2,3}');
+-- (an enum hashes its labels' OIDs, which differ from one CREATE TYPE to the next)
+SELECT key_type, modulus, keys, all_match, server_agrees FROM phs_check('phs_mood', $$SELECT (enum_range(NULL::phs_mood))[1 + g % 4] FROM generate_series(1, 200) g$$, '{2,3}');
 SELECT * FROM phs_check('phs_code', 'SELECT md5(g::text) FROM generate_series(1, 1000) g', '{5}');
 SELECT * FROM phs_check('integer[]', 'SELECT ARRAY[g, g * 7, -g] FROM generate_series(1, 1000) g', '{3,4}');
 -- a column with a non-deterministic collation: the call takes the column's

@@ -88,6 +88,25 @@ GROUP BY sz, b ORDER BY sz;
 SELECT bool_and(range_slot(g, b) = rs_ref(g, b)) AS per_row_bounds_match
 FROM generate_series(-5, 45) g, (SELECT b FROM rs_int UNION ALL VALUES (ARRAY[10, 20]), (ARRAY[5, 25, 35]), ('{}')) v(b);
 
+-- bounds stored in a table, large enough to be TOASTed (read per row, or
+-- through a scalar subquery), give the same slots as the reference
+CREATE TABLE rs_stored (id int PRIMARY KEY, b bigint[]);
+INSERT INTO rs_stored
+SELECT i, ARRAY(SELECT g * (i + 2) FROM generate_series(1, 3000) g) FROM generate_series(1, 3) i;
+INSERT INTO rs_stored VALUES (4, ARRAY(SELECT CASE WHEN g = 2500 THEN 7 ELSE g * 3 END FROM generate_series(1, 3000) g));
+SELECT id, pg_column_size(b) < cardinality(b) * 8 AS compressed FROM rs_stored ORDER BY id;
+SELECT bool_and(range_slot(k::bigint, b) = rs_ref(k::bigint, b)) AS stored_per_row_match, count(*)
+FROM rs_stored, generate_series(-3, 15003, 7) k WHERE id <= 3;
+SELECT bool_and(range_slot(k::bigint, (SELECT b FROM rs_stored WHERE id = 2))
+                = rs_ref(k::bigint, (SELECT b FROM rs_stored WHERE id = 2))) AS stored_subquery_match
+FROM generate_series(-3, 15003, 7) k;
+-- a stored array that is not sorted is found too, and one that changes is re-read
+SELECT range_slot(1::bigint, b) FROM rs_stored WHERE id = 4;
+UPDATE rs_stored SET b = b || 100000::bigint WHERE id = 1;
+SELECT range_slot(99999::bigint, b) AS before_new_bound, range_slot(100000::bigint, b) AS at_new_bound
+FROM rs_stored WHERE id = 1;
+DROP TABLE rs_stored;
+
 -- collation: the call's collation orders the keys and the bounds
 SELECT range_slot('b' COLLATE "C", ARRAY['B', 'a', 'c']) AS c_order,
        range_slot('b' COLLATE "und-x-icu", ARRAY['a', 'B', 'c']) AS icu_order;
@@ -99,6 +118,19 @@ SELECT timestamptz '2024-01-01 00:00+00' + (g ^ 1.5) * interval '1 second' FROM 
 SELECT range_slot(at, (SELECT percentile_disc(ARRAY[0.25, 0.5, 0.75]) WITHIN GROUP (ORDER BY at) FROM rs_events)) AS slot,
        count(*)
 FROM rs_events GROUP BY 1 ORDER BY 1;
+
+-- with PARTITION BY RANGE on the same bounds, slot i is partition i
+CREATE TABLE rs_part (at timestamptz) PARTITION BY RANGE (at);
+CREATE TABLE rs_part_0 PARTITION OF rs_part FOR VALUES FROM (MINVALUE) TO ('2024-01-10 00:00+00');
+CREATE TABLE rs_part_1 PARTITION OF rs_part FOR VALUES FROM ('2024-01-10 00:00+00') TO ('2024-02-01 00:00+00');
+CREATE TABLE rs_part_2 PARTITION OF rs_part FOR VALUES FROM ('2024-02-01 00:00+00') TO ('2024-02-01 00:00:00.000001+00');
+CREATE TABLE rs_part_3 PARTITION OF rs_part FOR VALUES FROM ('2024-02-01 00:00:00.000001+00') TO (MAXVALUE);
+INSERT INTO rs_part SELECT at FROM rs_events;
+INSERT INTO rs_part VALUES ('-infinity'), ('2024-01-10 00:00+00'), ('2024-02-01 00:00+00'), ('2024-02-01 00:00:00.000001+00'), ('infinity');
+SELECT range_slot(at, '{2024-01-10 00:00+00, 2024-02-01 00:00+00, 2024-02-01 00:00:00.000001+00}'::timestamptz[]) AS slot,
+       tableoid::regclass AS stored_in, count(*)
+FROM rs_part GROUP BY 1, 2 ORDER BY 1;
+DROP TABLE rs_part;
 
 -- errors: bad bounds are SQLSTATE 22023, naming the position; unorderable types 42883
 \set VERBOSITY default

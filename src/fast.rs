@@ -1,0 +1,249 @@
+//! The hottest SQL functions, `slot_of` and `crc32`, as plain version-1 C-ABI
+//! functions.
+//!
+//! These run once per row in scans, index builds and generated columns, so
+//! they skip pgrx's general-purpose argument and memory-context machinery and
+//! read the `FunctionCallInfo` directly. Every path that can raise a
+//! PostgreSQL ERROR (a bad `n`, detoasting, encoding conversion) runs inside
+//! `pgrx_extern_c_guard`, which turns Rust panics and PostgreSQL longjmps into
+//! a proper ERROR, exactly as pgrx's own wrappers do; the common path makes no
+//! call into PostgreSQL at all.
+//!
+//! Each function is declared to SQL in the `extension_sql!` block at the end,
+//! with `IMMUTABLE STRICT PARALLEL SAFE` and no `SET` clause.
+
+use crate::error::check_n;
+use crate::hashing::{crc32, modulo_slot, uuid_crc32};
+use pgrx::pg_sys;
+use pgrx::pg_sys::panic::pgrx_extern_c_guard;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// Declares a version-1 function: `pg_finfo_<name>` plus the function itself.
+macro_rules! v1_function {
+    ($finfo:ident, $name:ident, |$args:ident| $body:expr) => {
+        #[no_mangle]
+        #[doc(hidden)]
+        pub extern "C" fn $finfo() -> &'static pg_sys::Pg_finfo_record {
+            static V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+            &V1
+        }
+
+        /// # Safety
+        /// Called only by PostgreSQL's function manager with a valid fcinfo
+        /// for the SQL signature declared below (STRICT: no NULL arguments).
+        #[no_mangle]
+        #[doc(hidden)]
+        pub unsafe extern "C-unwind" fn $name(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+            // SAFETY: STRICT functions with two arguments are always called
+            // with two non-NULL arguments.
+            let $args = unsafe { (*fcinfo).args.as_slice(2) };
+            $body
+        }
+    };
+}
+
+#[inline(always)]
+fn arg_n(args: &[pg_sys::NullableDatum]) -> i32 {
+    let n = args[1].value.value() as i32;
+    if n < 1 {
+        // Raises the ERROR (SQLSTATE 22023); never returns.
+        unsafe { pgrx_extern_c_guard(|| check_n(n)) }
+    }
+    n
+}
+
+#[inline(always)]
+fn slot_datum(slot: i32) -> pg_sys::Datum {
+    pg_sys::Datum::from(slot)
+}
+
+/// The bytes of a text/bytea datum. In-line, uncompressed values (nearly all
+/// keys) are read in place; toasted or compressed ones are detoasted first.
+///
+/// # Safety
+/// `datum` must be a valid varlena datum that outlives the returned slice.
+#[inline(always)]
+unsafe fn varlena_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8] {
+    let ptr = datum.cast_mut_ptr::<u8>();
+    // SAFETY: every varlena starts with at least one header byte.
+    let b0 = unsafe { *ptr };
+    if b0 & 0x01 == 0x01 {
+        if b0 != 0x01 {
+            // 1-byte header, in line: total length in the upper 7 bits.
+            let len = (b0 >> 1) as usize;
+            // SAFETY: the header says `len` bytes follow, header included.
+            return unsafe { std::slice::from_raw_parts(ptr.add(1), len - 1) };
+        }
+    } else {
+        // SAFETY: a 4-byte header, possibly unaligned in a packed tuple.
+        let header = unsafe { (ptr as *const u32).read_unaligned() };
+        if header & 0x03 == 0x00 {
+            let len = (header >> 2) as usize;
+            // SAFETY: uncompressed 4-byte header, `len` bytes total.
+            return unsafe { std::slice::from_raw_parts(ptr.add(4), len - 4) };
+        }
+    }
+    unsafe { detoasted_bytes(datum) }
+}
+
+#[cold]
+#[inline(never)]
+unsafe fn detoasted_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8] {
+    // SAFETY: a valid varlena; the detoasted copy lives in the current memory
+    // context, which outlives this function call.
+    unsafe {
+        pgrx_extern_c_guard(|| {
+            let v = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
+            pgrx::varlena::varlena_to_byte_slice(v)
+        })
+    }
+}
+
+/// Database encoding, read once per backend (it cannot change while connected).
+static DB_ENCODING: AtomicI32 = AtomicI32::new(-1);
+
+/// The UTF-8 bytes of a text value. In a UTF-8 (or SQL_ASCII) database these
+/// are the stored bytes; in any other encoding the value is converted first,
+/// so a key hashes the same whatever the database encoding.
+#[inline(always)]
+unsafe fn text_utf8<'a>(datum: pg_sys::Datum) -> std::borrow::Cow<'a, [u8]> {
+    let bytes = unsafe { varlena_bytes(datum) };
+    let enc = DB_ENCODING.load(Ordering::Relaxed);
+    let as_is = enc == pg_sys::pg_enc::PG_UTF8 as i32
+        || enc == pg_sys::pg_enc::PG_SQL_ASCII as i32
+        || (enc >= 0 && bytes.is_ascii());
+    if as_is {
+        return std::borrow::Cow::Borrowed(bytes);
+    }
+    unsafe { text_utf8_slow(bytes) }
+}
+
+#[cold]
+#[inline(never)]
+unsafe fn text_utf8_slow(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    unsafe {
+        pgrx_extern_c_guard(|| {
+            let enc = pg_sys::GetDatabaseEncoding();
+            DB_ENCODING.store(enc, Ordering::Relaxed);
+            if enc == pg_sys::pg_enc::PG_UTF8 as i32
+                || enc == pg_sys::pg_enc::PG_SQL_ASCII as i32
+                || bytes.is_ascii()
+            {
+                return std::borrow::Cow::Borrowed(bytes);
+            }
+            let src = bytes.as_ptr() as *const std::os::raw::c_char;
+            let out =
+                pg_sys::pg_server_to_any(src, bytes.len() as i32, pg_sys::pg_enc::PG_UTF8 as i32);
+            if std::ptr::eq(out, src) {
+                std::borrow::Cow::Borrowed(bytes)
+            } else {
+                let s = std::ffi::CStr::from_ptr(out).to_bytes().to_vec();
+                pg_sys::pfree(out.cast());
+                std::borrow::Cow::Owned(s)
+            }
+        })
+    }
+}
+
+v1_function!(
+    pg_finfo_pg_claim_slot_of_int2,
+    pg_claim_slot_of_int2,
+    |args| {
+        let n = arg_n(args);
+        slot_datum(modulo_slot(args[0].value.value() as i16 as i64, n))
+    }
+);
+
+v1_function!(
+    pg_finfo_pg_claim_slot_of_int4,
+    pg_claim_slot_of_int4,
+    |args| {
+        let n = arg_n(args);
+        slot_datum(modulo_slot(args[0].value.value() as i32 as i64, n))
+    }
+);
+
+v1_function!(
+    pg_finfo_pg_claim_slot_of_int8,
+    pg_claim_slot_of_int8,
+    |args| {
+        let n = arg_n(args);
+        slot_datum(modulo_slot(args[0].value.value() as i64, n))
+    }
+);
+
+v1_function!(
+    pg_finfo_pg_claim_slot_of_text,
+    pg_claim_slot_of_text,
+    |args| {
+        let n = arg_n(args);
+        let bytes = unsafe { text_utf8(args[0].value) };
+        slot_datum((crc32(&bytes) % n as u32) as i32)
+    }
+);
+
+v1_function!(
+    pg_finfo_pg_claim_slot_of_bytea,
+    pg_claim_slot_of_bytea,
+    |args| {
+        let n = arg_n(args);
+        let bytes = unsafe { varlena_bytes(args[0].value) };
+        slot_datum((crc32(bytes) % n as u32) as i32)
+    }
+);
+
+v1_function!(
+    pg_finfo_pg_claim_slot_of_uuid,
+    pg_claim_slot_of_uuid,
+    |args| {
+        let n = arg_n(args);
+        // SAFETY: uuid is a fixed 16-byte pass-by-reference type.
+        let bytes = unsafe { &*(args[0].value.cast_mut_ptr::<[u8; 16]>()) };
+        slot_datum((uuid_crc32(bytes) % n as u32) as i32)
+    }
+);
+
+v1_function!(pg_finfo_pg_claim_crc32_text, pg_claim_crc32_text, |args| {
+    let bytes = unsafe { text_utf8(args[0].value) };
+    pg_sys::Datum::from(crc32(&bytes) as i64)
+});
+
+v1_function!(
+    pg_finfo_pg_claim_crc32_bytea,
+    pg_claim_crc32_bytea,
+    |args| {
+        let bytes = unsafe { varlena_bytes(args[0].value) };
+        pg_sys::Datum::from(crc32(bytes) as i64)
+    }
+);
+
+pgrx::extension_sql!(
+    r#"
+CREATE FUNCTION slot_of(key smallint, n integer) RETURNS integer
+    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'pg_claim_slot_of_int2';
+CREATE FUNCTION slot_of(key integer, n integer) RETURNS integer
+    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'pg_claim_slot_of_int4';
+CREATE FUNCTION slot_of(key bigint, n integer) RETURNS integer
+    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'pg_claim_slot_of_int8';
+CREATE FUNCTION slot_of(key text, n integer) RETURNS integer
+    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'pg_claim_slot_of_text';
+CREATE FUNCTION slot_of(key bytea, n integer) RETURNS integer
+    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'pg_claim_slot_of_bytea';
+CREATE FUNCTION slot_of(key uuid, n integer) RETURNS integer
+    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'pg_claim_slot_of_uuid';
+CREATE FUNCTION crc32(key text) RETURNS bigint
+    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'pg_claim_crc32_text';
+CREATE FUNCTION crc32(key bytea) RETURNS bigint
+    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'pg_claim_crc32_bytea';
+
+COMMENT ON FUNCTION slot_of(smallint, integer) IS 'the non-negative remainder of key by n, in 0 .. n-1';
+COMMENT ON FUNCTION slot_of(integer, integer) IS 'the non-negative remainder of key by n, in 0 .. n-1';
+COMMENT ON FUNCTION slot_of(bigint, integer) IS 'the non-negative remainder of key by n, in 0 .. n-1';
+COMMENT ON FUNCTION slot_of(text, integer) IS 'crc32 of the key''s UTF-8 bytes mod n, in 0 .. n-1';
+COMMENT ON FUNCTION slot_of(bytea, integer) IS 'crc32 of the bytes mod n, in 0 .. n-1';
+COMMENT ON FUNCTION slot_of(uuid, integer) IS 'crc32 of the uuid''s canonical lowercase text form mod n, in 0 .. n-1';
+COMMENT ON FUNCTION crc32(text) IS 'unsigned CRC-32/ISO-HDLC (zlib) of the UTF-8 bytes';
+COMMENT ON FUNCTION crc32(bytea) IS 'unsigned CRC-32/ISO-HDLC (zlib) of the bytes';
+"#,
+    name = "slot_of_and_crc32",
+);
