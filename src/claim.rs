@@ -136,9 +136,14 @@ fn establish(name: &str, key1: i32, n: i32) {
     lock(key1, CLAIM_MUTEX_KEY, EXCLUSIVE);
     let outcome = PgTryBuilder::new(|| {
         for _ in 0..100 {
-            if held_by_others(key1, rec) || !held_by_others(key1, CLAIMERS_KEY) {
-                try_lock(key1, rec, SHARE);
-                try_lock(key1, CLAIMERS_KEY, SHARE);
+            if !held_by_others(key1, CLAIMERS_KEY) || held_by_others(key1, rec) {
+                if !try_lock(key1, rec, SHARE) {
+                    key_in_use(name, key1, rec);
+                }
+                if !try_lock(key1, CLAIMERS_KEY, SHARE) {
+                    unlock(key1, rec, SHARE);
+                    key_in_use(name, key1, CLAIMERS_KEY);
+                }
                 return None;
             }
             // Live claimers with another n: find one to name it. If they all
@@ -178,6 +183,17 @@ fn establish(name: &str, key1: i32, n: i32) {
             "All workers of one name must use the same n. Use the same n, or stop the workers with the other n first (SELECT * FROM slot_holders(name)).",
         ),
     }
+}
+
+/// Another application holds one of pg_claim's keys in a conflicting mode.
+fn key_in_use(name: &str, key1: i32, key2: i32) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+        format!(
+            "advisory lock ({key1}, {key2}) of \"{name}\" is held exclusively by a session that is not a pg_claim claimer"
+        ),
+        "Another application uses pg_claim's two-int4 advisory key range; see the key layout in docs/claiming.md.",
+    )
 }
 
 // The server's timeout ids (utils/timeout.h, PostgreSQL 15); not in pgrx's bindings.
@@ -313,9 +329,7 @@ fn claim(name: &str, n: i32, wait_us: Option<i64>) -> Option<i32> {
             if let Some(slot) = attempt_once(key1, n, seed) {
                 return Some(slot);
             }
-            let Some(deadline) = deadline else {
-                return None;
-            };
+            let deadline = deadline?;
             let now = Instant::now();
             if now >= deadline {
                 return None;
@@ -457,6 +471,7 @@ fn my_slot(name: &str) -> Option<i32> {
 }
 
 /// Who holds which slot of `name` now.
+#[allow(clippy::type_complexity)]
 #[pg_extern(volatile, strict, parallel_unsafe)]
 fn slot_holders(
     name: &str,

@@ -484,3 +484,36 @@ fn cpu_ticks(pid: i32) -> i64 {
     let f: Vec<&str> = after.split_whitespace().collect();
     f[11].parse::<i64>().unwrap() + f[12].parse::<i64>().unwrap()
 }
+
+/// A foreign session holding pg_claim's n record key exclusively (misuse of
+/// the documented key range) makes claims fail cleanly instead of half-claiming.
+#[test]
+fn foreign_exclusive_lock_on_the_n_record_is_reported() {
+    let name = "cb_foreign";
+    let mut foreign = connect("cb_foreign_raw");
+    foreign
+        .execute(
+            "SELECT pg_advisory_lock(
+                 (crc32($1::text) - CASE WHEN crc32($1::text) >= 2147483648
+                                         THEN 4294967296 ELSE 0 END)::int4,
+                 x'10000003'::int4)",
+            &[&name],
+        )
+        .unwrap();
+    let mut c = connect("cb_foreign_claimer");
+    let e = c
+        .query_one("SELECT claim_slot($1, 3)", &[&name])
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "55P03");
+    let msg = e.as_db_error().unwrap().message().to_string();
+    assert!(msg.contains("268435459"), "{msg}");
+    assert_eq!(backend_locks(&mut c), 0);
+    foreign
+        .batch_execute("SELECT pg_advisory_unlock_all()")
+        .unwrap();
+    let s: Option<i32> = c
+        .query_one("SELECT claim_slot($1, 3)", &[&name])
+        .unwrap()
+        .get(0);
+    assert_eq!(s, Some(0));
+}

@@ -238,3 +238,48 @@ fn without_connection_check_a_busy_orphan_keeps_its_slot() {
         holder_pid(&mut probe, name, app).is_none()
     });
 }
+
+/// A standby whose client dies while it waits inside claim_slot(name, n, wait)
+/// goes away within about a second too: claim_slot arms the connection check
+/// for its own statement, not only for later ones.
+#[test]
+fn waiting_standby_with_dead_client_goes_away() {
+    let name = "ct_deadstandby";
+    let app = "ct_deadstandby_victim";
+    let mut holder = connect("ct_deadstandby_holder");
+    holder
+        .execute("SELECT claim_slot($1, 1)", &[&name])
+        .unwrap();
+    let mut child = psql(
+        app,
+        &["-c", "SELECT claim_slot('ct_deadstandby', 1, '10 min')"],
+    );
+    let mut probe = connect("ct_deadstandby_probe");
+    let pid_of = |probe: &mut Client| -> Option<i32> {
+        probe
+            .query_opt(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'
+                   AND query LIKE '%claim_slot%'",
+                &[&app],
+            )
+            .unwrap()
+            .map(|r| r.get(0))
+    };
+    wait_for("standby waiting", Duration::from_secs(10), || {
+        pid_of(&mut probe).is_some()
+    });
+    let spid = pid_of(&mut probe).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let gone = wait_for("standby backend exits", Duration::from_secs(5), || {
+        probe
+            .query_one(
+                "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $1",
+                &[&spid],
+            )
+            .unwrap()
+            .get(0)
+    });
+    println!("standby with a dead client left after {:.1} ms", ms(gone));
+    assert!(gone < Duration::from_millis(2500));
+}
