@@ -364,12 +364,13 @@ fn kill(
         let v = &s.slots[cfg.kill_slot];
         (v.done, v.total, v.uncommitted)
     };
-    let t = Instant::now();
+    // Recorded before the call, so a standby that wins the slot before the
+    // call returns still finds the kill time.
+    lock(state).kill_time = Some(Instant::now());
     let ok: bool = admin
         .query_one("SELECT pg_terminate_backend($1)", &[&pid])
         .map_err(|e| format!("pg_terminate_backend: {}", describe(&e)))?
         .get(0);
-    lock(state).kill_time = Some(t);
     let inside = if open > 0 {
         format!("while it had {open} uncommitted log rows")
     } else {
