@@ -39,6 +39,9 @@ struct Config {
     kill_at: f64,
     kill_slot: usize,
     timeout: Duration,
+    /// Deliberately wrong: a standby restarts the share from its beginning
+    /// instead of where the log says it stands (to see the check fail).
+    resume_from_start: bool,
 }
 
 /// What the display knows about one slot.
@@ -91,11 +94,15 @@ fn main() -> ExitCode {
 }
 
 fn parse_config() -> Result<Config, String> {
-    let o = Opts::parse(std::env::args().skip(1), &["no-kill", "help"])?;
+    let o = Opts::parse(
+        std::env::args().skip(1),
+        &["no-kill", "resume-from-start", "help"],
+    )?;
     if o.flag("help") {
         println!(
             "usage: scripts/demo [--items N] [--workers W] [--standbys S] [--batch B] \
              [--work-us U] [--kill-at F] [--kill-slot K] [--no-kill] [--timeout SECS]\n\
+             [--resume-from-start: a deliberately wrong standby that ignores the log, to see the check fail]\n\
              defaults: --items 200000 --workers 4 --standbys 2 --batch 500 --work-us 250 \
              --kill-at 0.4 --kill-slot 1 --timeout 240"
         );
@@ -110,6 +117,7 @@ fn parse_config() -> Result<Config, String> {
         "kill-at",
         "kill-slot",
         "no-kill",
+        "resume-from-start",
         "timeout",
         "dsn",
         "help",
@@ -128,6 +136,7 @@ fn parse_config() -> Result<Config, String> {
         },
         kill_slot: o.get("kill-slot", 1usize)?,
         timeout: Duration::from_secs(o.get("timeout", 240u64)?),
+        resume_from_start: o.flag("resume-from-start"),
     };
     if c.items < 1 || c.workers < 1 || c.batch < 1 {
         return Err("--items, --workers and --batch must be at least 1".into());
@@ -462,6 +471,9 @@ fn worker(
         Ok(r) => (r.get(0), r.get(1)),
         Err(e) => return fail(format!("reading the log: {}", describe(&e))),
     };
+    if standby && cfg.resume_from_start {
+        after = None;
+    }
     {
         let mut s = lock(state);
         let kill_time = s.kill_time;
