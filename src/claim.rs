@@ -208,7 +208,7 @@ unsafe extern "C" {
 /// Make this session notice a dead client within the configured interval,
 /// also while it runs a query, and arm the check for the running statement
 /// (PostgreSQL arms it only when a statement starts).
-fn apply_client_check() {
+pub(crate) fn apply_client_check() {
     let want = CLIENT_CHECK_INTERVAL.get();
     if want <= 0 {
         return;

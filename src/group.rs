@@ -145,6 +145,9 @@ fn rank(pids: BTreeSet<i32>) -> Vec<Member> {
 
 /// Make this session a member of `name` (idempotent). True when it joined now.
 fn ensure_member(key: i32, name: &str) -> bool {
+    // Members notice a dead client while busy, like claiming sessions
+    // (pg_claim.client_connection_check_interval).
+    crate::claim::apply_client_check();
     if held_by_me(key, GROUP_MEMBER_KEY, SHARE) {
         return false;
     }
