@@ -1,5 +1,5 @@
-//! The hottest SQL functions, `slot_of` and `crc32`, as plain version-1 C-ABI
-//! functions.
+//! The per-row SQL functions `slot_of`, `crc32` and `jump_slot` as plain
+//! version-1 C-ABI functions.
 //!
 //! These run once per row in scans, index builds and generated columns, so
 //! they skip pgrx's general-purpose argument and memory-context machinery and
@@ -13,7 +13,7 @@
 //! with `IMMUTABLE STRICT PARALLEL SAFE` and no `SET` clause.
 
 use crate::error::check_n;
-use crate::hashing::{crc32, modulo_slot, uuid_crc32};
+use crate::hashing::{crc32, jump_hash, modulo_slot, uuid_crc32};
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::pgrx_extern_c_guard;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -217,6 +217,46 @@ v1_function!(
     }
 );
 
+v1_function!(
+    pg_finfo_pg_claim_jump_slot_int8,
+    pg_claim_jump_slot_int8,
+    |args| {
+        let n = arg_n(args);
+        slot_datum(jump_hash(args[0].value.value() as i64 as u64, n))
+    }
+);
+
+v1_function!(
+    pg_finfo_pg_claim_jump_slot_text,
+    pg_claim_jump_slot_text,
+    |args| {
+        let n = arg_n(args);
+        let bytes = unsafe { text_utf8(args[0].value) };
+        slot_datum(jump_hash(crc32(&bytes) as u64, n))
+    }
+);
+
+v1_function!(
+    pg_finfo_pg_claim_jump_slot_bytea,
+    pg_claim_jump_slot_bytea,
+    |args| {
+        let n = arg_n(args);
+        let bytes = unsafe { varlena_bytes(args[0].value) };
+        slot_datum(jump_hash(crc32(bytes) as u64, n))
+    }
+);
+
+v1_function!(
+    pg_finfo_pg_claim_jump_slot_uuid,
+    pg_claim_jump_slot_uuid,
+    |args| {
+        let n = arg_n(args);
+        // SAFETY: uuid is a fixed 16-byte pass-by-reference type.
+        let bytes = unsafe { &*(args[0].value.cast_mut_ptr::<[u8; 16]>()) };
+        slot_datum(jump_hash(uuid_crc32(bytes) as u64, n))
+    }
+);
+
 pgrx::extension_sql!(
     r#"
 CREATE FUNCTION slot_of(key smallint, n integer) RETURNS integer
@@ -235,6 +275,14 @@ CREATE FUNCTION crc32(key text) RETURNS bigint
     LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'pg_claim_crc32_text';
 CREATE FUNCTION crc32(key bytea) RETURNS bigint
     LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'pg_claim_crc32_bytea';
+CREATE FUNCTION jump_slot(key bigint, n integer) RETURNS integer
+    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'pg_claim_jump_slot_int8';
+CREATE FUNCTION jump_slot(key text, n integer) RETURNS integer
+    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'pg_claim_jump_slot_text';
+CREATE FUNCTION jump_slot(key bytea, n integer) RETURNS integer
+    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'pg_claim_jump_slot_bytea';
+CREATE FUNCTION jump_slot(key uuid, n integer) RETURNS integer
+    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'pg_claim_jump_slot_uuid';
 
 COMMENT ON FUNCTION slot_of(smallint, integer) IS 'the non-negative remainder of key by n, in 0 .. n-1';
 COMMENT ON FUNCTION slot_of(integer, integer) IS 'the non-negative remainder of key by n, in 0 .. n-1';
@@ -244,6 +292,10 @@ COMMENT ON FUNCTION slot_of(bytea, integer) IS 'crc32 of the bytes mod n, in 0 .
 COMMENT ON FUNCTION slot_of(uuid, integer) IS 'crc32 of the uuid''s canonical lowercase text form mod n, in 0 .. n-1';
 COMMENT ON FUNCTION crc32(text) IS 'unsigned CRC-32/ISO-HDLC (zlib) of the UTF-8 bytes';
 COMMENT ON FUNCTION crc32(bytea) IS 'unsigned CRC-32/ISO-HDLC (zlib) of the bytes';
+COMMENT ON FUNCTION jump_slot(bigint, integer) IS 'jump consistent hash of the key''s 64 bits into 0 .. n-1';
+COMMENT ON FUNCTION jump_slot(text, integer) IS 'jump consistent hash of crc32 of the UTF-8 bytes into 0 .. n-1';
+COMMENT ON FUNCTION jump_slot(bytea, integer) IS 'jump consistent hash of crc32 of the bytes into 0 .. n-1';
+COMMENT ON FUNCTION jump_slot(uuid, integer) IS 'jump consistent hash of crc32 of the uuid''s text form into 0 .. n-1';
 "#,
-    name = "slot_of_and_crc32",
+    name = "slot_of_crc32_jump_slot",
 );

@@ -1,46 +1,15 @@
 //! Key → slot mappings (DESIGN.md §1): pure, IMMUTABLE STRICT PARALLEL SAFE
 //! SQL functions, thin shells around `crate::hashing`.
 
-use crate::error::check_n;
-use crate::hashing::{crc32, jump_hash, uuid_crc32};
+#[cfg(any(test, feature = "pg_test"))]
 use pgrx::prelude::*;
 
 mod pg_hash;
 mod poly;
 mod range;
 
-// slot_of and crc32 are version-1 C functions in `crate::fast`: they run
-// once per row, so they bypass pgrx's argument machinery.
-
-// ---------------------------------------------------------------- jump_slot
-
-/// `jump_slot(bigint, n)`: jump consistent hash of the key's 64 bits.
-#[pg_extern(name = "jump_slot", immutable, strict, parallel_safe)]
-fn jump_slot_int8(key: i64, n: i32) -> i32 {
-    check_n(n);
-    jump_hash(key as u64, n)
-}
-
-/// `jump_slot(text, n)`: jump consistent hash of crc32 of the UTF-8 bytes.
-#[pg_extern(name = "jump_slot", immutable, strict, parallel_safe)]
-fn jump_slot_text(key: &str, n: i32) -> i32 {
-    check_n(n);
-    jump_hash(crc32(key.as_bytes()) as u64, n)
-}
-
-/// `jump_slot(bytea, n)`: jump consistent hash of crc32 of the bytes.
-#[pg_extern(name = "jump_slot", immutable, strict, parallel_safe)]
-fn jump_slot_bytea(key: &[u8], n: i32) -> i32 {
-    check_n(n);
-    jump_hash(crc32(key) as u64, n)
-}
-
-/// `jump_slot(uuid, n)`: jump consistent hash of crc32 of the text form.
-#[pg_extern(name = "jump_slot", immutable, strict, parallel_safe)]
-fn jump_slot_uuid(key: pgrx::Uuid, n: i32) -> i32 {
-    check_n(n);
-    jump_hash(uuid_crc32(key.as_bytes()) as u64, n)
-}
+// slot_of, crc32 and jump_slot are version-1 C functions in `crate::fast`:
+// they run once per row, so they bypass pgrx's argument machinery.
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]
