@@ -46,6 +46,22 @@ BEGIN
   END LOOP;
 END \$\$;
 
+-- Two rounds of claim_partitions, then what changed since g_before.
+CREATE OR REPLACE FUNCTION bench.group_settle(conns text[], p int)
+RETURNS TABLE (partitions_moved int, keys_moved_claim float8, keys_moved_modulo float8, converged boolean)
+LANGUAGE plpgsql AS \$\$
+BEGIN
+  PERFORM bench.group_round(conns, p);
+  PERFORM bench.group_round(conns, p);
+  TRUNCATE g_after; INSERT INTO g_after SELECT * FROM bench.group_owners(p);
+  RETURN QUERY
+    SELECT (count(DISTINCT slot_of(a.k, p)) FILTER (WHERE a.by_partitions IS DISTINCT FROM b.by_partitions))::int,
+           avg((a.by_partitions IS DISTINCT FROM b.by_partitions)::int)::float8,
+           avg((a.by_modulo IS DISTINCT FROM b.by_modulo)::int)::float8,
+           bool_and(a.by_partitions IS NOT NULL)
+      FROM g_before b JOIN g_after a USING (k);
+END \$\$;
+
 CREATE OR REPLACE FUNCTION bench.group_movement(conninfo text, p int, maxm int)
 RETURNS TABLE (event text, m_before int, m_after int, partitions_moved int, bound int,
                keys_moved_claim float8, keys_moved_modulo float8, converged boolean)
@@ -75,17 +91,10 @@ BEGIN
       PERFORM dblink_disconnect(victim);
       conns := array_remove(conns, victim);
     END IF;
-    PERFORM bench.group_round(conns, p);
-    PERFORM bench.group_round(conns, p);
-    TRUNCATE g_after; INSERT INTO g_after SELECT * FROM bench.group_owners(p);
+    SELECT * INTO partitions_moved, keys_moved_claim, keys_moved_modulo, converged
+      FROM bench.group_settle(conns, p);
     m_after := cardinality(conns);
     IF m_before = 0 THEN CONTINUE; END IF;
-    SELECT count(DISTINCT slot_of(a.k, p)) FILTER (WHERE a.by_partitions IS DISTINCT FROM b.by_partitions),
-           avg((a.by_partitions IS DISTINCT FROM b.by_partitions)::int),
-           avg((a.by_modulo IS DISTINCT FROM b.by_modulo)::int),
-           bool_and(a.by_partitions IS NOT NULL)
-      INTO partitions_moved, keys_moved_claim, keys_moved_modulo, converged
-      FROM g_before b JOIN g_after a USING (k);
     bound := CASE WHEN event = 'join' THEN ceil(p::numeric / m_after)::int
                   ELSE ceil(p::numeric / m_before)::int END;
     RETURN NEXT;
@@ -103,16 +112,9 @@ BEGIN
     EXIT WHEN n = cardinality(conns);
     PERFORM pg_sleep(0.001);
   END LOOP;
-  PERFORM bench.group_round(conns, p);
-  PERFORM bench.group_round(conns, p);
-  TRUNCATE g_after; INSERT INTO g_after SELECT * FROM bench.group_owners(p);
+  SELECT * INTO partitions_moved, keys_moved_claim, keys_moved_modulo, converged
+    FROM bench.group_settle(conns, p);
   event := 'kill'; m_after := cardinality(conns);
-  SELECT count(DISTINCT slot_of(a.k, p)) FILTER (WHERE a.by_partitions IS DISTINCT FROM b.by_partitions),
-         avg((a.by_partitions IS DISTINCT FROM b.by_partitions)::int),
-         avg((a.by_modulo IS DISTINCT FROM b.by_modulo)::int),
-         bool_and(a.by_partitions IS NOT NULL)
-    INTO partitions_moved, keys_moved_claim, keys_moved_modulo, converged
-    FROM g_before b JOIN g_after a USING (k);
   bound := ceil(p::numeric / m_before)::int;
   RETURN NEXT;
   FOREACH victim IN ARRAY conns LOOP PERFORM dblink_disconnect(victim); END LOOP;
