@@ -13,7 +13,7 @@
 //! with `IMMUTABLE STRICT PARALLEL SAFE` and no `SET` clause.
 
 use crate::error::check_n;
-use crate::hashing::{crc32, jump_hash, modulo_slot, uuid_crc32};
+use crate::hashing::{crc32, crc32_slot, jump_hash, modulo_slot, uuid_crc32, uuid_text};
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::pgrx_extern_c_guard;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -99,6 +99,16 @@ unsafe fn detoasted_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8] {
     }
 }
 
+/// The 16 bytes of a uuid datum.
+///
+/// # Safety
+/// `datum` must be a uuid datum that outlives the returned reference.
+#[inline(always)]
+unsafe fn uuid_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8; 16] {
+    // SAFETY: uuid is a fixed 16-byte pass-by-reference type.
+    unsafe { &*(datum.cast_mut_ptr::<[u8; 16]>()) }
+}
+
 /// Database encoding, read once per backend (it cannot change while connected).
 static DB_ENCODING: AtomicI32 = AtomicI32::new(-1);
 
@@ -178,7 +188,7 @@ v1_function!(
     |args| {
         let n = arg_n(args);
         let bytes = unsafe { text_utf8(args[0].value) };
-        slot_datum((crc32(&bytes) % n as u32) as i32)
+        slot_datum(crc32_slot(&bytes, n))
     }
 );
 
@@ -188,7 +198,7 @@ v1_function!(
     |args| {
         let n = arg_n(args);
         let bytes = unsafe { varlena_bytes(args[0].value) };
-        slot_datum((crc32(bytes) % n as u32) as i32)
+        slot_datum(crc32_slot(bytes, n))
     }
 );
 
@@ -197,9 +207,8 @@ v1_function!(
     pg_claim_slot_of_uuid,
     |args| {
         let n = arg_n(args);
-        // SAFETY: uuid is a fixed 16-byte pass-by-reference type.
-        let bytes = unsafe { &*(args[0].value.cast_mut_ptr::<[u8; 16]>()) };
-        slot_datum((uuid_crc32(bytes) % n as u32) as i32)
+        let bytes = unsafe { uuid_bytes(args[0].value) };
+        slot_datum(crc32_slot(&uuid_text(bytes), n))
     }
 );
 
@@ -251,8 +260,7 @@ v1_function!(
     pg_claim_jump_slot_uuid,
     |args| {
         let n = arg_n(args);
-        // SAFETY: uuid is a fixed 16-byte pass-by-reference type.
-        let bytes = unsafe { &*(args[0].value.cast_mut_ptr::<[u8; 16]>()) };
+        let bytes = unsafe { uuid_bytes(args[0].value) };
         slot_datum(jump_hash(uuid_crc32(bytes) as u64, n))
     }
 );
