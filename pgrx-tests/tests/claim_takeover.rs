@@ -96,6 +96,21 @@ fn psql(app: &str, args: &[&str]) -> Child {
         .expect("psql must be installed (postgresql-client)")
 }
 
+/// Wait until the slot holder of `name` with `application_name` `app` is
+/// running its pg_sleep.
+fn wait_until_holder_sleeps(probe: &mut Client, name: &str, app: &str) {
+    wait_for("holder inside pg_sleep", Duration::from_secs(10), || {
+        probe
+            .query_one(
+                "SELECT count(*) = 1 FROM slot_holders($1) h JOIN pg_stat_activity a USING (pid)
+                 WHERE h.application_name = $2 AND a.query LIKE '%pg_sleep%' AND a.state = 'active'",
+                &[&name, &app],
+            )
+            .unwrap()
+            .get(0)
+    });
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -160,16 +175,7 @@ fn takeover_after_kill_9_of_client_during_long_query() {
         ],
     );
     let mut probe = connect("ct_busy_probe");
-    wait_for("holder inside pg_sleep", Duration::from_secs(10), || {
-        probe
-            .query_one(
-                "SELECT count(*) = 1 FROM slot_holders($1) h JOIN pg_stat_activity a USING (pid)
-                 WHERE h.application_name = $2 AND a.query LIKE '%pg_sleep%' AND a.state = 'active'",
-                &[&name, &app],
-            )
-            .unwrap()
-            .get(0)
-    });
+    wait_until_holder_sleeps(&mut probe, name, app);
     let (_spid, rx) = start_standby(name, 1);
 
     let t0 = Instant::now();
@@ -194,34 +200,19 @@ fn takeover_after_kill_9_of_client_during_long_query() {
 fn without_connection_check_a_busy_orphan_keeps_its_slot() {
     let name = "ct_nocheck";
     let app = "ct_nocheck_victim";
-    let mut child = Command::new("psql")
-        .arg("-X")
-        .arg("-q")
-        .arg(format!("{} application_name={app}", dsn()))
-        .args([
+    let mut child = psql(
+        app,
+        &[
             "-c",
             "SET pg_claim.client_connection_check_interval = 0",
             "-c",
             "SELECT claim_slot('ct_nocheck', 1)",
             "-c",
             "SELECT pg_sleep(600)",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        ],
+    );
     let mut probe = connect("ct_nocheck_probe");
-    wait_for("holder inside pg_sleep", Duration::from_secs(10), || {
-        probe
-            .query_one(
-                "SELECT count(*) = 1 FROM slot_holders($1) h JOIN pg_stat_activity a USING (pid)
-                 WHERE h.application_name = $2 AND a.query LIKE '%pg_sleep%' AND a.state = 'active'",
-                &[&name, &app],
-            )
-            .unwrap()
-            .get(0)
-    });
+    wait_until_holder_sleeps(&mut probe, name, app);
     let hpid = holder_pid(&mut probe, name, app).unwrap();
     child.kill().unwrap();
     child.wait().unwrap();
