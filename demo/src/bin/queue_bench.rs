@@ -1,11 +1,16 @@
 //! The headline benchmark: one table of work items drained by W workers, each
-//! transaction marking a batch of items done and logging them, with
+//! fetching a batch of items, then marking it done and logging it in one
+//! statement, with
 //!
 //! - `pg_claim`:    each worker `claim_slot('bench', W)`, then its share in key
 //!   order through the expression index `((slot_of(id, W)), id)`;
 //! - `my_items`:    the same, with `my_items(NULL::bench_items, slot, W, after, batch)`;
+//! - `pg_claim_tx`: the `pg_claim` fetch inside the queues' transaction
+//!   (`BEGIN; fetch; mark; COMMIT`), to show what the loop shape is worth;
 //! - `skip_locked`: the standard queue, `WHERE NOT done ORDER BY id LIMIT b
 //!   FOR UPDATE SKIP LOCKED` with a partial index on pending ids;
+//! - `skip_locked_simple`: the same queue in two round trips per batch (not
+//!   run by default);
 //! - `pgq`:         PgQ, one queue per worker with one consumer each (events
 //!   routed to queue `id mod W` by the producer; at W = 1 this is
 //!   PgQ's standard single consumer), batches of b events.
@@ -20,13 +25,23 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-const METHODS: [&str; 4] = ["pg_claim", "my_items", "skip_locked", "pgq"];
+const METHODS: [&str; 6] = [
+    "pg_claim",
+    "my_items",
+    "pg_claim_tx",
+    "skip_locked",
+    "skip_locked_simple",
+    "pgq",
+];
+const DEFAULT_METHODS: &str = "pg_claim,my_items,pg_claim_tx,skip_locked,pgq";
 
 fn label(m: &str) -> &'static str {
     match m {
         "pg_claim" => "pg_claim (claim_slot + slot_of index)",
         "my_items" => "pg_claim (claim_slot + my_items)",
+        "pg_claim_tx" => "pg_claim (in a queue-style transaction)",
         "skip_locked" => "FOR UPDATE SKIP LOCKED queue",
+        "skip_locked_simple" => "FOR UPDATE SKIP LOCKED queue (two round trips)",
         _ => "PgQ (one queue + consumer per worker)",
     }
 }
@@ -35,7 +50,9 @@ fn color(m: &str) -> &'static str {
     match m {
         "pg_claim" => "#1f77b4",
         "my_items" => "#2ca02c",
+        "pg_claim_tx" => "#9467bd",
         "skip_locked" => "#d62728",
+        "skip_locked_simple" => "#8c564b",
         _ => "#ff7f0e",
     }
 }
@@ -81,7 +98,7 @@ fn parse_config() -> Result<Config, String> {
     if o.flag("help") {
         println!(
             "usage: queue_bench [--items N] [--workers 1,2,4,8,16,32] [--batch 50] [--work-us 0] \
-             [--methods pg_claim,my_items,skip_locked,pgq] [--rounds 1] [--out-dir docs] [--dsn DSN]"
+             [--methods pg_claim,my_items,pg_claim_tx,skip_locked,pgq] [--rounds 5] [--out-dir docs] [--dsn DSN]"
         );
         std::process::exit(0);
     }
@@ -99,7 +116,7 @@ fn parse_config() -> Result<Config, String> {
     ])?;
     let methods: Vec<String> = o
         .get_str("methods")
-        .unwrap_or("pg_claim,my_items,skip_locked,pgq")
+        .unwrap_or(DEFAULT_METHODS)
         .split(',')
         .map(|s| s.trim().to_string())
         .collect();
@@ -113,12 +130,12 @@ fn parse_config() -> Result<Config, String> {
     }
     let c = Config {
         dsn: dsn_from_env(o.get_str("dsn")),
-        items: o.get("items", 100_000i64)?,
+        items: o.get("items", 200_000i64)?,
         workers: parse_list(o.get_str("workers").unwrap_or("1,2,4,8,16,32"))?,
         batch: o.get("batch", 50i64)?,
         work_us: o.get("work-us", 0u64)?,
         methods,
-        rounds: o.get("rounds", 1usize)?,
+        rounds: o.get("rounds", 5usize)?,
         fillfactor: o.get("fillfactor", 100u32)?,
         out_dir: o.get_str("out-dir").unwrap_or("target/bench").to_string(),
     };
@@ -216,6 +233,18 @@ fn run() -> Result<bool, String> {
                 a / b
             );
         }
+        if let (Some(a), Some(b)) = (get("pg_claim_tx"), get("skip_locked")) {
+            println!(
+                "ratio: pg_claim in a queue-style transaction / SKIP LOCKED items/s at W={w} = {:.2}x",
+                a / b
+            );
+        }
+        if let (Some(a), Some(b)) = (get("pg_claim"), get("skip_locked_simple")) {
+            println!(
+                "ratio: pg_claim / SKIP LOCKED in two round trips items/s at W={w} = {:.2}x",
+                a / b
+            );
+        }
         if let (Some(a), Some(b)) = (get("pg_claim"), get("pgq")) {
             println!(
                 "ratio: pg_claim / PgQ (queue per worker) items/s at W={w} = {:.2}x",
@@ -238,10 +267,10 @@ fn prepare(
     w: usize,
 ) -> Result<(), postgres::Error> {
     let index = match method {
-        "pg_claim" | "my_items" => {
+        "pg_claim" | "my_items" | "pg_claim_tx" => {
             format!("CREATE INDEX bench_items_slot ON bench_items ((slot_of(id, {w})), id);")
         }
-        "skip_locked" => {
+        "skip_locked" | "skip_locked_simple" => {
             "CREATE INDEX bench_items_pending ON bench_items (id) WHERE NOT done;".into()
         }
         _ => String::new(),
@@ -328,10 +357,14 @@ fn run_one(admin: &mut Client, cfg: &Config, method: &str, w: usize) -> Result<R
     barrier.wait(); // every worker connected and holds its slot
     let start = Instant::now();
     let mut lat = Vec::new();
+    let mut refetched = 0i64;
     let mut errors = Vec::new();
     for h in handles {
         match h.join() {
-            Ok(Ok(l)) => lat.extend(l),
+            Ok(Ok(d)) => {
+                lat.extend(d.lat);
+                refetched += d.refetched;
+            }
             Ok(Err(e)) => errors.push(e),
             Err(_) => errors.push("worker thread panicked".to_string()),
         }
@@ -354,22 +387,21 @@ fn run_one(admin: &mut Client, cfg: &Config, method: &str, w: usize) -> Result<R
         w,
         items_per_s: cfg.items as f64 / seconds,
         lat,
-        duplicates: r.get(0),
+        duplicates: r.get::<_, i64>(0) + refetched,
         missing: r.get(1),
         seconds,
     })
 }
 
-/// One worker: connect, take its identity, wait for the start, then one
-/// transaction per batch until its share (or the queue) is empty. Returns
-/// the batch latencies in ms.
+/// One worker: connect, take its identity, wait for the start, then drain
+/// its share (or the queue) batch by batch (see `drain`).
 fn worker(
     cfg: &Config,
     method: &str,
     w: usize,
     i: usize,
     barrier: &Barrier,
-) -> Result<Vec<f64>, String> {
+) -> Result<Drained, String> {
     let mut c = match connect(&cfg.dsn, &format!("bench-{method}-{i}")) {
         Ok(c) => c,
         Err(e) => {
@@ -381,15 +413,14 @@ fn worker(
     barrier.wait();
     let (slot, stmts) = prepared?;
     let work = Duration::from_micros(cfg.work_us * cfg.batch as u64);
-    drain(&mut c, method, slot, &stmts, work).map_err(|e| describe(&e))
+    drain(&mut c, method, slot, &stmts, work, cfg.batch).map_err(|e| describe(&e))
 }
 
 /// A worker's prepared statements: fetch a batch, mark it done, log it, and
 /// for PgQ open and finish the batch.
 struct Stmts {
     fetch: postgres::Statement,
-    update: postgres::Statement,
-    log: postgres::Statement,
+    mark: postgres::Statement,
     pgq: Option<(postgres::Statement, postgres::Statement)>,
 }
 
@@ -403,7 +434,7 @@ fn prepare_worker(
 ) -> Result<(i32, Stmts), String> {
     let err = |e: postgres::Error| describe(&e);
     let slot: i32 = match method {
-        "pg_claim" | "my_items" => c
+        "pg_claim" | "my_items" | "pg_claim_tx" => c
             .query_one("SELECT claim_slot('bench', $1)", &[&(w as i32)])
             .map_err(err)?
             .get::<_, Option<i32>>(0)
@@ -412,13 +443,13 @@ fn prepare_worker(
         _ => i as i32,
     };
     let fetch = match method {
-        "pg_claim" => format!(
-            "SELECT id FROM bench_items WHERE slot_of(id, {w}) = $1 AND id > $2 ORDER BY id LIMIT {batch}"
+        "pg_claim" | "pg_claim_tx" => format!(
+            "SELECT id FROM bench_items WHERE slot_of(id, {w}) = $1 AND id > $2 AND NOT done ORDER BY id LIMIT {batch}"
         ),
         "my_items" => format!(
             "SELECT id FROM my_items(NULL::bench_items, $1, {w}, after => $2::bigint::text, batch => {batch})"
         ),
-        "skip_locked" => format!(
+        "skip_locked" | "skip_locked_simple" => format!(
             "SELECT id FROM bench_items WHERE NOT done ORDER BY id LIMIT {batch} FOR UPDATE SKIP LOCKED"
         ),
         _ => "SELECT ev_data::bigint FROM pgq.get_batch_events($1)".to_string(),
@@ -436,13 +467,11 @@ fn prepare_worker(
         slot,
         Stmts {
             fetch: c.prepare(&fetch).map_err(err)?,
-            update: c
-                .prepare("UPDATE bench_items SET done = true WHERE id = ANY($1)")
-                .map_err(err)?,
-            log: c
+            mark: c
                 .prepare(
-                    "INSERT INTO bench_log (item_id, slot, worker_pid, processed_at)
-                     SELECT id, $2, pg_backend_pid(), clock_timestamp() FROM unnest($1::bigint[]) AS id",
+                    "WITH d AS (UPDATE bench_items SET done = true WHERE id = ANY($1) AND NOT done RETURNING id)
+                     INSERT INTO bench_log (item_id, slot, worker_pid, processed_at)
+                     SELECT id, $2, pg_backend_pid(), clock_timestamp() FROM d",
                 )
                 .map_err(err)?,
             pgq,
@@ -450,52 +479,126 @@ fn prepare_worker(
     ))
 }
 
+/// What one worker did: batch latencies in ms, and how many fetched items
+/// were already done (fetched for work a second time).
+struct Drained {
+    lat: Vec<f64>,
+    refetched: i64,
+}
+
+/// One worker's loop until its share (or the queue) is empty. Every batch is
+/// fetched, worked on, then marked done and logged by one statement. The
+/// queues fetch, work and mark inside one transaction, since their row locks
+/// (or PgQ batch) are the claim; a pg_claim worker's claim is its slot, so it
+/// fetches outside any transaction and the marking statement is its own
+/// transaction (`pg_claim_tx` runs the pg_claim fetch in the queues' loop
+/// instead).
 fn drain(
     c: &mut Client,
     method: &str,
     slot: i32,
     s: &Stmts,
     work: Duration,
-) -> Result<Vec<f64>, postgres::Error> {
+    batch: i64,
+) -> Result<Drained, postgres::Error> {
+    if method == "skip_locked_simple" {
+        return drain_simple(c, slot, work, batch);
+    }
+    let share = matches!(method, "pg_claim" | "my_items" | "pg_claim_tx");
+    let in_tx = !matches!(method, "pg_claim" | "my_items");
     let mut lat = Vec::new();
+    let mut refetched = 0i64;
     let mut after: i64 = i64::MIN;
     let queue = format!("bench_q{slot}");
     loop {
         let t = Instant::now();
-        let mut tx = c.transaction()?;
-        let mut batch_id: Option<i64> = None;
-        let ids: Vec<i64> = match method {
-            "pg_claim" | "my_items" => tx.query(&s.fetch, &[&slot, &after])?,
-            "skip_locked" => tx.query(&s.fetch, &[])?,
-            _ => {
-                if let Some((next, _)) = &s.pgq {
-                    batch_id = tx.query_one(next, &[&queue])?.get(0);
-                }
-                match batch_id {
-                    Some(b) => tx.query(&s.fetch, &[&b])?,
-                    None => Vec::new(),
-                }
-            }
+        if in_tx {
+            c.batch_execute("BEGIN")?;
         }
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+        let mut batch_id: Option<i64> = None;
+        let rows = if share {
+            c.query(&s.fetch, &[&slot, &after])?
+        } else if let Some((next, _)) = &s.pgq {
+            batch_id = c.query_one(next, &[&queue])?.get(0);
+            match batch_id {
+                Some(b) => c.query(&s.fetch, &[&b])?,
+                None => Vec::new(),
+            }
+        } else {
+            c.query(&s.fetch, &[])?
+        };
+        let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
         if ids.is_empty() && batch_id.is_none() {
-            tx.commit()?;
-            return Ok(lat);
+            if in_tx {
+                c.batch_execute("COMMIT")?;
+            }
+            return Ok(Drained { lat, refetched });
         }
         if !work.is_zero() {
             thread::sleep(work);
         }
         if !ids.is_empty() {
-            tx.execute(&s.update, &[&ids])?;
-            tx.execute(&s.log, &[&ids, &slot])?;
-            after = *ids.iter().max().unwrap_or(&after);
+            // The statement skips items already done, so the log never
+            // holds one twice; an item skipped so was fetched for work a
+            // second time, and is counted as a duplicate.
+            let marked = c.execute(&s.mark, &[&ids, &slot])?;
+            refetched += ids.len() as i64 - marked as i64;
+            after = ids.iter().copied().max().unwrap_or(after);
         }
         if let (Some(b), Some((_, finish))) = (batch_id, &s.pgq) {
-            tx.query_one(finish, &[&b])?;
+            c.query_one(finish, &[&b])?;
         }
-        tx.commit()?;
+        if in_tx {
+            c.batch_execute("COMMIT")?;
+        }
+        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+}
+
+/// The queue in two round trips per batch: `BEGIN` goes with the fetch and
+/// `COMMIT` with the marking statement, in the simple query protocol (which
+/// allows several statements per message but no parameters, so nothing is
+/// prepared and the ids travel as a literal).
+fn drain_simple(
+    c: &mut Client,
+    slot: i32,
+    work: Duration,
+    batch: i64,
+) -> Result<Drained, postgres::Error> {
+    let mut lat = Vec::new();
+    let mut refetched = 0i64;
+    loop {
+        let t = Instant::now();
+        let mut ids: Vec<i64> = Vec::new();
+        let mut marked = 0i64;
+        for m in c.simple_query(&format!(
+            "BEGIN; SELECT id FROM bench_items WHERE NOT done ORDER BY id LIMIT {batch} FOR UPDATE SKIP LOCKED"
+        ))? {
+            if let postgres::SimpleQueryMessage::Row(r) = m {
+                ids.extend(r.get(0).and_then(|v| v.parse::<i64>().ok()));
+            }
+        }
+        if ids.is_empty() {
+            c.batch_execute("COMMIT")?;
+            return Ok(Drained { lat, refetched });
+        }
+        if !work.is_zero() {
+            thread::sleep(work);
+        }
+        let list: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+        for m in c.simple_query(&format!(
+            "WITH d AS (UPDATE bench_items SET done = true
+                         WHERE id = ANY('{{{}}}'::bigint[]) AND NOT done RETURNING id)
+             INSERT INTO bench_log (item_id, slot, worker_pid, processed_at)
+             SELECT id, {slot}, pg_backend_pid(), clock_timestamp() FROM d;
+             COMMIT",
+            list.join(",")
+        ))? {
+            if let postgres::SimpleQueryMessage::CommandComplete(n) = m {
+                marked += n as i64;
+            }
+        }
+        refetched += ids.len() as i64 - marked;
         lat.push(t.elapsed().as_secs_f64() * 1000.0);
     }
 }
@@ -544,8 +647,14 @@ fn command_line(cfg: &Config) -> String {
     if cfg.fillfactor != 100 {
         s = format!("BENCH_QUEUE_FILLFACTOR={} {s}", cfg.fillfactor);
     }
-    if cfg.rounds != 3 {
+    if cfg.rounds != 5 {
         s = format!("BENCH_QUEUE_ROUNDS={} {s}", cfg.rounds);
+    }
+    if cfg.batch != 50 {
+        s = format!("BENCH_QUEUE_BATCH={} {s}", cfg.batch);
+    }
+    if cfg.methods.join(",") != DEFAULT_METHODS {
+        s = format!("BENCH_QUEUE_METHODS={} {s}", cfg.methods.join(","));
     }
     s
 }
@@ -554,7 +663,7 @@ fn markdown(cfg: &Config, table: &[RunResult], cores: usize) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "Items/s and batch (transaction) latency by number of workers W: {} items, {} per transaction, \
+        "Items/s and batch latency (fetch to marked done) by number of workers W: {} items, {} per batch, \
          simulated work {} µs per item, table fillfactor {}, {} round(s) (median run shown), {cores} cores, \
          client and server on the same machine.\n\nProduced by `{}`.\n",
         thousands(cfg.items as u64),
@@ -621,7 +730,7 @@ fn svg(cfg: &Config, table: &[RunResult], cores: usize) -> String {
     let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
     let _ = writeln!(
         s,
-        r#"<text x="{}" y="22" font-size="15" font-weight="bold">Items/s drained vs workers W ({} items, {} per transaction, {cores} cores)</text>"#,
+        r#"<text x="{}" y="22" font-size="15" font-weight="bold">Items/s drained vs workers W ({} items, {} per batch, {cores} cores)</text>"#,
         left,
         thousands(cfg.items as u64),
         cfg.batch
