@@ -80,6 +80,10 @@ struct RunResult {
     duplicates: i64,
     missing: i64,
     seconds: f64,
+    /// The share of the run's updates of the work table that were HOT
+    /// (heap-only: no index entry written), from `pg_stat_user_tables`;
+    /// None when the statistics did not arrive in time.
+    hot: Option<f64>,
 }
 
 fn main() {
@@ -186,7 +190,7 @@ fn run() -> Result<bool, String> {
                 let r =
                     run_one(&mut admin, &cfg, m, w).map_err(|e| format!("{m} at W={w}: {e}"))?;
                 println!(
-                    "  round {} W={w:2} {:12} {:>9} items/s  p50 {:7.2} ms  p95 {:7.2} ms  p99 {:7.2} ms  {:.1} s  duplicates {} missing {}",
+                    "  round {} W={w:2} {:18} {:>9} items/s  p50 {:7.2} ms  p95 {:7.2} ms  p99 {:7.2} ms  {:.1} s  HOT {}  duplicates {} missing {}",
                     round + 1,
                     m,
                     thousands(r.items_per_s as u64),
@@ -194,6 +198,7 @@ fn run() -> Result<bool, String> {
                     percentile(&r.lat, 95.0).unwrap_or(0.0),
                     percentile(&r.lat, 99.0).unwrap_or(0.0),
                     r.seconds,
+                    hot_text(r.hot),
                     r.duplicates,
                     r.missing
                 );
@@ -213,13 +218,22 @@ fn run() -> Result<bool, String> {
     print!("{md}");
     println!();
     println!("table written to {md_path}, plot to {svg_path}");
+    let by_w: Vec<String> = cfg
+        .workers
+        .iter()
+        .filter_map(|&w| {
+            let get = |m| items_per_s(&table, m, w);
+            Some(format!(
+                "{:.2}x at W={w}",
+                get("pg_claim")? / get("skip_locked")?
+            ))
+        })
+        .collect();
+    if !by_w.is_empty() {
+        println!("pg_claim / SKIP LOCKED items/s by W: {}", by_w.join(", "));
+    }
     for w in [8usize, 32] {
-        let get = |m: &str| {
-            table
-                .iter()
-                .find(|r| r.method == m && r.w == w)
-                .map(|r| r.items_per_s)
-        };
+        let get = |m| items_per_s(&table, m, w);
         let target = if w == 8 { 2.0 } else { 4.0 };
         if let (Some(a), Some(b)) = (get("pg_claim"), get("skip_locked")) {
             println!(
@@ -266,6 +280,14 @@ fn run() -> Result<bool, String> {
         println!("FAIL: some run processed an item twice or missed one (see the table)");
     }
     Ok(valid)
+}
+
+/// The summarized items/s of `method` at `w` workers, if it was run.
+fn items_per_s(table: &[RunResult], method: &str, w: usize) -> Option<f64> {
+    table
+        .iter()
+        .find(|r| r.method == method && r.w == w)
+        .map(|r| r.items_per_s)
 }
 
 /// Creates a fresh table (and queue) for one run, so no method inherits
@@ -392,6 +414,8 @@ fn run_one(admin: &mut Client, cfg: &Config, method: &str, w: usize) -> Result<R
         )
         .map_err(|e| format!("checking: {}", describe(&e)))?;
     lat.sort_by(|a, b| a.total_cmp(b));
+    let hot =
+        hot_share(admin, cfg.items).map_err(|e| format!("reading statistics: {}", describe(&e)))?;
     Ok(RunResult {
         method: method.to_string(),
         w,
@@ -400,7 +424,36 @@ fn run_one(admin: &mut Client, cfg: &Config, method: &str, w: usize) -> Result<R
         duplicates: r.get::<_, i64>(0) + refetched,
         missing: r.get(1),
         seconds,
+        hot,
     })
+}
+
+/// The share of HOT updates among the work table's updates in the run just
+/// finished (the table is new, so its counters start at zero). Every item is
+/// updated exactly once, so the counters are complete when they reach
+/// `items`; a backend reports its counts within a second or when it exits,
+/// so this polls for that with a deadline.
+fn hot_share(admin: &mut Client, items: i64) -> Result<Option<f64>, postgres::Error> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = admin.query_one(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+              WHERE relid = 'bench_items'::regclass",
+            &[],
+        )?;
+        let (upd, hot): (i64, i64) = (r.get(0), r.get(1));
+        if upd >= items {
+            return Ok(Some(hot as f64 / upd as f64));
+        }
+        if Instant::now() > deadline {
+            return Ok(None);
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn hot_text(hot: Option<f64>) -> String {
+    hot.map_or_else(|| "n/a".to_string(), |h| format!("{:.0}%", h * 100.0))
 }
 
 /// One worker: connect, take its identity, wait for the start, then drain
@@ -635,6 +688,7 @@ fn summarize(cfg: &Config, results: &[RunResult]) -> Vec<RunResult> {
                 duplicates: runs.iter().map(|r| r.duplicates).sum(),
                 missing: runs.iter().map(|r| r.missing).sum(),
                 seconds: r.seconds,
+                hot: r.hot,
             });
         }
     }
@@ -675,7 +729,8 @@ fn markdown(cfg: &Config, table: &[RunResult], cores: usize) -> String {
         s,
         "Items/s and batch latency (fetch to marked done) by number of workers W: {} items, {} per batch, \
          simulated work {} µs per item, table fillfactor {}, {} round(s) (median run shown), {cores} cores, \
-         client and server on the same machine.\n\nProduced by `{}`.\n",
+         client and server on the same machine. HOT updates: the share of the run's updates of the work table \
+         that wrote no index entry (`pg_stat_user_tables.n_tup_hot_upd / n_tup_upd`).\n\nProduced by `{}`.\n",
         thousands(cfg.items as u64),
         cfg.batch,
         cfg.work_us,
@@ -685,19 +740,20 @@ fn markdown(cfg: &Config, table: &[RunResult], cores: usize) -> String {
     );
     let _ = writeln!(
         s,
-        "| W | method | items/s | p50 ms | p95 ms | p99 ms | duplicates | missing |"
+        "| W | method | items/s | p50 ms | p95 ms | p99 ms | HOT updates | duplicates | missing |"
     );
-    let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|---:|");
     for r in table {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} |",
+            "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
             r.w,
             label(&r.method),
             thousands(r.items_per_s as u64),
             percentile(&r.lat, 50.0).unwrap_or(0.0),
             percentile(&r.lat, 95.0).unwrap_or(0.0),
             percentile(&r.lat, 99.0).unwrap_or(0.0),
+            hot_text(r.hot),
             r.duplicates,
             r.missing
         );
