@@ -300,7 +300,7 @@ fn prepare(
     w: usize,
 ) -> Result<(), postgres::Error> {
     let index = match method {
-        "pg_claim" | "my_items" | "pg_claim_tx" => {
+        m if claims_slot(m) => {
             format!("CREATE INDEX bench_items_slot ON bench_items ((slot_of(id, {w})), id);")
         }
         "skip_locked" | "skip_locked_simple" => {
@@ -488,6 +488,28 @@ struct Stmts {
     pgq: Option<(postgres::Statement, postgres::Statement)>,
 }
 
+/// Whether the method's workers claim a slot and walk its share (the others
+/// take from a queue).
+fn claims_slot(method: &str) -> bool {
+    matches!(method, "pg_claim" | "my_items" | "pg_claim_tx")
+}
+
+/// The queue's fetch, the same in both SKIP LOCKED forms.
+fn queue_fetch_sql(batch: i64) -> String {
+    format!("SELECT id FROM bench_items WHERE NOT done ORDER BY id LIMIT {batch} FOR UPDATE SKIP LOCKED")
+}
+
+/// Every method's marking statement: marks the batch done, skipping items
+/// already done, and logs what it marked. `ids` and `slot` are SQL
+/// expressions (parameters, or literals in the simple protocol).
+fn mark_sql(ids: &str, slot: &str) -> String {
+    format!(
+        "WITH d AS (UPDATE bench_items SET done = true WHERE id = ANY({ids}) AND NOT done RETURNING id)
+         INSERT INTO bench_log (item_id, slot, worker_pid, processed_at)
+         SELECT id, {slot}, pg_backend_pid(), clock_timestamp() FROM d"
+    )
+}
+
 /// Claims the worker's identity and prepares its statements.
 fn prepare_worker(
     c: &mut Client,
@@ -498,7 +520,7 @@ fn prepare_worker(
 ) -> Result<(i32, Stmts), String> {
     let err = |e: postgres::Error| describe(&e);
     let slot: i32 = match method {
-        "pg_claim" | "my_items" | "pg_claim_tx" => c
+        m if claims_slot(m) => c
             .query_one("SELECT claim_slot('bench', $1)", &[&(w as i32)])
             .map_err(err)?
             .get::<_, Option<i32>>(0)
@@ -513,9 +535,7 @@ fn prepare_worker(
         "my_items" => format!(
             "SELECT id FROM my_items(NULL::bench_items, $1, {w}, after => $2::bigint::text, batch => {batch})"
         ),
-        "skip_locked" | "skip_locked_simple" => format!(
-            "SELECT id FROM bench_items WHERE NOT done ORDER BY id LIMIT {batch} FOR UPDATE SKIP LOCKED"
-        ),
+        "skip_locked" | "skip_locked_simple" => queue_fetch_sql(batch),
         _ => "SELECT ev_data::bigint FROM pgq.get_batch_events($1)".to_string(),
     };
     let pgq = if method == "pgq" {
@@ -531,13 +551,7 @@ fn prepare_worker(
         slot,
         Stmts {
             fetch: c.prepare(&fetch).map_err(err)?,
-            mark: c
-                .prepare(
-                    "WITH d AS (UPDATE bench_items SET done = true WHERE id = ANY($1) AND NOT done RETURNING id)
-                     INSERT INTO bench_log (item_id, slot, worker_pid, processed_at)
-                     SELECT id, $2, pg_backend_pid(), clock_timestamp() FROM d",
-                )
-                .map_err(err)?,
+            mark: c.prepare(&mark_sql("$1", "$2")).map_err(err)?,
             pgq,
         },
     ))
@@ -568,7 +582,7 @@ fn drain(
     if method == "skip_locked_simple" {
         return drain_simple(c, slot, work, batch);
     }
-    let share = matches!(method, "pg_claim" | "my_items" | "pg_claim_tx");
+    let share = claims_slot(method);
     let in_tx = !matches!(method, "pg_claim" | "my_items");
     let mut lat = Vec::new();
     let mut refetched = 0i64;
@@ -635,9 +649,7 @@ fn drain_simple(
         let t = Instant::now();
         let mut ids: Vec<i64> = Vec::new();
         let mut marked = 0i64;
-        for m in c.simple_query(&format!(
-            "BEGIN; SELECT id FROM bench_items WHERE NOT done ORDER BY id LIMIT {batch} FOR UPDATE SKIP LOCKED"
-        ))? {
+        for m in c.simple_query(&format!("BEGIN; {}", queue_fetch_sql(batch)))? {
             if let postgres::SimpleQueryMessage::Row(r) = m {
                 ids.extend(r.get(0).and_then(|v| v.parse::<i64>().ok()));
             }
@@ -650,13 +662,10 @@ fn drain_simple(
             thread::sleep(work);
         }
         let list: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+        let ids_literal = format!("'{{{}}}'::bigint[]", list.join(","));
         for m in c.simple_query(&format!(
-            "WITH d AS (UPDATE bench_items SET done = true
-                         WHERE id = ANY('{{{}}}'::bigint[]) AND NOT done RETURNING id)
-             INSERT INTO bench_log (item_id, slot, worker_pid, processed_at)
-             SELECT id, {slot}, pg_backend_pid(), clock_timestamp() FROM d;
-             COMMIT",
-            list.join(",")
+            "{}; COMMIT",
+            mark_sql(&ids_literal, &slot.to_string())
         ))? {
             if let postgres::SimpleQueryMessage::CommandComplete(n) = m {
                 marked += n as i64;
