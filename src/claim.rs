@@ -30,45 +30,15 @@ use crate::locks::{
     held_by_me, lock, locks_of, name_key, try_lock, unlock, CLAIMERS_KEY, CLAIM_MUTEX_KEY,
     EXCLUSIVE, MAX_KEY_INDEX, N_RECORD_BASE, SHARE,
 };
-use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use crate::settings::{self, STANDBY_POLL_MAX};
 use pgrx::prelude::*;
 use pgrx::PgTryBuilder;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::time::{Duration, Instant};
 
 /// The largest `n` accepted by `claim_slot`: the key layout's slot range.
 pub const MAX_N: i32 = MAX_KEY_INDEX;
-
-/// `pg_claim.client_connection_check_interval`, in milliseconds.
-pub static CLIENT_CHECK_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
-/// `pg_claim.standby_poll_max`, in milliseconds.
-pub static STANDBY_POLL_MAX: GucSetting<i32> = GucSetting::<i32>::new(5);
-
-/// Registers pg_claim's configuration parameters (`pg_claim.*`); called from `_PG_init`.
-pub fn init_gucs() {
-    GucRegistry::define_int_guc(
-        c"pg_claim.client_connection_check_interval",
-        c"client_connection_check_interval that claim_slot applies to claiming sessions (0: leave the session's setting alone).",
-        c"A holder whose client dies while its backend runs a query loses its slot within about this time. claim_slot sets the session's client_connection_check_interval to this value when it is 0 (disabled) or larger.",
-        &CLIENT_CHECK_INTERVAL,
-        0,
-        i32::MAX,
-        GucContext::Userset,
-        GucFlags::UNIT_MS,
-    );
-    GucRegistry::define_int_guc(
-        c"pg_claim.standby_poll_max",
-        c"Longest sleep, in milliseconds, between two attempts of a claim_slot(name, n, wait) standby.",
-        c"A waiting standby retries after 1 ms, then sleeps 1 ms longer after each attempt up to this value. Lower means faster takeover and more lock-table reads.",
-        &STANDBY_POLL_MAX,
-        1,
-        1000,
-        GucContext::Userset,
-        GucFlags::UNIT_MS,
-    );
-}
 
 /// What this session holds, per name key.
 #[derive(Debug, Clone)]
@@ -163,6 +133,9 @@ fn establish(name: &str, key1: i32, n: i32) {
         Some((0, 0))
     })
     .catch_others(|cause| {
+        // out of shared memory (53200) on the second lock, cancel: leave
+        // neither the n record nor the claimers lock behind
+        leave(key1, n);
         unlock(key1, CLAIM_MUTEX_KEY, EXCLUSIVE);
         cause.rethrow()
     })
@@ -194,51 +167,6 @@ fn key_in_use(name: &str, key1: i32, key2: i32) -> ! {
         ),
         "Another application uses pg_claim's two-int4 advisory key range; see the key layout in docs/claiming.md.",
     )
-}
-
-// The server's timeout ids (utils/timeout.h, PostgreSQL 15); not in pgrx's bindings.
-const CLIENT_CONNECTION_CHECK_TIMEOUT: i32 = 10;
-
-// Neither function raises an ERROR (they only arm a timer and read a flag).
-unsafe extern "C" {
-    fn enable_timeout_after(id: i32, delay_ms: i32);
-    fn get_timeout_active(id: i32) -> bool;
-}
-
-/// Make this session notice a dead client within the configured interval,
-/// also while it runs a query, and arm the check for the running statement
-/// (PostgreSQL arms it only when a statement starts).
-pub(crate) fn apply_client_check() {
-    let want = CLIENT_CHECK_INTERVAL.get();
-    if want <= 0 {
-        return;
-    }
-    // SAFETY: reading a GUC variable of this backend.
-    let cur = unsafe { pg_sys::client_connection_check_interval };
-    if cur == 0 || cur > want {
-        let value = CString::new(want.to_string()).expect("digits contain no NUL");
-        // SAFETY: valid C strings; a user-settable GUC set at session level.
-        unsafe {
-            pg_sys::SetConfigOption(
-                c"client_connection_check_interval".as_ptr(),
-                value.as_ptr(),
-                pg_sys::GucContext::PGC_USERSET,
-                pg_sys::GucSource::PGC_S_SESSION,
-            );
-        }
-    }
-    // SAFETY: plain reads of backend globals, and the timeout API of the
-    // backend we run in; only regular client backends have a port.
-    unsafe {
-        let interval = pg_sys::client_connection_check_interval;
-        if interval > 0
-            && pg_sys::IsUnderPostmaster
-            && !pg_sys::MyProcPort.is_null()
-            && !get_timeout_active(CLIENT_CONNECTION_CHECK_TIMEOUT)
-        {
-            enable_timeout_after(CLIENT_CONNECTION_CHECK_TIMEOUT, interval);
-        }
-    }
 }
 
 fn require_name(name: Option<&str>) -> &str {
@@ -293,7 +221,9 @@ fn wait_micros(wait: Option<pgrx::datum::Interval>) -> i64 {
 /// The claim itself; `wait_us` None means a single attempt.
 fn claim(name: &str, n: i32, wait_us: Option<i64>) -> Option<i32> {
     let key1 = name_key(name);
-    apply_client_check();
+    // A claiming session notices a dead client while busy, for the rest of
+    // the session.
+    settings::apply_client_check(true);
     if let Some(h) = current_claim(key1) {
         if h.name != name {
             raise(
@@ -318,8 +248,13 @@ fn claim(name: &str, n: i32, wait_us: Option<i64>) -> Option<i32> {
         return Some(h.slot);
     }
 
+    crate::locks::ensure_room(CLAIM_LOCKS, || format!("claim_slot(\"{name}\", {n})"));
     establish(name, key1, n);
-    let deadline = wait_us.map(|us| Instant::now() + Duration::from_micros(us as u64));
+    // A wait too long to add to the clock (centuries) has no deadline: the
+    // standby waits until a slot frees or the statement is cancelled.
+    let deadline =
+        wait_us.and_then(|us| Instant::now().checked_add(Duration::from_micros(us as u64)));
+    let waits = wait_us.is_some();
     // SAFETY: MyProcPid is set for every backend.
     let seed = probe::seed_of(unsafe { pg_sys::MyProcPid });
 
@@ -329,12 +264,19 @@ fn claim(name: &str, n: i32, wait_us: Option<i64>) -> Option<i32> {
             if let Some(slot) = attempt_once(key1, n, seed) {
                 return Some(slot);
             }
-            let deadline = deadline?;
-            let now = Instant::now();
-            if now >= deadline {
+            if !waits {
                 return None;
             }
-            let remaining = (deadline - now).as_micros() as i64;
+            let remaining = match deadline {
+                None => i64::MAX,
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return None;
+                    }
+                    (deadline - now).as_micros().min(i64::MAX as u128) as i64
+                }
+            };
             let ms = probe::next_sleep_ms(attempt, STANDBY_POLL_MAX.get() as u32, remaining);
             attempt = attempt.saturating_add(1);
             sleep_on_latch(ms);
@@ -367,6 +309,9 @@ fn claim(name: &str, n: i32, wait_us: Option<i64>) -> Option<i32> {
         }
     }
 }
+
+/// Locks a claim holds: the slot, the n record, the claimers lock.
+const CLAIM_LOCKS: usize = 3;
 
 /// Slots tried one by one, lowest first, before reading the lock table.
 const LINEAR_PROBES: i32 = 64;
@@ -506,9 +451,12 @@ fn slot_holders(
     };
     // Only integers are formatted into the query.
     let sql = format!(
-        "SELECT h.slot, h.pid, a.application_name::text, a.client_addr, a.backend_start, a.state::text
-         FROM unnest('{{{}}}'::int4[], '{{{}}}'::int4[]) WITH ORDINALITY AS h(slot, pid, o)
-         LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = h.pid
+        "SELECT h.slot, h.pid, a.application_name::pg_catalog.text, a.client_addr, a.backend_start,
+                a.state::pg_catalog.text
+         FROM ROWS FROM (pg_catalog.unnest('{{{}}}'::pg_catalog.int4[]),
+                         pg_catalog.unnest('{{{}}}'::pg_catalog.int4[]))
+              WITH ORDINALITY AS h(slot, pid, o)
+         LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) h.pid
          ORDER BY h.o",
         list(|h| h.0),
         list(|h| h.1)

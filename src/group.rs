@@ -20,10 +20,11 @@ use crate::locks::{
     PARTITION_BASE, SHARE,
 };
 use pgrx::prelude::*;
-use pgrx::Inet;
+use pgrx::{Inet, PgTryBuilder};
 use plan::{plan_step, MAX_PARTITIONS};
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
+use std::panic::AssertUnwindSafe;
 
 /// `key2` of the shared lock recording the partition count `P` a member uses
 /// with `claim_partitions`: `PARTITION_COUNT_BASE + P` (inside the range
@@ -147,10 +148,11 @@ fn rank(pids: BTreeSet<i32>) -> Vec<Member> {
 fn ensure_member(key: i32, name: &str) -> bool {
     // Members notice a dead client while busy, like claiming sessions
     // (pg_claim.client_connection_check_interval).
-    crate::claim::apply_client_check();
+    crate::settings::apply_client_check(true);
     if held_by_me(key, GROUP_MEMBER_KEY, SHARE) {
         return false;
     }
+    crate::locks::ensure_room(1, || format!("joining group \"{name}\""));
     if !try_lock(key, GROUP_MEMBER_KEY, SHARE) {
         raise(
             PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
@@ -319,19 +321,67 @@ fn snapshot(key: i32, partitions: i32) -> GroupSnapshot {
 fn claim_partitions(name: &str, partitions: i32) -> Vec<i32> {
     check_partitions(partitions);
     let key = name_key(name);
+    // What this call took, so that an ERROR half-way (out of shared memory,
+    // 53200; the lock bound, 53400; a cancel) gives it all back.
+    let took_cell = RefCell::new(Took::default());
+    let took = AssertUnwindSafe(&took_cell);
+    let result = PgTryBuilder::new(|| rebalance(name, key, partitions, &took))
+        .catch_others(|cause| {
+            let took = took.borrow();
+            for &p in &took.partitions {
+                if held_by_me(key, PARTITION_BASE + p, EXCLUSIVE) {
+                    unlock(key, PARTITION_BASE + p, EXCLUSIVE);
+                }
+            }
+            if let Some(record) = took.record {
+                if held_by_me(key, record, SHARE) {
+                    unlock(key, record, SHARE);
+                }
+            }
+            if took.membership && held_by_me(key, GROUP_MEMBER_KEY, SHARE) {
+                unlock(key, GROUP_MEMBER_KEY, SHARE);
+            }
+            // what is still held: the partitions held before the call, less the
+            // ones the call released before the ERROR
+            let held: BTreeSet<i32> = (0..MAX_PARTITIONS)
+                .filter(|&p| held_by_me(key, PARTITION_BASE + p, EXCLUSIVE))
+                .collect();
+            HELD.with(|h| h.borrow_mut().insert(key, held));
+            cause.rethrow()
+        })
+        .execute();
+    HELD.with(|h| h.borrow_mut().insert(key, result.iter().copied().collect()));
+    result
+}
+
+/// The locks one `claim_partitions` call took so far.
+#[derive(Default)]
+struct Took {
+    membership: bool,
+    record: Option<i32>,
+    partitions: Vec<i32>,
+}
+
+/// The body of `claim_partitions`; records in `took` every lock it takes.
+fn rebalance(name: &str, key: i32, partitions: i32, took: &RefCell<Took>) -> Vec<i32> {
     let me = my_pid();
     let joined_now = ensure_member(key, name);
+    took.borrow_mut().membership = joined_now;
 
     // Record our P first, then check the others' records: of two members
     // racing with different counts, the later reader sees the other.
     let record = PARTITION_COUNT_BASE + partitions;
     let newly_recorded = !held_by_me(key, record, SHARE);
-    if newly_recorded && !try_lock(key, record, SHARE) {
-        raise(
-            PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
-            format!("cannot record partitions = {partitions} for group \"{name}\""),
-            "another session holds this group's partition-count lock exclusively",
-        );
+    if newly_recorded {
+        crate::locks::ensure_room(1, || format!("claim_partitions(\"{name}\", {partitions})"));
+        if !try_lock(key, record, SHARE) {
+            raise(
+                PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+                format!("cannot record partitions = {partitions} for group \"{name}\""),
+                "Another session holds this group's partition-count lock exclusively.",
+            );
+        }
+        took.borrow_mut().record = Some(record);
     }
     let mut snap = snapshot(key, partitions);
     if let Some(&(pid, other)) = snap
@@ -339,18 +389,12 @@ fn claim_partitions(name: &str, partitions: i32) -> Vec<i32> {
         .iter()
         .find(|&&(pid, p)| pid != me && p != partitions)
     {
-        if newly_recorded {
-            unlock(key, record, SHARE);
-        }
-        if joined_now {
-            unlock(key, GROUP_MEMBER_KEY, SHARE);
-        }
         invalid_parameter(
             format!(
                 "partitions = {partitions} does not match the {other} partitions used by member pid {pid} of group \"{name}\""
             ),
-            "every member of a group must call claim_partitions with the same number of partitions; \
-             to change it, call group_leave in every member first",
+            "Every member of a group must call claim_partitions with the same number of partitions; \
+             to change it, call group_leave in every member first.",
         );
     }
     // Drop our own records of another count, and partitions beyond P.
@@ -384,12 +428,17 @@ fn claim_partitions(name: &str, partitions: i32) -> Vec<i32> {
             }
             held.remove(&p);
         }
+        let wanted = step.target.saturating_sub(held.len());
+        crate::locks::ensure_room(wanted, || {
+            format!("claim_partitions(\"{name}\", {partitions})")
+        });
         let mut missed = false;
         for p in step.claim {
             if held.len() >= step.target {
                 break;
             }
             if try_lock(key, PARTITION_BASE + p, EXCLUSIVE) {
+                took.borrow_mut().partitions.push(p);
                 held.insert(p);
             } else {
                 missed = true;
@@ -399,7 +448,6 @@ fn claim_partitions(name: &str, partitions: i32) -> Vec<i32> {
             break;
         }
     }
-    HELD.with(|h| h.borrow_mut().insert(key, held.clone()));
     held.into_iter().collect()
 }
 

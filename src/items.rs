@@ -81,12 +81,23 @@ fn my_items_query(
     method: default!(Option<&str>, "'auto'"),
     after: default!(Option<&str>, "NULL"),
     batch: default!(Option<i32>, "NULL"),
+    columns: default!(Option<Vec<Option<String>>>, "NULL"),
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> String {
     let reltype = rel.unwrap_or_else(|| null_arg("rel"));
     // SAFETY: this call's fcinfo
     let func = unsafe { catalog::calling_function(fcinfo) };
-    share_query(func, reltype, slot, n, key, method, after.is_some(), batch)
+    share_query(
+        func,
+        reltype,
+        slot,
+        n,
+        key,
+        method,
+        after.is_some(),
+        batch,
+        columns,
+    )
 }
 
 /// Validate my_items' arguments and return the query text for the share
@@ -101,7 +112,21 @@ pub(crate) fn share_query(
     method: Option<&str>,
     after: bool,
     batch: Option<i32>,
+    columns: Option<Vec<Option<String>>>,
 ) -> String {
+    let columns = columns.map(|c| {
+        c.into_iter()
+            .map(|name| {
+                name.unwrap_or_else(|| {
+                    raise(
+                        PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+                        "columns must not contain null".to_string(),
+                        "Name the columns to read, e.g. columns => ARRAY['id', 'email'].",
+                    )
+                })
+            })
+            .collect::<Vec<String>>()
+    });
     let slot = slot.unwrap_or_else(|| null_arg("slot"));
     let n = n.unwrap_or_else(|| null_arg("n"));
     check_slot_n(slot, n);
@@ -116,6 +141,8 @@ pub(crate) fn share_query(
     let method = parse_method(method);
     let cache_key = cache::QueryKey {
         func: func.to_u32(),
+        // SAFETY: set for every backend
+        user: unsafe { pg_sys::GetUserId() }.to_u32(),
         reltype: reltype.to_u32(),
         slot,
         n,
@@ -123,7 +150,9 @@ pub(crate) fn share_query(
         method: method.name(),
         after,
         batch: batch.is_some(),
+        columns: columns.clone(),
     };
+    catalog::lock_row_type(reltype);
     if let Some(sql) = cache::get(&cache_key) {
         return sql;
     }
@@ -132,44 +161,54 @@ pub(crate) fn share_query(
     let key = table.key(key, "my_items");
     let mapping = slot_mapping(method, &key);
 
+    let gt_op = if after {
+        key.greater_than()
+    } else {
+        String::new()
+    };
+    let select_list = table.select_list(&key, columns.as_deref());
+
     // A table hash-partitioned by the key with modulus n: the share is one
-    // partition, read directly.
+    // partition, read directly, when that returns exactly the same rows.
     let partition = if method == Method::PgHash && table.is_partitioned() {
         table.hash_partition_for(&key, n, slot)
     } else {
         None
     };
     let mut deps = vec![table.relid];
-    let columns = table.column_list();
+    let query = |from: &str, filter: Option<String>| {
+        plan::share_sql(&ShareQuery {
+            from,
+            columns: (partition.is_some() || columns.is_some()).then_some(&select_list[..]),
+            key: &key.quoted,
+            key_type: &key.type_name,
+            gt_op: &gt_op,
+            key_not_null: filter.is_none() && !key.not_null,
+            filter,
+            after,
+            batch: batch.is_some(),
+        })
+    };
     let sql = match &partition {
         Some((child_oid, child)) => {
             deps.push(*child_oid);
-            plan::share_sql(&ShareQuery {
-                from: child,
-                columns: Some(&columns),
-                key: &key.quoted,
-                key_type: &key.type_name,
-                filter: None,
-                after,
-                batch: batch.is_some(),
-            })
+            query(child, None)
         }
         None => {
             table.advise_index(&key, &mapping, &ext, n);
-            plan::share_sql(&ShareQuery {
-                from: &table.quoted,
-                columns: None,
-                key: &key.quoted,
-                key_type: &key.type_name,
-                filter: Some(mapping.expr(&ext.quoted, &key.quoted, &n.to_string())),
-                after,
-                batch: batch.is_some(),
-            })
+            query(
+                &table.quoted,
+                Some(mapping.expr(&ext.quoted, &key.quoted, &n.to_string())),
+            )
         }
     };
     cache::put(cache_key, sql.clone(), deps);
     sql
 }
+
+/// The most slots `slot_counts` lists (one row each, empty ones included):
+/// the most `claim_slot` hands out.
+const MAX_COUNTED_SLOTS: i32 = crate::claim::MAX_N;
 
 /// The query `slot_counts` runs (parameter: $1 n).
 #[pg_extern(stable)]
@@ -183,6 +222,14 @@ fn slot_counts_query(
     let relid = rel.unwrap_or_else(|| null_arg("rel"));
     let n = n.unwrap_or_else(|| null_arg("n"));
     check_slot_n(0, n);
+    if n > MAX_COUNTED_SLOTS {
+        invalid_parameter(
+            format!("n must be at most {MAX_COUNTED_SLOTS} for slot_counts, got {n}"),
+            "slot_counts lists every slot 0 .. n-1; for more slots, count the non-empty ones yourself: SELECT slot_of(key, n), count(*) FROM tbl GROUP BY 1.",
+        );
+    }
+    // A long count stops soon after its client goes away.
+    crate::settings::apply_client_check(false);
     let method = parse_method(method);
     let table = catalog::Table::from_regclass(relid);
     let key = table.key(key, "slot_counts");
@@ -197,11 +244,11 @@ extension_sql!(
 CREATE FUNCTION @extschema@.my_items(
     rel anyelement, slot integer, n integer,
     key text DEFAULT NULL, method text DEFAULT 'auto',
-    after text DEFAULT NULL, batch integer DEFAULT NULL)
+    after text DEFAULT NULL, batch integer DEFAULT NULL, columns text[] DEFAULT NULL)
 RETURNS SETOF anyelement
 LANGUAGE c STABLE
 AS 'MODULE_PATHNAME', 'pg_claim_my_items';
-COMMENT ON FUNCTION @extschema@.my_items(anyelement, integer, integer, text, text, text, integer) IS
+COMMENT ON FUNCTION @extschema@.my_items(anyelement, integer, integer, text, text, text, integer, text[]) IS
     'the rows of a table whose key maps to slot of n: SELECT * FROM my_items(NULL::tbl, slot, n)';
 
 CREATE FUNCTION @extschema@.slot_counts(
@@ -225,8 +272,8 @@ AS $body$
     SELECT pg_catalog.count(*)::integer, pg_catalog.sum(c.items)::bigint,
            pg_catalog.min(c.items), pg_catalog.max(c.items),
            pg_catalog.round(pg_catalog.avg(c.items), 2),
-           CASE WHEN pg_catalog.sum(c.items) > 0
-                THEN pg_catalog.round(pg_catalog.max(c.items) / pg_catalog.avg(c.items), 3) END
+           CASE WHEN pg_catalog.sum(c.items) OPERATOR(pg_catalog.>) 0
+                THEN pg_catalog.round(pg_catalog.max(c.items) OPERATOR(pg_catalog./) pg_catalog.avg(c.items), 3) END
     FROM @extschema@.slot_counts(rel, n, key, method) AS c
 $body$;
 COMMENT ON FUNCTION @extschema@.slot_skew(regclass, integer, text, text) IS

@@ -23,8 +23,53 @@
 //! Two names with the same crc32 share their locks (about one pair in 4 billion);
 //! choose distinct names or check `crc32(a) <> crc32(b)` once.
 
+use crate::error::raise;
 use crate::hashing::crc32;
+use crate::settings::MAX_LOCKS_PER_SESSION;
 use pgrx::pg_sys;
+use pgrx::PgSqlErrorCode;
+use std::cell::RefCell;
+use std::collections::HashSet;
+
+thread_local! {
+    /// The session-level advisory locks pg_claim took in this session and
+    /// has not released, for `pg_claim.max_locks_per_session`.
+    static TAKEN: RefCell<HashSet<(i32, i32, pg_sys::LOCKMODE)>> = RefCell::new(HashSet::new());
+}
+
+/// Raise SQLSTATE 53400 unless this session may take `adding` more locks
+/// through pg_claim without going over `pg_claim.max_locks_per_session`.
+/// `what` names the call for the message. Locks released behind pg_claim's
+/// back (`pg_advisory_unlock_all()`) stop counting here.
+pub fn ensure_room(adding: usize, what: impl FnOnce() -> String) {
+    let max = MAX_LOCKS_PER_SESSION.get().max(0) as usize;
+    let held = TAKEN.with(|t| t.borrow().len());
+    if held + adding <= max {
+        return;
+    }
+    let held = TAKEN.with(|t| {
+        let mut t = t.borrow_mut();
+        t.retain(|&(k1, k2, mode)| held_by_me(k1, k2, mode));
+        t.len()
+    });
+    if held + adding > max {
+        raise(
+            PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+            format!(
+                "{} would hold {} advisory locks in this session, more than pg_claim.max_locks_per_session ({max}) allows",
+                what(),
+                held + adding
+            ),
+            "Each held slot, group membership and partition is an entry in the server's shared lock table, \
+             which all sessions share. Release what this session no longer needs, use fewer partitions, \
+             or have a superuser raise pg_claim.max_locks_per_session for this role (ALTER ROLE ... SET).",
+        );
+    }
+}
+
+fn taken(key1: i32, key2: i32, mode: pg_sys::LOCKMODE) {
+    TAKEN.with(|t| t.borrow_mut().insert((key1, key2, mode)));
+}
 
 /// The largest `n` (slots) and `P` (partitions) the key layout allows.
 pub const MAX_KEY_INDEX: i32 = 1 << 20;
@@ -71,7 +116,11 @@ pub fn try_lock(key1: i32, key2: i32, mode: pg_sys::LOCKMODE) -> bool {
     let tag = advisory_tag(key1, key2);
     // SAFETY: a valid tag; session locks survive transaction end.
     let r = unsafe { pg_sys::LockAcquire(&tag, mode, true, true) };
-    r != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
+    let got = r != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL;
+    if got {
+        taken(key1, key2, mode);
+    }
+    got
 }
 
 /// Take a session-level advisory lock, waiting for it like `pg_advisory_lock`
@@ -80,6 +129,7 @@ pub fn lock(key1: i32, key2: i32, mode: pg_sys::LOCKMODE) {
     let tag = advisory_tag(key1, key2);
     // SAFETY: a valid tag; session locks survive transaction end.
     unsafe { pg_sys::LockAcquire(&tag, mode, true, false) };
+    taken(key1, key2, mode);
 }
 
 /// Release one hold of a session-level advisory lock; false when not held.
@@ -87,7 +137,11 @@ pub fn unlock(key1: i32, key2: i32, mode: pg_sys::LOCKMODE) -> bool {
     let tag = advisory_tag(key1, key2);
     // SAFETY: a valid tag. LockRelease only WARNs when the lock is not held;
     // callers check `held_by_me` first.
-    unsafe { pg_sys::LockRelease(&tag, mode, true) }
+    let released = unsafe { pg_sys::LockRelease(&tag, mode, true) };
+    if !held_by_me(key1, key2, mode) {
+        TAKEN.with(|t| t.borrow_mut().remove(&(key1, key2, mode)));
+    }
+    released
 }
 
 /// Whether this session holds the lock in exactly `mode`.

@@ -94,7 +94,7 @@ pub fn conflicting_n(records: &[(i32, i32)], mine: i32) -> Option<(i32, i32)> {
 /// and never past the deadline (`remaining_us`).
 pub fn next_sleep_ms(attempt: u32, max_ms: u32, remaining_us: i64) -> i64 {
     let grow = (attempt as i64 + 1).min(max_ms.max(1) as i64);
-    let remaining_ms = (remaining_us + 999) / 1000;
+    let remaining_ms = remaining_us.saturating_add(999) / 1000;
     grow.min(remaining_ms).max(0)
 }
 
@@ -105,6 +105,14 @@ mod tests {
 
     fn free_naive(n: i32, held: &[i32]) -> Vec<i32> {
         (0..n).filter(|s| !held.contains(s)).collect()
+    }
+
+    #[test]
+    fn sleep_with_no_deadline_does_not_overflow() {
+        assert_eq!(next_sleep_ms(0, 5, i64::MAX), 1);
+        assert_eq!(next_sleep_ms(u32::MAX, 5, i64::MAX), 5);
+        assert_eq!(next_sleep_ms(3, 5, 1), 1);
+        assert_eq!(next_sleep_ms(3, 5, 0), 0);
     }
 
     #[test]

@@ -15,6 +15,9 @@ use std::collections::HashMap;
 pub struct QueryKey {
     /// the calling pg_claim function (a new oid when the extension is re-created)
     pub func: u32,
+    /// the role the query is written for (privileges decide whether a hash
+    /// partition may be read directly)
+    pub user: u32,
     pub reltype: u32,
     pub slot: i32,
     pub n: i32,
@@ -22,6 +25,7 @@ pub struct QueryKey {
     pub method: &'static str,
     pub after: bool,
     pub batch: bool,
+    pub columns: Option<Vec<String>>,
 }
 
 struct Entry {

@@ -25,6 +25,21 @@ fn cstr_to_string(p: *const std::ffi::c_char) -> String {
     }
 }
 
+/// A type exactly as a column declares it, modifier included and
+/// schema-qualified, in a form that reads back as the same type:
+/// `pg_catalog.bpchar(5)`, `pg_catalog."numeric"(10,2)`, `public.my_domain`.
+pub fn format_type_exact(typid: pg_sys::Oid, typmod: i32) -> String {
+    // SAFETY: format_type_extended accepts an existing type and any typmod
+    unsafe {
+        cstr_to_string(pg_sys::format_type_extended(
+            typid,
+            typmod,
+            (pg_sys::FORMAT_TYPE_TYPEMOD_GIVEN | pg_sys::FORMAT_TYPE_FORCE_QUALIFY)
+                as pg_sys::bits16,
+        ))
+    }
+}
+
 /// `quote_identifier`: double-quotes a name only when SQL needs it.
 pub fn quote_ident(name: &str) -> String {
     let c = CString::new(name).unwrap_or_default();
@@ -103,10 +118,68 @@ pub fn extension_schema(func: pg_sys::Oid) -> ExtSchema {
 pub struct Key {
     pub attnum: i16,
     pub quoted: String,
-    /// the column's type, schema-qualified where needed (for `$3::type`)
+    /// the column's type with its modifier, schema-qualified (for `$3::type`):
+    /// `pg_catalog.bpchar(5)`, never `character`, which reads back as `char(1)`
     pub type_name: String,
+    /// the column's base type (a domain's underlying type)
     pub type_oid: pg_sys::Oid,
+    /// the column's declared type (the domain itself, for a domain key)
+    pub decl_type: pg_sys::Oid,
+    /// the column's collation
+    pub collation: pg_sys::Oid,
+    /// whether the column is declared NOT NULL
+    pub not_null: bool,
     pub kind: KeyKind,
+}
+
+impl Key {
+    /// The key type's `>` from its default btree operator class, written
+    /// `OPERATOR(schema.>)` so that no operator earlier in the caller's
+    /// `search_path` can stand in for it; an ERROR when the type has no
+    /// default ordering (then the share cannot be paged).
+    pub fn greater_than(&self) -> String {
+        // SAFETY: catalog look-ups on an existing type
+        unsafe {
+            let opclass = pg_sys::GetDefaultOpClass(self.decl_type, pg_sys::BTREE_AM_OID);
+            let op = if opclass == pg_sys::InvalidOid {
+                pg_sys::InvalidOid
+            } else {
+                let family = pg_sys::get_opclass_family(opclass);
+                let input = pg_sys::get_opclass_input_type(opclass);
+                pg_sys::get_opfamily_member(
+                    family,
+                    input,
+                    input,
+                    pg_sys::BTGreaterStrategyNumber as i16,
+                )
+            };
+            if op == pg_sys::InvalidOid {
+                raise(
+                    PgSqlErrorCode::ERRCODE_UNDEFINED_FUNCTION,
+                    format!(
+                        "key column {} of type {} has no default btree ordering, so after cannot page it",
+                        self.quoted, self.type_name
+                    ),
+                    "Page on a key of an orderable type: key => 'column_name'.",
+                );
+            }
+            format!("OPERATOR({})", qualified_operator(op))
+        }
+    }
+}
+
+/// `schema.name` of an operator, the schema quoted where needed.
+fn qualified_operator(op: pg_sys::Oid) -> String {
+    Spi::get_one_with_args::<String>(
+        "SELECT pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) '.' OPERATOR(pg_catalog.||) o.oprname
+         FROM pg_catalog.pg_operator o
+         JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) o.oprnamespace
+         WHERE o.oid OPERATOR(pg_catalog.=) $1",
+        &[op.into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or_else(|| internal("read the key type's operator", op.to_u32()))
 }
 
 /// A table (or partitioned table, materialized view, foreign table), opened
@@ -129,16 +202,138 @@ fn relkind_word(kind: u8) -> &'static str {
     }
 }
 
+/// Why the share query reads a column, for the hint when it may not.
+#[derive(Clone, Copy)]
+enum ColumnUse {
+    Key,
+    Listed,
+    All,
+}
+
+/// One column of a table, as the share query reads it.
+#[derive(Clone)]
+struct Column {
+    attnum: i16,
+    name: String,
+    type_oid: pg_sys::Oid,
+    typmod: i32,
+    collation: pg_sys::Oid,
+    not_null: bool,
+}
+
+/// The role whose privileges a query runs with now.
+fn current_user() -> pg_sys::Oid {
+    // SAFETY: set for every backend
+    unsafe { pg_sys::GetUserId() }
+}
+
+fn permission_denied(message: String, hint: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+        message,
+        hint,
+    )
+}
+
+/// Whether the current user has `SELECT` on the whole relation.
+fn can_select_table(relid: pg_sys::Oid) -> bool {
+    // SAFETY: an ACL check on an existing relation
+    unsafe {
+        pg_sys::pg_class_aclcheck(relid, current_user(), pg_sys::ACL_SELECT as pg_sys::AclMode)
+            == pg_sys::AclResult::ACLCHECK_OK
+    }
+}
+
+/// Whether the current user has `SELECT` on column `attnum` (through the
+/// table or the column).
+fn can_select_column(relid: pg_sys::Oid, attnum: i16) -> bool {
+    // SAFETY: an ACL check on an existing relation
+    unsafe {
+        pg_sys::pg_attribute_aclcheck(
+            relid,
+            attnum,
+            current_user(),
+            pg_sys::ACL_SELECT as pg_sys::AclMode,
+        ) == pg_sys::AclResult::ACLCHECK_OK
+    }
+}
+
+fn undefined_table(relid: pg_sys::Oid, concurrently: bool) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
+        if concurrently {
+            format!(
+                "relation with oid {} was dropped by another session",
+                relid.to_u32()
+            )
+        } else {
+            format!("relation with oid {} does not exist", relid.to_u32())
+        },
+        "Pass an existing table; if another session drops and re-creates it, call again.",
+    )
+}
+
+/// Lock a relation for reading as PostgreSQL's own commands do: check that
+/// the caller may read it (SELECT on the table or on at least one column;
+/// the columns the query reads are checked once they are known) before
+/// taking any lock, then take AccessShareLock, held to the end of the
+/// transaction, and check that the relation was not dropped meanwhile (taking
+/// the lock processes the invalidations of a concurrent DROP).
+fn lock_readable(relid: pg_sys::Oid, quoted: impl Fn() -> String, fn_name: &str) {
+    // SAFETY: an ACL check on a relation that existed a moment ago; if it
+    // was dropped since, PostgreSQL reports 42P01
+    let any_column = || unsafe {
+        pg_sys::pg_attribute_aclcheck_all(
+            relid,
+            current_user(),
+            pg_sys::ACL_SELECT as pg_sys::AclMode,
+            pg_sys::AclMaskHow::ACLMASK_ANY,
+        ) == pg_sys::AclResult::ACLCHECK_OK
+    };
+    if !can_select_table(relid) && !any_column() {
+        permission_denied(
+            format!("permission denied for table {}", quoted()),
+            &format!("{fn_name} reads the table with the caller's privileges; GRANT SELECT on it to this role."),
+        );
+    }
+    // SAFETY: lock manager calls on a relation oid; the syscache look-up
+    // after the lock sees every committed DROP
+    unsafe {
+        pg_sys::LockRelationOid(relid, pg_sys::AccessShareLock as _);
+        if pg_sys::get_rel_relkind(relid) == 0 {
+            pg_sys::UnlockRelationOid(relid, pg_sys::AccessShareLock as _);
+            undefined_table(relid, true);
+        }
+    }
+}
+
+/// Before the cached query of a row type is used: lock the type's table for
+/// reading (as the first call did), so that a table dropped meanwhile gives
+/// 42P01 instead of a plan or a row type that no longer exists.
+pub fn lock_row_type(typid: pg_sys::Oid) {
+    // SAFETY: syscache look-ups; InvalidOid for a type that does not exist
+    let relid = unsafe { pg_sys::get_typ_typrelid(typid) };
+    if relid == pg_sys::InvalidOid {
+        return; // from_row_type reports it
+    }
+    lock_readable(relid, || qualified_rel_name(relid), "my_items");
+    // the type itself may have gone with the table
+    // SAFETY: syscache look-up after the invalidations were processed
+    if unsafe { pg_sys::get_typ_typrelid(typid) } != relid {
+        undefined_table(relid, true);
+    }
+}
+
 impl Table {
+    /// Open a relation as PostgreSQL's own commands do: check that it exists
+    /// and that the caller may read it before taking any lock, then lock it
+    /// (AccessShareLock, held to the end of the transaction) and check again
+    /// that it was not dropped meanwhile.
     fn open(relid: pg_sys::Oid, allowed: &[u8], fn_name: &str) -> Table {
         // SAFETY: syscache look-up
         let relkind = unsafe { pg_sys::get_rel_relkind(relid) } as u8;
         if relkind == 0 {
-            raise(
-                PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
-                format!("relation with oid {} does not exist", relid.to_u32()),
-                "pass an existing table",
-            );
+            undefined_table(relid, false);
         }
         let quoted = qualified_rel_name(relid);
         if !allowed.contains(&relkind) {
@@ -150,8 +345,10 @@ impl Table {
                 ),
             );
         }
-        // SAFETY: relid exists; the lock is held to the end of the transaction
-        let rel = unsafe { PgRelation::with_lock(relid, pg_sys::AccessShareLock as _) };
+        lock_readable(relid, || quoted.clone(), fn_name);
+        // SAFETY: locked above and still there; the relcache entry is closed
+        // (the lock kept) on drop
+        let rel = unsafe { PgRelation::from_pg_owned(pg_sys::RelationIdGetRelation(relid)) };
         Table {
             rel,
             relid,
@@ -162,14 +359,22 @@ impl Table {
 
     /// The table whose row type is `typid` (my_items' `NULL::tbl` argument).
     pub fn from_row_type(typid: pg_sys::Oid) -> Table {
-        // SAFETY: syscache look-up
-        let relid = unsafe { pg_sys::get_typ_typrelid(typid) };
+        // SAFETY: syscache look-ups; both return 0 for a type that does not exist
+        let (typtype, relid) =
+            unsafe { (pg_sys::get_typtype(typid), pg_sys::get_typ_typrelid(typid)) };
+        if typtype == 0 {
+            raise(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+                format!("type with oid {} does not exist", typid.to_u32()),
+                "Pass the table's row type: my_items_query('my_table'::regtype, slot, n), or SELECT * FROM my_items(NULL::my_table, slot, n).",
+            );
+        }
         if relid == pg_sys::InvalidOid {
-            // SAFETY: format_type_be handles any oid
+            // SAFETY: the type exists
             let tname = unsafe { cstr_to_string(pg_sys::format_type_be(typid)) };
             wrong_object(
                 format!("my_items needs a table's row type, got type {tname}"),
-                "pass a typed NULL of the table: SELECT * FROM my_items(NULL::my_table, slot, n)",
+                "Pass a typed NULL of the table: SELECT * FROM my_items(NULL::my_table, slot, n).",
             );
         }
         Table::open(relid, b"rpmf", "my_items")
@@ -185,47 +390,120 @@ impl Table {
         self.relkind == b'p'
     }
 
-    fn columns(&self) -> Vec<(i16, String, pg_sys::Oid)> {
+    fn columns(&self) -> Vec<Column> {
         self.rel
             .tuple_desc()
             .iter()
             .filter(|a| !a.is_dropped())
-            .map(|a| (a.attnum, a.name().to_string(), a.atttypid))
+            .map(|a| Column {
+                attnum: a.attnum,
+                name: a.name().to_string(),
+                type_oid: a.atttypid,
+                typmod: a.atttypmod,
+                collation: a.attcollation,
+                not_null: a.attnotnull,
+            })
             .collect()
     }
 
-    /// The table's columns in order, quoted, for reading a partition as the
-    /// parent's row type.
-    pub fn column_list(&self) -> Vec<String> {
-        self.columns().iter().map(|c| quote_ident(&c.1)).collect()
+    /// The select list that reads the table as its own row type: every
+    /// column, or with `only` (my_items' `columns`) the named ones and the
+    /// key, the others as typed NULLs, so a role with SELECT on some columns
+    /// can still walk its share. An ERROR names a column that does not exist
+    /// or that the caller may not read.
+    pub fn select_list(&self, key: &Key, only: Option<&[String]>) -> Vec<String> {
+        let cols = self.columns();
+        if let Some(only) = only {
+            for name in only {
+                if !cols.iter().any(|c| &c.name == name) {
+                    self.no_such_column(name, "columns");
+                }
+            }
+        }
+        let wanted = |c: &Column| {
+            only.is_none_or(|o| c.attnum == key.attnum || o.iter().any(|n| n == &c.name))
+        };
+        let mut out = Vec::with_capacity(cols.len());
+        for c in &cols {
+            let q = quote_ident(&c.name);
+            if wanted(c) {
+                self.check_column(
+                    c,
+                    if only.is_some() {
+                        ColumnUse::Listed
+                    } else {
+                        ColumnUse::All
+                    },
+                );
+                out.push(q);
+            } else {
+                out.push(format!(
+                    "NULL::{} AS {q}",
+                    format_type_exact(c.type_oid, c.typmod)
+                ));
+            }
+        }
+        out
+    }
+
+    /// An ERROR unless the caller may read column `c` (through the table's
+    /// or the column's privileges), as the query would raise when run.
+    fn check_column(&self, c: &Column, why: ColumnUse) {
+        if can_select_table(self.relid) || can_select_column(self.relid, c.attnum) {
+            return;
+        }
+        let q = quote_ident(&c.name);
+        let t = &self.quoted;
+        permission_denied(
+            format!("permission denied for column {q} of table {t}"),
+            &match why {
+                ColumnUse::Key => format!(
+                    "The share is selected by its key: GRANT SELECT ({q}) ON {t} to this role."
+                ),
+                ColumnUse::Listed => {
+                    format!("Leave {q} out of columns, or GRANT SELECT ({q}) ON {t} to this role.")
+                }
+                ColumnUse::All => "This role may read only some columns: name them, \
+                    my_items(..., columns => ARRAY['id', 'email']); the others come back NULL."
+                    .to_string(),
+            },
+        );
+    }
+
+    fn no_such_column(&self, name: &str, arg: &str) -> ! {
+        let names: Vec<String> = self
+            .columns()
+            .iter()
+            .map(|c| quote_ident(&c.name))
+            .collect();
+        raise(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,
+            format!("column \"{name}\" of {} does not exist", self.quoted),
+            &format!(
+                "{arg} takes column names as stored (case-sensitive, without quotes); {} has: {}",
+                self.quoted,
+                names.join(", ")
+            ),
+        )
     }
 
     /// The key column: `name` if given, else the single-column primary key.
+    /// An ERROR when the caller may not read it.
     pub fn key(&self, name: Option<&str>, fn_name: &str) -> Key {
         let cols = self.columns();
-        let (attnum, colname, typid) = match name {
+        let col = match name {
             Some(name) => cols
                 .iter()
-                .find(|c| c.1 == name)
+                .find(|c| c.name == name)
                 .cloned()
-                .unwrap_or_else(|| {
-                    let names: Vec<String> = cols.iter().map(|c| quote_ident(&c.1)).collect();
-                    raise(
-                        PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,
-                        format!("column \"{name}\" of {} does not exist", self.quoted),
-                        &format!(
-                            "key is a column name as stored (case-sensitive, without quotes); {} has: {}",
-                            self.quoted,
-                            names.join(", ")
-                        ),
-                    )
-                }),
+                .unwrap_or_else(|| self.no_such_column(name, "key")),
             None => {
                 let pk = self.primary_key();
-                let mut hint = format!("name the key column: {fn_name}(..., key => 'column_name')");
+                let mut hint = format!("Name the key column: {fn_name}(..., key => 'column_name')");
                 if fn_name == "my_items" {
                     hint.push_str("; paging with after needs it unique and not null");
                 }
+                hint.push('.');
                 match pk.as_deref() {
                     None => raise(
                         PgSqlErrorCode::ERRCODE_INVALID_COLUMN_REFERENCE,
@@ -234,14 +512,14 @@ impl Table {
                     ),
                     Some([one]) => cols
                         .iter()
-                        .find(|c| c.0 == *one)
+                        .find(|c| c.attnum == *one)
                         .cloned()
                         .unwrap_or_else(|| internal("find the primary key column", one)),
                     Some(many) => {
                         let names: Vec<String> = many
                             .iter()
-                            .filter_map(|a| cols.iter().find(|c| c.0 == *a))
-                            .map(|c| quote_ident(&c.1))
+                            .filter_map(|a| cols.iter().find(|c| c.attnum == *a))
+                            .map(|c| quote_ident(&c.name))
                             .collect();
                         raise(
                             PgSqlErrorCode::ERRCODE_INVALID_COLUMN_REFERENCE,
@@ -257,13 +535,9 @@ impl Table {
                 }
             }
         };
-        // SAFETY: syscache look-ups on an existing type
-        let (base, type_name) = unsafe {
-            (
-                pg_sys::getBaseType(typid),
-                cstr_to_string(pg_sys::format_type_be_qualified(typid)),
-            )
-        };
+        self.check_column(&col, ColumnUse::Key);
+        // SAFETY: syscache look-up on an existing type
+        let base = unsafe { pg_sys::getBaseType(col.type_oid) };
         let kind = match base {
             pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID => KeyKind::Int,
             pg_sys::TEXTOID | pg_sys::VARCHAROID | pg_sys::BPCHAROID => KeyKind::Text,
@@ -272,10 +546,13 @@ impl Table {
             _ => KeyKind::Other,
         };
         Key {
-            attnum,
-            quoted: quote_ident(&colname),
-            type_name,
+            attnum: col.attnum,
+            quoted: quote_ident(&col.name),
+            type_name: format_type_exact(col.type_oid, col.typmod),
             type_oid: base,
+            decl_type: col.type_oid,
+            collation: col.collation,
+            not_null: col.not_null,
             kind,
         }
     }
@@ -291,7 +568,7 @@ impl Table {
             if pk == pg_sys::InvalidOid {
                 return None;
             }
-            let idx = PgRelation::with_lock(pk, pg_sys::AccessShareLock as _);
+            let idx = open_index(pk)?;
             let form = idx.rd_index;
             if form.is_null() {
                 return None;
@@ -301,40 +578,83 @@ impl Table {
         }
     }
 
-    /// The partition that holds `slot` when this table is hash-partitioned
-    /// by exactly the key with modulus `n` in every partition; its
-    /// qualified name.
+    /// The partition that holds `slot`, when reading it directly returns
+    /// exactly the rows of the caller's own
+    /// `SELECT ... FROM parent WHERE pg_hash_slot(key, n) = slot`
+    /// (the caller leaves out rows whose key is NULL); its qualified name.
+    /// That needs all of:
+    /// - the table hash-partitioned by exactly the key, with modulus `n` in
+    ///   every partition;
+    /// - the partition key hashed as `pg_hash_slot` hashes it: the key type's
+    ///   default hash operator class and the column's collation;
+    /// - no row-level security on the table or the partition (a query on the
+    ///   table applies the table's policies, one on the partition the
+    ///   partition's), and `SELECT` on both for the caller (a query on the
+    ///   table checks the table's privileges only).
+    ///
+    /// Otherwise None, and the share is read through the table with the
+    /// slot filter.
     pub fn hash_partition_for(
         &self,
         key: &Key,
         n: i32,
         slot: i32,
     ) -> Option<(pg_sys::Oid, String)> {
-        let rows: Vec<(pg_sys::Oid, Option<(i32, i32)>)> = Spi::connect(|client| {
+        // SAFETY: the relation is open
+        let parent_rls = unsafe { (*self.rel.rd_rel).relrowsecurity };
+        if parent_rls || !can_select_table(self.relid) {
+            return None;
+        }
+        // SAFETY: catalog look-up on an existing type
+        let opclass = unsafe { pg_sys::GetDefaultOpClass(key.decl_type, pg_sys::HASH_AM_OID) };
+        if opclass == pg_sys::InvalidOid {
+            return None;
+        }
+        let rows: Vec<PartitionRow> = Spi::connect(|client| {
             let table = client.select(
-                "SELECT c.oid, pg_catalog.pg_get_expr(c.relpartbound, c.oid)
+                "SELECT c.oid, pg_catalog.pg_get_expr(c.relpartbound, c.oid), c.relrowsecurity
                  FROM pg_catalog.pg_partitioned_table pt
-                 JOIN pg_catalog.pg_inherits i ON i.inhparent = pt.partrelid AND NOT i.inhdetachpending
-                 JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
-                 WHERE pt.partrelid = $1 AND pt.partstrat = 'h' AND pt.partnatts = 1
-                   AND pt.partattrs[0] = $2",
+                 JOIN pg_catalog.pg_inherits i
+                   ON i.inhparent OPERATOR(pg_catalog.=) pt.partrelid AND NOT i.inhdetachpending
+                 JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
+                 WHERE pt.partrelid OPERATOR(pg_catalog.=) $1
+                   AND pt.partstrat OPERATOR(pg_catalog.=) 'h'
+                   AND pt.partnatts OPERATOR(pg_catalog.=) 1
+                   AND pt.partattrs[0] OPERATOR(pg_catalog.=) $2
+                   AND pt.partclass[0] OPERATOR(pg_catalog.=) $3
+                   AND pt.partcollation[0] OPERATOR(pg_catalog.=) $4::pg_catalog.oid",
                 None,
-                &[self.relid.into(), key.attnum.into()],
+                &[
+                    self.relid.into(),
+                    key.attnum.into(),
+                    opclass.into(),
+                    // as int8: pgrx passes the invalid oid 0 (no collation) as NULL
+                    i64::from(key.collation.to_u32()).into(),
+                ],
             )?;
             let mut out = Vec::new();
             for row in table {
                 let oid: Option<pg_sys::Oid> = row.get(1)?;
                 let bound: Option<String> = row.get(2)?;
+                let rls: Option<bool> = row.get(3)?;
                 if let Some(oid) = oid {
-                    out.push((oid, bound.as_deref().and_then(plan::parse_hash_bound)));
+                    out.push((
+                        oid,
+                        bound.as_deref().and_then(plan::parse_hash_bound),
+                        rls.unwrap_or(true),
+                    ));
                 }
             }
             Ok::<_, pgrx::spi::Error>(out)
         })
         .unwrap_or_else(|e| internal("read the partitions", e));
         let bounds: Vec<Option<(i32, i32)>> = rows.iter().map(|r| r.1).collect();
-        plan::partition_for_slot(&bounds, n, slot)
-            .map(|i| (rows[i].0, qualified_rel_name(rows[i].0)))
+        let i = plan::partition_for_slot(&bounds, n, slot)?;
+        let (child, _, child_rls) = rows[i];
+        if child_rls || !can_select_table(child) {
+            return None;
+        }
+        Some((child, qualified_rel_name(child)))
     }
 
     fn large(&self) -> Option<f64> {
@@ -402,7 +722,9 @@ impl Table {
             let list =
                 PgList::<pg_sys::Oid>::from_pg(pg_sys::RelationGetIndexList(self.rel.as_ptr()));
             for idxoid in list.iter_oid() {
-                let idx = PgRelation::with_lock(idxoid, pg_sys::AccessShareLock as _);
+                let Some(idx) = open_index(idxoid) else {
+                    continue;
+                };
                 let form = idx.rd_index;
                 if form.is_null() || !(*form).indisvalid || (*form).indnkeyatts < 1 {
                     continue;
@@ -425,6 +747,21 @@ impl Table {
             }
         }
         false
+    }
+}
+
+/// A hash partition: its oid, its (modulus, remainder), whether it has
+/// row-level security enabled.
+type PartitionRow = (pg_sys::Oid, Option<(i32, i32)>, bool);
+
+/// An index of a table this session has open, locked like the table, or
+/// None when `DROP INDEX CONCURRENTLY` removed it meanwhile.
+fn open_index(oid: pg_sys::Oid) -> Option<PgRelation> {
+    // SAFETY: try_relation_open locks, then returns NULL when the index is
+    // gone; the relcache entry is closed (not unlocked) on drop
+    unsafe {
+        let r = pg_sys::try_relation_open(oid, pg_sys::AccessShareLock as _);
+        (!r.is_null()).then(|| PgRelation::from_pg_owned(r))
     }
 }
 

@@ -79,7 +79,7 @@ impl Mapping {
     pub fn expr(&self, schema: &str, key: &str, n: &str) -> String {
         match self.arg {
             ArgForm::Key => format!("{schema}.{}({key}, {n})", self.func),
-            ArgForm::KeyAsText => format!("{schema}.{}(({key})::text, {n})", self.func),
+            ArgForm::KeyAsText => format!("{schema}.{}(({key})::pg_catalog.text, {n})", self.func),
         }
     }
 }
@@ -117,10 +117,20 @@ pub struct ShareQuery<'a> {
     pub columns: Option<&'a [String]>,
     /// the key column
     pub key: &'a str,
-    /// the key column's type, schema-qualified, for the `after` cast
+    /// the key column's type with its modifier, schema-qualified, for the
+    /// `after` cast (`pg_catalog.bpchar(5)`: a type name printed without its
+    /// modifier can read back as another type, `character` as `char(1)`)
     pub key_type: &'a str,
-    /// the slot filter `<expr>($2) = $1`; None when `from` is the share's own partition
+    /// the key type's greater-than operator from its default btree operator
+    /// class, as `OPERATOR(schema.>)`, so `search_path` cannot capture it
+    pub gt_op: &'a str,
+    /// the slot filter `<expr> OPERATOR(pg_catalog.=) $1` (n written in as a
+    /// literal); None when `from` is the share's own partition
     pub filter: Option<String>,
+    /// reading the share's own partition by a nullable key: leave out rows
+    /// whose key is NULL, which belong to no slot (PostgreSQL routes them to
+    /// one partition)
+    pub key_not_null: bool,
     pub after: bool,
     pub batch: bool,
 }
@@ -137,8 +147,11 @@ pub fn share_sql(q: &ShareQuery) -> String {
     if let Some(f) = &q.filter {
         conds.push(format!("{f} OPERATOR(pg_catalog.=) $1"));
     }
+    if q.key_not_null {
+        conds.push(format!("{} IS NOT NULL", q.key));
+    }
     if q.after {
-        conds.push(format!("{} > $3::{}", q.key, q.key_type));
+        conds.push(format!("{} {} $3::{}", q.key, q.gt_op, q.key_type));
     }
     if !conds.is_empty() {
         sql.push_str(" WHERE ");
@@ -154,13 +167,14 @@ pub fn share_sql(q: &ShareQuery) -> String {
 }
 
 /// The query behind `slot_counts`: rows per slot 0..n-1, zero for empty
-/// slots; rows whose key is NULL belong to no slot. Parameter: $1 n.
+/// slots; rows whose key is NULL belong to no slot. Parameter: $1 n. Every
+/// operator, function and type is schema-qualified.
 pub fn counts_sql(rel: &str, slot_expr: &str) -> String {
     format!(
-        "SELECT g.slot, COALESCE(c.items, 0)::bigint AS items \
-         FROM pg_catalog.generate_series(0, $1 - 1) AS g(slot) \
+        "SELECT g.slot, COALESCE(c.items, 0::pg_catalog.int8) AS items \
+         FROM pg_catalog.generate_series(0, $1 OPERATOR(pg_catalog.-) 1) AS g(slot) \
          LEFT JOIN (SELECT {slot_expr} AS slot, pg_catalog.count(*) AS items \
-                    FROM {rel} GROUP BY 1) AS c ON c.slot = g.slot \
+                    FROM {rel} GROUP BY 1) AS c ON c.slot OPERATOR(pg_catalog.=) g.slot \
          ORDER BY g.slot"
     )
 }
@@ -232,7 +246,7 @@ mod tests {
         assert_eq!(m(Method::Auto, KeyKind::Bytea).unwrap(), "s.slot_of(k, $2)");
         assert_eq!(
             m(Method::Crc32, KeyKind::Int).unwrap(),
-            "s.slot_of((k)::text, $2)"
+            "s.slot_of((k)::pg_catalog.text, $2)"
         );
         assert_eq!(m(Method::Crc32, KeyKind::Text).unwrap(), "s.slot_of(k, $2)");
         assert_eq!(m(Method::Jump, KeyKind::Int).unwrap(), "s.jump_slot(k, $2)");
@@ -255,8 +269,10 @@ mod tests {
             from: "public.items",
             columns: None,
             key: "id",
-            key_type: "bigint",
+            key_type: "pg_catalog.int8",
+            gt_op: "OPERATOR(pg_catalog.>)",
             filter: Some("s.slot_of(id, $2)".into()),
+            key_not_null: false,
             after: false,
             batch: false,
         };
@@ -272,21 +288,23 @@ mod tests {
         assert_eq!(
             share_sql(&paged),
             "SELECT * FROM public.items WHERE s.slot_of(id, $2) OPERATOR(pg_catalog.=) $1 \
-             AND id > $3::bigint ORDER BY id LIMIT $4"
+             AND id OPERATOR(pg_catalog.>) $3::pg_catalog.int8 ORDER BY id LIMIT $4"
         );
         let cols = vec!["id".to_string(), "\"a b\"".to_string()];
         let part = ShareQuery {
             from: "public.items_p3",
             columns: Some(&cols),
             key: "id",
-            key_type: "bigint",
+            key_type: "pg_catalog.int8",
+            gt_op: "OPERATOR(pg_catalog.>)",
             filter: None,
+            key_not_null: true,
             after: false,
             batch: true,
         };
         assert_eq!(
             share_sql(&part),
-            "SELECT id, \"a b\" FROM public.items_p3 ORDER BY id LIMIT $4"
+            "SELECT id, \"a b\" FROM public.items_p3 WHERE id IS NOT NULL ORDER BY id LIMIT $4"
         );
     }
 

@@ -110,8 +110,19 @@ pub unsafe extern "C-unwind" fn pg_claim_my_items(
         let method: Option<&str> = pg_getarg(fcinfo, 4);
         let after: Option<&str> = pg_getarg(fcinfo, 5);
         let batch: Option<i32> = pg_getarg(fcinfo, 6);
+        let columns: Option<Vec<Option<String>>> = pg_getarg(fcinfo, 7);
         let func = super::catalog::calling_function(fcinfo);
-        let sql = super::share_query(func, reltype, slot, n, key, method, after.is_some(), batch);
+        let sql = super::share_query(
+            func,
+            reltype,
+            slot,
+            n,
+            key,
+            method,
+            after.is_some(),
+            batch,
+            columns,
+        );
 
         // the result: a tuplestore of the table's row type
         pg_sys::InitMaterializedSRF(fcinfo, 0);
