@@ -85,6 +85,11 @@ pgc_build_install() {
     chmod -R a+rX "$PGC_INST"
 }
 
+# The files of pg_claim in the system PostgreSQL 15 installation, if any.
+pgc_system_files() {
+    ls /usr/share/postgresql/15/extension/pg_claim* /usr/lib/postgresql/15/lib/pg_claim.so 2>/dev/null || true
+}
+
 pgc_free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }

@@ -321,7 +321,10 @@ mod tests {
             q.contains(".slot_of(id, 4) OPERATOR(pg_catalog.=) $1"),
             "{q}"
         );
-        assert!(q.ends_with("id > $3::bigint ORDER BY id LIMIT $4"), "{q}");
+        assert!(
+            q.ends_with("id OPERATOR(pg_catalog.>) $3::bigint ORDER BY id LIMIT $4"),
+            "{q}"
+        );
     }
 
     #[pg_test(error = "slot must be between 0 and 3 (n = 4), got 4")]

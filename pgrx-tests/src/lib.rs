@@ -6,6 +6,7 @@
 //! unique names, so test files do not interfere with each other.
 
 use postgres::{Client, NoTls};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The connection string of the server under test.
@@ -60,4 +61,30 @@ pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -
 /// SQLSTATE of a failed statement, or "" when it has none.
 pub fn sqlstate(e: &postgres::Error) -> String {
     e.code().map(|c| c.code().to_string()).unwrap_or_default()
+}
+
+/// A `psql` client process on the server under test, running `args` (for
+/// example `-c` statements) with `application_name` set; killing it kills a
+/// real client whose backend may still be busy.
+pub fn psql(application_name: &str, args: &[&str]) -> Child {
+    Command::new("psql")
+        .arg("-X")
+        .arg("-q")
+        .arg(format!("{} application_name={application_name}", dsn()))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("psql must be installed (postgresql-client)")
+}
+
+/// The pid of the backend whose `application_name` is `app`, if it is there.
+pub fn backend_of(c: &mut Client, app: &str) -> Option<i32> {
+    c.query_opt(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
+        &[&app],
+    )
+    .unwrap()
+    .map(|r| r.get(0))
 }

@@ -2,10 +2,9 @@
 //! slot when the holder's session ends, whatever the way it ends. Each test
 //! prints the measured latency from the holder's end to the standby's return.
 
-use pg_claim_sessions::{backend_pid, connect, dsn, wait_for};
+use pg_claim_sessions::{backend_pid, connect, psql, wait_for};
 use postgres::Client;
 use std::io::Write;
-use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -81,19 +80,6 @@ fn takeover_after_pg_terminate_backend() {
     let latency = at.duration_since(t0);
     println!("takeover after pg_terminate_backend: {:.1} ms", ms(latency));
     assert!(latency < Duration::from_secs(5));
-}
-
-fn psql(app: &str, args: &[&str]) -> Child {
-    Command::new("psql")
-        .arg("-X")
-        .arg("-q")
-        .arg(format!("{} application_name={app}", dsn()))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("psql must be installed (postgresql-client)")
 }
 
 /// Wait until the slot holder of `name` with `application_name` `app` is
