@@ -4,40 +4,30 @@
 #   text:   slot_of(k, 8)  vs  abs(hashtext(k) % 8)
 #   bigint: slot_of(id, 8) vs  ((id % 8) + 8) % 8  (SQL's non-negative remainder)
 # Target: slot_of's increment at most 1.5x the built-in's.
-set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 ROWS="${BENCH_ROWS:-2000000}"
 RUNS="${BENCH_RUNS:-7}"
 REP=10
 # The expression repeated REP times per row (PostgreSQL evaluates each copy), so
 # its cost stands well above the noise of the scan itself on a shared machine.
 rep() { local e="$1" out="$1" i; for ((i = 1; i < REP; i++)); do out="$out + $e"; done; printf '%s' "$out"; }
-psql -X -q -v ON_ERROR_STOP=1 -d postgres <<SQL >/dev/null
-SET client_min_messages = warning;
-CREATE EXTENSION IF NOT EXISTS pg_claim;
+bench_setup <<SQL
 DROP TABLE IF EXISTS bench_keys;
 CREATE TABLE bench_keys AS
   SELECT g::bigint - ($ROWS / 2) AS id, 'customer-' || md5(g::text) AS k
   FROM generate_series(1, $ROWS) g;
 VACUUM ANALYZE bench_keys;
 SQL
-psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "SET client_min_messages = warning" -f "$(dirname "$0")/common.sql" >/dev/null
-psql -X -q -At -F '|' -v ON_ERROR_STOP=1 -d postgres <<SQL >"${TMPDIR:-/tmp}/bench-slot_of.$$"
-SET max_parallel_workers_per_gather = 0;
-SET jit = off;
-SELECT * FROM bench.time_queries(ARRAY[
-  'SELECT count(*) FROM bench_keys WHERE k IS NOT NULL',
-  'SELECT count(*) FROM bench_keys WHERE $(rep 'slot_of(k, 8)') <> 3',
-  'SELECT count(*) FROM bench_keys WHERE $(rep 'abs(hashtext(k) % 8)') <> 3',
-  'SELECT count(*) FROM bench_keys WHERE id IS NOT NULL',
-  'SELECT count(*) FROM bench_keys WHERE $(rep 'slot_of(id, 8)') <> 3',
-  'SELECT count(*) FROM bench_keys WHERE $(rep '((id % 8) + 8) % 8')  <> 3',
-  'SELECT count(*) FROM bench_keys WHERE $(rep 'id % 8') <> 3'
-], $RUNS);
-SQL
-python3 - "$((ROWS * REP))" "${TMPDIR:-/tmp}/bench-slot_of.$$" <<'PY'
-import sys
+bench_time "$RUNS" \
+    "SELECT count(*) FROM bench_keys WHERE k IS NOT NULL" \
+    "SELECT count(*) FROM bench_keys WHERE $(rep 'slot_of(k, 8)') <> 3" \
+    "SELECT count(*) FROM bench_keys WHERE $(rep 'abs(hashtext(k) % 8)') <> 3" \
+    "SELECT count(*) FROM bench_keys WHERE id IS NOT NULL" \
+    "SELECT count(*) FROM bench_keys WHERE $(rep 'slot_of(id, 8)') <> 3" \
+    "SELECT count(*) FROM bench_keys WHERE $(rep '((id % 8) + 8) % 8')  <> 3" \
+    "SELECT count(*) FROM bench_keys WHERE $(rep 'id % 8') <> 3"
+bench_report "$((ROWS * REP))" <<'PY'
 rows = int(sys.argv[1])  # evaluations: table rows x repetitions
-t = [float(l.split("|")[1]) for l in open(sys.argv[2]) if l.strip()]
 def inc(x, bare):  # nanoseconds per row over the bare scan
     return (x - bare) * 1e6 / rows
 rows_out = [
@@ -58,5 +48,4 @@ rb = inc(t[4], t[3]) / max(inc(t[5], t[3]), 0.1)
 print(f"ratio: slot_of(text) increment / abs(hashtext(k) % 8) increment = {rt:.2f}x (target <= 1.5x)")
 print(f"ratio: slot_of(bigint) increment / ((id % 8) + 8) % 8 increment = {rb:.2f}x (target <= 1.5x)")
 PY
-rm -f "${TMPDIR:-/tmp}/bench-slot_of.$$"
-psql -X -q -d postgres -c "DROP TABLE bench_keys" >/dev/null
+bench_psql -c "DROP TABLE bench_keys" >/dev/null

@@ -1,18 +1,14 @@
 #!/usr/bin/env bash
-# Key → slot mappings compared (DESIGN.md §1), in one run on one server:
+# Key → slot mappings compared, in one run on one server:
 #  1. the fraction of keys each mapping moves when the slot count changes
 #     (n -> n+1 and n -> 2n), over 1M keys;
 #  2. the per-row cost of jump_slot, pg_hash_slot and range_slot beside
 #     slot_of, as the increment over a bare scan of 2M rows.
-set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 ROWS="${BENCH_ROWS:-2000000}"
 KEYS="${BENCH_KEYS:-1000000}"
 RUNS="${BENCH_RUNS:-7}"
-TMP="${TMPDIR:-/tmp}/bench-mappings.$$"
-trap 'rm -f "$TMP".*' EXIT
-psql -X -q -v ON_ERROR_STOP=1 -d postgres <<SQL >/dev/null
-SET client_min_messages = warning;
-CREATE EXTENSION IF NOT EXISTS pg_claim;
+bench_setup <<SQL
 DROP TABLE IF EXISTS bench_map_keys, bench_map_rows;
 -- 1M keys: bigint ids (sequential, the common case), text keys, and timestamps
 CREATE TABLE bench_map_keys AS
@@ -27,7 +23,7 @@ SQL
 
 echo "Keys moved when the slot count changes ($KEYS keys; a key moves when its slot differs)"
 printf '  %-34s %8s %8s %8s %8s\n' "mapping" "4->5" "8->9" "16->17" "8->16"
-psql -X -q -At -F '|' -v ON_ERROR_STOP=1 -d postgres <<'SQL' >"$TMP.move"
+bench_psql -At -F '|' <<'SQL' >"$BENCH_TMP/move"
 SET max_parallel_workers_per_gather = 2;
 -- equal-depth range bounds for n slots: the n-1 inner quantiles of the data
 CREATE TEMP TABLE bounds AS
@@ -63,7 +59,7 @@ FROM (SELECT 'modulo(id)' AS m, slot_of(id, 8) s, count(*) c FROM bench_map_keys
       UNION ALL SELECT 'range(at), equal-width', range_slot(at, (SELECT array_agg(lo + (hi - lo) * i / 8 ORDER BY i) FROM (SELECT min(at) lo, max(at) hi FROM bench_map_keys) mm, generate_series(1, 7) i)), count(*) FROM bench_map_keys GROUP BY 1, 2) t
 GROUP BY m ORDER BY m;
 SQL
-python3 - "$TMP.move" <<'PY'
+python3 - "$BENCH_TMP/move" <<'PY'
 import sys
 lines = [l.rstrip("\n").split("|") for l in open(sys.argv[1]) if l.strip()]
 moves = [l for l in lines if l[0] != "skew"]
@@ -90,30 +86,22 @@ for a, b in [(8, 9)]:
 PY
 
 echo
-PGOPTIONS="-c client_min_messages=warning" psql -X -q -v ON_ERROR_STOP=1 -d postgres -f "$(dirname "$0")/common.sql" >/dev/null
-BOUNDS_INT=$(psql -X -q -At -d postgres -c "SELECT percentile_disc(ARRAY[0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875]) WITHIN GROUP (ORDER BY id) FROM bench_map_rows")
-BOUNDS_TEXT=$(psql -X -q -At -d postgres -c "SELECT percentile_disc(ARRAY[0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875]) WITHIN GROUP (ORDER BY k) FROM bench_map_rows")
-psql -X -q -At -F '|' -v ON_ERROR_STOP=1 -d postgres <<SQL >"$TMP.time"
-SET max_parallel_workers_per_gather = 0;
-SET jit = off;
-SELECT * FROM bench.time_queries(ARRAY[
-  'SELECT sum(0) FROM bench_map_rows',
-  'SELECT sum(slot_of(id, 8)) FROM bench_map_rows',
-  'SELECT sum(jump_slot(id, 8)) FROM bench_map_rows',
-  'SELECT sum(pg_hash_slot(id, 8)) FROM bench_map_rows',
-  'SELECT sum(range_slot(id, ''$BOUNDS_INT''::bigint[])) FROM bench_map_rows',
-  'SELECT sum(slot_of(k, 8)) FROM bench_map_rows',
-  'SELECT sum(jump_slot(k, 8)) FROM bench_map_rows',
-  'SELECT sum(pg_hash_slot(k, 8)) FROM bench_map_rows',
-  'SELECT sum(range_slot(k, ''$BOUNDS_TEXT''::text[])) FROM bench_map_rows',
-  'SELECT sum(abs(hashint8extended(id, 0) % 8)) FROM bench_map_rows',
-  'SELECT sum(abs(hashtextextended(k, 0) % 8)) FROM bench_map_rows'
-], $RUNS);
-SQL
-python3 - "$ROWS" "$TMP.time" <<'PY'
-import sys
+BOUNDS_INT=$(bench_psql -At -c "SELECT percentile_disc(ARRAY[0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875]) WITHIN GROUP (ORDER BY id) FROM bench_map_rows")
+BOUNDS_TEXT=$(bench_psql -At -c "SELECT percentile_disc(ARRAY[0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875]) WITHIN GROUP (ORDER BY k) FROM bench_map_rows")
+bench_time "$RUNS" \
+    "SELECT sum(0) FROM bench_map_rows" \
+    "SELECT sum(slot_of(id, 8)) FROM bench_map_rows" \
+    "SELECT sum(jump_slot(id, 8)) FROM bench_map_rows" \
+    "SELECT sum(pg_hash_slot(id, 8)) FROM bench_map_rows" \
+    "SELECT sum(range_slot(id, '$BOUNDS_INT'::bigint[])) FROM bench_map_rows" \
+    "SELECT sum(slot_of(k, 8)) FROM bench_map_rows" \
+    "SELECT sum(jump_slot(k, 8)) FROM bench_map_rows" \
+    "SELECT sum(pg_hash_slot(k, 8)) FROM bench_map_rows" \
+    "SELECT sum(range_slot(k, '$BOUNDS_TEXT'::text[])) FROM bench_map_rows" \
+    "SELECT sum(abs(hashint8extended(id, 0) % 8)) FROM bench_map_rows" \
+    "SELECT sum(abs(hashtextextended(k, 0) % 8)) FROM bench_map_rows"
+bench_report "$ROWS" <<'PY'
 rows = int(sys.argv[1])
-t = [float(l.split("|")[1]) for l in open(sys.argv[2]) if l.strip()]
 bare = t[0]
 inc = lambda x: (x - bare) * 1e6 / rows  # ns per row over the bare scan
 names = ["bare scan", "slot_of(bigint, 8)", "jump_slot(bigint, 8)", "pg_hash_slot(bigint, 8)",
@@ -134,4 +122,4 @@ r("range_slot(text, 7 bounds) / slot_of(text)", 8, 5)
 r("pg_hash_slot(bigint) / built-in hashint8extended", 3, 9)
 r("pg_hash_slot(text) / built-in hashtextextended", 7, 10)
 PY
-psql -X -q -d postgres -c "DROP TABLE bench_map_keys, bench_map_rows" >/dev/null
+bench_psql -c "DROP TABLE bench_map_keys, bench_map_rows" >/dev/null

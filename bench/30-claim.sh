@@ -3,9 +3,7 @@
 # pg_try_advisory_lock + pg_advisory_unlock round trip (target within 1.2x),
 # the cost of claiming the last free slot of n = 1024, and takeover latency
 # percentiles of a standby blocked in claim_slot(name, n, wait).
-# Runs the Rust program pgrx-tests/src/bin/claim_bench.rs against PGHOST/PGPORT.
+# Runs the Rust program bench/src/bin/claim_bench/ against PGHOST/PGPORT.
 # Knobs: BENCH_ITERS (default 2000), BENCH_ROUNDS (7), BENCH_TAKEOVERS (40).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-cargo build -q --release -p pg_claim_sessions --bin claim_bench
-exec target/release/claim_bench
+source "$(dirname "$0")/lib.sh"
+"$(bench_rust claim_bench)"

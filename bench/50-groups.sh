@@ -5,19 +5,15 @@
 # measured side by side on the same live members (real sessions through dblink),
 # plus the per-call latency of claim_partitions, my_partitions and group_position.
 # A key "moves" when the member that processes it changes; 100000 integer keys.
-set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 P="${BENCH_PARTITIONS:-256}"
 MAXM="${BENCH_MEMBERS:-8}"
 CALLS="${BENCH_CALLS:-2000}"
 CONN="host=$PGHOST port=$PGPORT user=$PGUSER dbname=postgres"
-out="${TMPDIR:-/tmp}/bench-groups.$$"
-trap 'rm -f "$out"' EXIT
+out="$BENCH_TMP/groups"
 
-psql -X -q -v ON_ERROR_STOP=1 -d postgres <<SQL >/dev/null
-SET client_min_messages = warning;
-CREATE EXTENSION IF NOT EXISTS pg_claim;
+bench_setup <<SQL
 CREATE EXTENSION IF NOT EXISTS dblink;
-CREATE SCHEMA IF NOT EXISTS bench;
 DROP TABLE IF EXISTS bench.group_keys;
 CREATE TABLE bench.group_keys AS SELECT g AS k FROM generate_series(1, 100000) g;
 
@@ -140,7 +136,7 @@ BEGIN
 END \$\$;
 SQL
 
-psql -X -q -At -F '|' -v ON_ERROR_STOP=1 -d postgres >"$out" <<SQL
+bench_psql -At -F '|' >"$out" <<SQL
 SELECT 'move', * FROM bench.group_movement('$CONN', $P, $MAXM);
 -- latency with 7 other live members holding their shares
 SELECT 'join', group_join('bench_g');
@@ -152,7 +148,7 @@ SELECT 'lat', * FROM bench.group_latency($P, $CALLS);
 SELECT 'members', members FROM group_position('bench_g');
 SQL
 
-psql -X -q -d postgres -c "DROP TABLE bench.group_keys" >/dev/null
+bench_psql -c "DROP TABLE bench.group_keys" >/dev/null
 
 python3 - "$out" "$P" "$CALLS" <<'PY'
 import sys

@@ -3,16 +3,12 @@
 # (both with the same ORDER BY), scaling with input size (time per job should
 # stay flat: the algorithm is linear), and the spacing it achieves: how often
 # two jobs of one group land closer than `feeders` apart (only in the tail).
-set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 ROWS="${BENCH_ROWS:-1000000}"
 NGROUPS="${BENCH_GROUPS:-10000}"
 RUNS="${BENCH_RUNS:-5}"
 FEEDERS="${BENCH_FEEDERS:-16}"
-tmp="${TMPDIR:-/tmp}/bench-spread.$$"
-trap 'rm -f "$tmp"' EXIT
-psql -X -q -v ON_ERROR_STOP=1 -d postgres <<SQL >/dev/null
-SET client_min_messages = warning;
-CREATE EXTENSION IF NOT EXISTS pg_claim;
+bench_setup <<SQL
 DROP TABLE IF EXISTS bench_spread;
 SELECT setseed(0.42);
 -- skewed group sizes: customer k has weight ~ 1/k^(2/3) (a few big ones, a long tail)
@@ -22,30 +18,21 @@ CREATE TABLE bench_spread AS
   FROM generate_series(1, $ROWS) g;
 VACUUM ANALYZE bench_spread;
 SQL
-psql -X -q -v ON_ERROR_STOP=1 -d postgres -f "$(dirname "$0")/common.sql" >/dev/null
 
-echo "spread_agg, $ROWS jobs in $(psql -X -At -d postgres -c "SELECT count(DISTINCT customer) FROM bench_spread") groups (skewed sizes), feeders = $FEEDERS, median of $RUNS runs"
-psql -X -q -At -F '|' -v ON_ERROR_STOP=1 -d postgres <<SQL >"$tmp"
-SET max_parallel_workers_per_gather = 0;
-SET jit = off;
-SET work_mem = '1GB';
-SELECT * FROM bench.time_queries(ARRAY[
-  'SELECT count(*) FROM bench_spread',
-  'SELECT array_length(array_agg(id ORDER BY seq), 1) FROM bench_spread',
-  'SELECT array_length(spread_agg(id, customer, $FEEDERS ORDER BY seq), 1) FROM bench_spread',
-  'SELECT array_length(spread_agg(id, customer, $FEEDERS, true ORDER BY seq), 1) FROM bench_spread',
-  'SELECT array_length(array_agg(id), 1) FROM bench_spread',
-  'SELECT array_length(spread_agg(id, customer, $FEEDERS), 1) FROM bench_spread',
-  'SELECT array_length(array_agg(id ORDER BY seq), 1) FROM bench_spread WHERE seq <= $ROWS / 4',
-  'SELECT array_length(spread_agg(id, customer, $FEEDERS ORDER BY seq), 1) FROM bench_spread WHERE seq <= $ROWS / 4',
-  'SELECT array_length(array_agg(id ORDER BY seq), 1) FROM bench_spread WHERE seq <= $ROWS / 2',
-  'SELECT array_length(spread_agg(id, customer, $FEEDERS ORDER BY seq), 1) FROM bench_spread WHERE seq <= $ROWS / 2'
-], $RUNS);
-SQL
-python3 - "$ROWS" "$tmp" <<'PY'
-import sys
+echo "spread_agg, $ROWS jobs in $(bench_psql -At -c "SELECT count(DISTINCT customer) FROM bench_spread") groups (skewed sizes), feeders = $FEEDERS, median of $RUNS runs"
+BENCH_SETTINGS="SET work_mem = '1GB';" bench_time "$RUNS" \
+    "SELECT count(*) FROM bench_spread" \
+    "SELECT array_length(array_agg(id ORDER BY seq), 1) FROM bench_spread" \
+    "SELECT array_length(spread_agg(id, customer, $FEEDERS ORDER BY seq), 1) FROM bench_spread" \
+    "SELECT array_length(spread_agg(id, customer, $FEEDERS, true ORDER BY seq), 1) FROM bench_spread" \
+    "SELECT array_length(array_agg(id), 1) FROM bench_spread" \
+    "SELECT array_length(spread_agg(id, customer, $FEEDERS), 1) FROM bench_spread" \
+    "SELECT array_length(array_agg(id ORDER BY seq), 1) FROM bench_spread WHERE seq <= $ROWS / 4" \
+    "SELECT array_length(spread_agg(id, customer, $FEEDERS ORDER BY seq), 1) FROM bench_spread WHERE seq <= $ROWS / 4" \
+    "SELECT array_length(array_agg(id ORDER BY seq), 1) FROM bench_spread WHERE seq <= $ROWS / 2" \
+    "SELECT array_length(spread_agg(id, customer, $FEEDERS ORDER BY seq), 1) FROM bench_spread WHERE seq <= $ROWS / 2"
+bench_report "$ROWS" <<'PY'
 rows = int(sys.argv[1])
-t = [float(l.split("|")[1]) for l in open(sys.argv[2]) if l.strip()]
 names = ["bare scan (count)", "array_agg(id ORDER BY seq)", "spread_agg(id, customer, F ORDER BY seq)",
          "  ... largest_first", "array_agg(id)", "spread_agg(id, customer, F)"]
 for n, x in zip(names, t):
@@ -64,7 +51,7 @@ PY
 
 echo "spacing: consecutive jobs of one group closer than feeders apart in the output"
 for largest in false true; do
-psql -X -q -At -F ' ' -v ON_ERROR_STOP=1 -d postgres <<SQL
+bench_psql -At -F ' ' <<SQL
 SET work_mem = '1GB';
 WITH o AS (
     SELECT u.id, u.pos
@@ -81,4 +68,4 @@ SELECT format('  largest_first=%-5s feeders=%s: %s of %s pairs closer than %s (%
 FROM x;
 SQL
 done
-psql -X -q -d postgres -c "DROP TABLE bench_spread" >/dev/null
+bench_psql -c "DROP TABLE bench_spread" >/dev/null

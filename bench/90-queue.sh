@@ -21,11 +21,9 @@
 #   BENCH_QUEUE_OUT      output directory        (default docs)
 # Needs PGHOST/PGPORT/PGUSER of a cluster where pg_claim and pgq can be
 # created (scripts/bench provides one).
-set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-cd "$root"
-cargo build --release --quiet -p pg_claim_demo --bin queue_bench
-exec target/release/queue_bench \
+# The program: bench/src/bin/queue_bench/.
+source "$(dirname "$0")/lib.sh"
+"$(bench_rust queue_bench)" \
     --items "${BENCH_QUEUE_ITEMS:-200000}" \
     --workers "${BENCH_QUEUE_WORKERS:-1,2,4,8,16,32}" \
     --batch "${BENCH_QUEUE_BATCH:-50}" \

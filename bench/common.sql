@@ -1,6 +1,9 @@
 -- Timing helper shared by the SQL benchmarks: runs each query `runs` times,
 -- interleaved (query 1, 2, 3, 1, 2, 3, ...) so machine noise hits all of them
--- alike, and returns the median wall time of each in milliseconds.
+-- alike, and returns the median wall time of each in milliseconds: the
+-- nearest-rank median (percentile_disc), the percentile definition of the
+-- Rust benchmarks too (support/src/stats.rs); for an odd number of runs, the
+-- middle one as with any definition.
 CREATE SCHEMA IF NOT EXISTS bench;
 CREATE OR REPLACE FUNCTION bench.time_queries(queries text[], runs int)
 RETURNS TABLE (query text, median_ms float8)
@@ -22,7 +25,7 @@ BEGIN
     END LOOP;
     FOR i IN 1 .. array_length(queries, 1) LOOP
         query := queries[i];
-        SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY s) INTO median_ms
+        SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY s) INTO median_ms
         FROM unnest(samples[i:i][1:runs]) s;
         RETURN NEXT;
     END LOOP;

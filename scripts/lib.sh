@@ -2,11 +2,11 @@
 #
 # Everything here is idempotent: on a fresh Debian 12 machine, as root, it installs
 # what is missing (apt packages, cargo-pgrx 0.18.0, `cargo pgrx init` against the
-# system PostgreSQL 15) and otherwise does nothing.
+# system PostgreSQL) and otherwise does nothing.
 #
 # The extension is never installed into the system PostgreSQL by these scripts
 # (the `#[pg_test]` layer is the exception: cargo-pgrx installs its test build
-# there). Instead, `pgc_build_install` assembles a private copy of the PostgreSQL 15
+# there). Instead, `pgc_build_install` assembles a private copy of the PostgreSQL
 # installation under $PGC_WORK with the freshly built pg_claim overlaid; PostgreSQL
 # finds its share and lib directories relative to its own binary, so servers
 # started from that copy load this checkout's build and nothing else.
@@ -14,14 +14,23 @@
 set -euo pipefail
 
 PGC_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PGC_PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+# The PostgreSQL major version, chosen here and nowhere else, and where
+# Debian installs it.
+PGC_PG_MAJOR="${PGC_PG_MAJOR:-15}"
+PGC_PG_LIB="/usr/lib/postgresql/$PGC_PG_MAJOR"
+PGC_PG_SHARE="/usr/share/postgresql/$PGC_PG_MAJOR"
+PGC_PG_CONFIG="$PGC_PG_LIB/bin/pg_config"
+PGC_PGXS="$PGC_PG_LIB/lib/pgxs"
+PGC_FEATURE="pg$PGC_PG_MAJOR"
+# What `cargo pgrx package` builds: the installation's paths under target/.
+PGC_PKG="$PGC_ROOT/target/release/pg_claim-$PGC_FEATURE"
 PGC_PGRX_VERSION=0.18.0
 # One work area per checkout, outside the checkout so the unprivileged
 # `postgres` user can read it whatever the checkout's permissions are.
 PGC_ID="$(printf '%s' "$PGC_ROOT" | cksum | cut -d' ' -f1)"
 PGC_WORK="${PGC_WORK:-/tmp/pg_claim-$PGC_ID}"
 PGC_INST="$PGC_WORK/inst"
-PGC_BIN="$PGC_INST/usr/lib/postgresql/15/bin"
+PGC_BIN="$PGC_INST$PGC_PG_LIB/bin"
 PGC_SOCKDIR="$PGC_WORK/sock"
 PGC_CLUSTERS=()
 
@@ -32,8 +41,8 @@ pgc_log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 pgc_as_postgres() { runuser -u postgres -- "$@"; }
 
 pgc_ensure_deps() {
-    local pkgs=(postgresql-15 postgresql-server-dev-15 libclang-dev clang sudo
-        postgresql-15-pgq3)
+    local pkgs=("postgresql-$PGC_PG_MAJOR" "postgresql-server-dev-$PGC_PG_MAJOR" libclang-dev clang sudo
+        "postgresql-$PGC_PG_MAJOR-pgq3")
     local missing=()
     for p in "${pkgs[@]}"; do
         dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -48,7 +57,7 @@ pgc_ensure_deps() {
         apt-get update -qq
         apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     fi
-    # Debian starts a default cluster on 5432 when postgresql-15 is installed;
+    # Debian starts a default cluster on 5432 when postgresql-N is installed;
     # the scripts never use it, and leave it as they found it.
     if ! command -v cargo >/dev/null; then
         echo "pg_claim: cargo (Rust) is required; install it with rustup first" >&2
@@ -58,36 +67,38 @@ pgc_ensure_deps() {
         pgc_log "installing cargo-pgrx $PGC_PGRX_VERSION (a few minutes, once)"
         cargo install cargo-pgrx --version "$PGC_PGRX_VERSION" --locked --force
     fi
-    if ! grep -qs '^pg15 *= *"/usr/lib/postgresql/15/bin/pg_config"' "$HOME/.pgrx/config.toml"; then
-        pgc_log "cargo pgrx init --pg15 $PGC_PG_CONFIG"
-        cargo pgrx init --pg15 "$PGC_PG_CONFIG"
+    if ! grep -qs "^$PGC_FEATURE *= *\"$PGC_PG_CONFIG\"" "$HOME/.pgrx/config.toml"; then
+        pgc_log "cargo pgrx init --$PGC_FEATURE $PGC_PG_CONFIG"
+        cargo pgrx init "--$PGC_FEATURE" "$PGC_PG_CONFIG"
     fi
 }
 
 # Build the release extension and lay out the private installation.
 pgc_build_install() {
-    pgc_log "building pg_claim (release) and assembling a private PostgreSQL 15 installation"
+    pgc_log "building pg_claim (release) and assembling a private PostgreSQL $PGC_PG_MAJOR installation"
     (cd "$PGC_ROOT" && cargo pgrx package --pg-config "$PGC_PG_CONFIG" >/dev/null)
     mkdir -p "$PGC_WORK"
     chmod 755 "$PGC_WORK"
     if [ ! -x "$PGC_BIN/postgres" ]; then
         rm -rf "$PGC_INST.tmp"
         mkdir -p "$PGC_INST.tmp/usr/lib/postgresql" "$PGC_INST.tmp/usr/share/postgresql"
-        cp -a /usr/lib/postgresql/15 "$PGC_INST.tmp/usr/lib/postgresql/"
-        cp -a /usr/share/postgresql/15 "$PGC_INST.tmp/usr/share/postgresql/"
+        cp -a "$PGC_PG_LIB" "$PGC_INST.tmp/usr/lib/postgresql/"
+        cp -a "$PGC_PG_SHARE" "$PGC_INST.tmp/usr/share/postgresql/"
         rm -rf "$PGC_INST"
         mv "$PGC_INST.tmp" "$PGC_INST"
     fi
-    local pkg="$PGC_ROOT/target/release/pg_claim-pg15"
-    rm -f "$PGC_INST"/usr/share/postgresql/15/extension/pg_claim*
-    cp "$pkg"/usr/share/postgresql/15/extension/pg_claim* "$PGC_INST/usr/share/postgresql/15/extension/"
-    cp "$pkg"/usr/lib/postgresql/15/lib/pg_claim.so "$PGC_INST/usr/lib/postgresql/15/lib/"
+    rm -f "$PGC_INST$PGC_PG_SHARE"/extension/pg_claim*
+    cp "$PGC_PKG$PGC_PG_SHARE"/extension/pg_claim* "$PGC_INST$PGC_PG_SHARE/extension/"
+    # a new file renamed into place: a backend that has the old library
+    # loaded keeps its copy instead of seeing it rewritten under it
+    cp "$PGC_PKG$PGC_PG_LIB"/lib/pg_claim.so "$PGC_INST$PGC_PG_LIB/lib/pg_claim.so.new"
+    mv "$PGC_INST$PGC_PG_LIB/lib/pg_claim.so.new" "$PGC_INST$PGC_PG_LIB/lib/pg_claim.so"
     chmod -R a+rX "$PGC_INST"
 }
 
-# The files of pg_claim in the system PostgreSQL 15 installation, if any.
+# The files of pg_claim in the system PostgreSQL installation, if any.
 pgc_system_files() {
-    ls /usr/share/postgresql/15/extension/pg_claim* /usr/lib/postgresql/15/lib/pg_claim.so 2>/dev/null || true
+    ls "$PGC_PG_SHARE"/extension/pg_claim* "$PGC_PG_LIB"/lib/pg_claim.so 2>/dev/null || true
 }
 
 pgc_free_port() {

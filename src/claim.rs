@@ -1,4 +1,4 @@
-//! Claiming an identity: claim_slot, release_slot, my_slot, slot_holders (DESIGN.md §2).
+//! Claiming an identity: claim_slot, release_slot, my_slot, slot_holders (reference: docs/claiming.md).
 //!
 //! A slot of a name is a session-level advisory lock in the two-`int4` key
 //! space (`src/locks.rs` has the key layout): `(name_key(name), slot)`,
@@ -23,14 +23,14 @@
 //! 3. standby (`wait`): if none was free, sleep on the process latch a few
 //!    milliseconds and go back to 2, until the deadline.
 
-pub mod probe;
+mod probe;
 
-use crate::error::{invalid_parameter, raise};
+use crate::backend::error::{internal, invalid_parameter, n_below_one, raise};
+use crate::backend::settings::{self, STANDBY_POLL_MAX};
 use crate::locks::{
     held_by_me, lock, locks_of, name_key, try_lock, unlock, CLAIMERS_KEY, CLAIM_MUTEX_KEY,
     EXCLUSIVE, MAX_KEY_INDEX, N_RECORD_BASE, SHARE,
 };
-use crate::settings::{self, STANDBY_POLL_MAX};
 use pgrx::prelude::*;
 use pgrx::PgTryBuilder;
 use std::cell::RefCell;
@@ -175,22 +175,23 @@ fn require_name(name: Option<&str>) -> &str {
         None => raise(
             PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
             "name must not be null".to_string(),
-            "name identifies the worker fleet, e.g. claim_slot('mailer', 8); a NULL name is usually an unset variable in the client.",
+            "The name identifies the worker fleet, e.g. claim_slot('mailer', 8); a NULL name is usually an unset variable in the client.",
         ),
     }
 }
+
+/// The hint for a NULL or bad `n` of a claim.
+const CLAIM_N_HINT: &str =
+    "The argument n is the number of slots (workers) of the name: pass the same n from every worker.";
 
 fn check_claim_n(n: Option<i32>) -> i32 {
     match n {
         None => raise(
             PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
             "n must not be null".to_string(),
-            "n is the number of slots (workers) of the name; pass the same n from every worker.",
+            CLAIM_N_HINT,
         ),
-        Some(n) if n < 1 => invalid_parameter(
-            format!("n must be at least 1, got {n}"),
-            "n is the number of slots (workers) of the name; pass the same n from every worker.",
-        ),
+        Some(n) if n < 1 => n_below_one(n, CLAIM_N_HINT),
         Some(n) if n > MAX_N => invalid_parameter(
             format!("n must be at most {MAX_N}, got {n}"),
             "Each held slot is one entry in PostgreSQL's shared lock table; split the work into at most 1048576 slots.",
@@ -232,7 +233,7 @@ fn claim(name: &str, n: i32, wait_us: Option<i64>) -> Option<i32> {
                     "name \"{name}\" shares its lock key {} with \"{}\", whose slot {} this session holds",
                     key1 as u32, h.name, h.slot
                 ),
-                "pg_claim keys names by their crc32; rename one of the two so crc32(a) <> crc32(b).",
+                "Names are keyed by their crc32: rename one of the two so that crc32(a) <> crc32(b).",
             );
         }
         if h.n != n {
@@ -476,13 +477,7 @@ fn slot_holders(
         }
         Ok::<_, pgrx::spi::SpiError>(out)
     })
-    .unwrap_or_else(|e| {
-        raise(
-            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-            format!("reading pg_stat_activity failed: {e}"),
-            "This is a bug in pg_claim; please report it.",
-        )
-    });
+    .unwrap_or_else(|e| internal("read pg_stat_activity", e));
     TableIterator::new(rows)
 }
 

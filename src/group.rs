@@ -1,4 +1,4 @@
-//! Dynamic groups: membership, positions and fair partition ownership (DESIGN.md §4).
+//! Dynamic groups: membership, positions and fair partition ownership (reference: docs/groups.md).
 //!
 //! A member of group `name` is a session holding the shared advisory lock
 //! (`name_key(name)`, `GROUP_MEMBER_KEY`): membership is liveness, so a member
@@ -12,24 +12,19 @@
 //! the shared lock (`name_key(name)`, `PARTITION_COUNT_BASE + P`), which lets
 //! other members detect a different `P`. The decision logic is in `plan`.
 
-pub mod plan;
+mod plan;
 
-use crate::error::{invalid_parameter, raise};
+use crate::backend::error::{invalid_parameter, raise};
 use crate::locks::{
     held_by_me, locks_of, name_key, try_lock, unlock, LockHolder, EXCLUSIVE, GROUP_MEMBER_KEY,
-    PARTITION_BASE, SHARE,
+    MAX_PARTITIONS, PARTITION_BASE, PARTITION_COUNT_BASE, SHARE,
 };
 use pgrx::prelude::*;
 use pgrx::{Inet, PgTryBuilder};
-use plan::{plan_step, MAX_PARTITIONS};
+use plan::plan_step;
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::panic::AssertUnwindSafe;
-
-/// `key2` of the shared lock recording the partition count `P` a member uses
-/// with `claim_partitions`: `PARTITION_COUNT_BASE + P` (inside the range
-/// `0x10000000 ..= 0x3FFFFFFF` that `locks.rs` reserves).
-pub const PARTITION_COUNT_BASE: i32 = 0x2800_0000;
 
 /// A claim pass re-reads the lock table when a partition it wanted was taken
 /// by another member meanwhile; this bounds the passes of one call.
@@ -148,7 +143,7 @@ fn rank(pids: BTreeSet<i32>) -> Vec<Member> {
 fn ensure_member(key: i32, name: &str) -> bool {
     // Members notice a dead client while busy, like claiming sessions
     // (pg_claim.client_connection_check_interval).
-    crate::settings::apply_client_check(true);
+    crate::backend::settings::apply_client_check(true);
     if held_by_me(key, GROUP_MEMBER_KEY, SHARE) {
         return false;
     }
@@ -157,8 +152,8 @@ fn ensure_member(key: i32, name: &str) -> bool {
         raise(
             PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
             format!("cannot join group \"{name}\": its membership lock is held exclusively"),
-            "another session holds pg_advisory_lock(key1, 536870912) exclusively on this group's key; \
-             release it (see the key layout in docs/groups.md)",
+            "Another session holds pg_advisory_lock(key1, 536870912) exclusively on this group's key; \
+             release it (see the key layout in docs/groups.md).",
         );
     }
     true
@@ -168,8 +163,8 @@ fn check_partitions(partitions: i32) {
     if !(1..=MAX_PARTITIONS).contains(&partitions) {
         invalid_parameter(
             format!("partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}"),
-            "partitions is the fixed number of partitions the group's work is split into \
-             (e.g. 256); every held partition takes one entry in the shared lock table",
+            "The argument partitions is the fixed number of partitions the group's work is split \
+             into (e.g. 256); every held partition takes one entry in the shared lock table.",
         );
     }
 }

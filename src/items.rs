@@ -1,19 +1,21 @@
-//! A worker's share of a table: my_items, slot_counts, slot_skew (DESIGN.md §3).
+//! A worker's share of a table: my_items, my_items_query, slot_counts, slot_skew (reference: docs/my_items.md).
 //!
-//! `my_items(NULL::tbl, slot, n, ...)` returns `SETOF tbl`. Returning a
-//! caller-chosen row type is what PL/pgSQL's `RETURN QUERY EXECUTE` does
-//! well, so the SQL functions are small PL/pgSQL wrappers around Rust
-//! functions (`my_items_query`, `slot_counts_query`) that validate every
-//! argument against the catalogs and write the query text. Identifiers come
-//! from the catalogs (the row type's relation, its columns), always quoted;
-//! argument values reach the query as `EXECUTE ... USING` parameters.
+//! `my_items(NULL::tbl, slot, n, ...)` returns `SETOF tbl`: it is a C
+//! set-returning function (`srf`) that gets its query text from
+//! `share_query` (validated against the catalogs in `catalog`, written by the
+//! pure `plan`, cached per session in `cache`) and runs it through a plan
+//! kept for the session. `my_items_query` returns the same text;
+//! `slot_counts` is a PL/pgSQL wrapper that runs `slot_counts_query`'s text
+//! with `RETURN QUERY EXECUTE`. Identifiers come from the catalogs (the row
+//! type's relation, its columns), always quoted; argument values reach the
+//! queries only as parameters.
 
 mod cache;
 mod catalog;
-pub mod plan;
+mod plan;
 mod srf;
 
-use crate::error::{invalid_parameter, raise};
+use crate::backend::error::{invalid_parameter, n_below_one, raise, N_HINT};
 use pgrx::prelude::*;
 use plan::{Method, ShareQuery};
 
@@ -21,21 +23,18 @@ fn null_arg(name: &str) -> ! {
     raise(
         PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
         format!("{name} must not be null"),
-        "slot is this worker's slot (0 .. n-1) and n the number of slots.",
+        "The slot is this worker's slot (0 .. n-1) and n the number of slots.",
     )
 }
 
 fn check_slot_n(slot: i32, n: i32) {
     if n < 1 {
-        invalid_parameter(
-            format!("n must be at least 1, got {n}"),
-            "n is the number of slots the keys are split into; pass the worker count (1 or more).",
-        );
+        n_below_one(n, N_HINT);
     }
     if slot < 0 || slot >= n {
         invalid_parameter(
             format!("slot must be between 0 and {} (n = {n}), got {slot}", n - 1),
-            "slots are numbered 0 .. n-1; pass the slot claim_slot returned.",
+            "Slots are numbered 0 .. n-1: pass the slot claim_slot returned.",
         );
     }
 }
@@ -45,7 +44,7 @@ fn parse_method(method: Option<&str>) -> Method {
     Method::parse(name).unwrap_or_else(|| {
         invalid_parameter(
             format!("unsupported method \"{name}\""),
-            &format!("method must be one of: {}", plan::METHOD_NAMES),
+            &format!("The method is one of: {}.", plan::METHOD_NAMES),
         )
     })
 }
@@ -62,7 +61,7 @@ fn slot_mapping(method: Method, key: &catalog::Key) -> plan::Mapping {
                 key.quoted,
                 key.type_name
             ),
-            &format!("{why}; use method => 'pg_hash', or key => a column of a supported type."),
+            &format!("The {why}; use method => 'pg_hash', or key => a column of a supported type."),
         )
     })
 }
@@ -134,7 +133,7 @@ pub(crate) fn share_query(
         if b < 1 {
             invalid_parameter(
                 format!("batch must be at least 1, got {b}"),
-                "batch is the most rows one call returns; leave it NULL for the whole share.",
+                "The batch is the most rows one call returns; leave it NULL for the whole share.",
             );
         }
     }
@@ -225,11 +224,11 @@ fn slot_counts_query(
     if n > MAX_COUNTED_SLOTS {
         invalid_parameter(
             format!("n must be at most {MAX_COUNTED_SLOTS} for slot_counts, got {n}"),
-            "slot_counts lists every slot 0 .. n-1; for more slots, count the non-empty ones yourself: SELECT slot_of(key, n), count(*) FROM tbl GROUP BY 1.",
+            "The function slot_counts lists every slot 0 .. n-1; for more slots, count the non-empty ones yourself: SELECT slot_of(key, n), count(*) FROM tbl GROUP BY 1.",
         );
     }
     // A long count stops soon after its client goes away.
-    crate::settings::apply_client_check(false);
+    crate::backend::settings::apply_client_check(false);
     let method = parse_method(method);
     let table = catalog::Table::from_regclass(relid);
     let key = table.key(key, "slot_counts");
@@ -239,46 +238,8 @@ fn slot_counts_query(
     plan::counts_sql(&table.quoted, &mapping.expr(&ext.quoted, &key.quoted, "$1"))
 }
 
-extension_sql!(
-    r#"
-CREATE FUNCTION @extschema@.my_items(
-    rel anyelement, slot integer, n integer,
-    key text DEFAULT NULL, method text DEFAULT 'auto',
-    after text DEFAULT NULL, batch integer DEFAULT NULL, columns text[] DEFAULT NULL)
-RETURNS SETOF anyelement
-LANGUAGE c STABLE
-AS 'MODULE_PATHNAME', 'pg_claim_my_items';
-COMMENT ON FUNCTION @extschema@.my_items(anyelement, integer, integer, text, text, text, integer, text[]) IS
-    'the rows of a table whose key maps to slot of n: SELECT * FROM my_items(NULL::tbl, slot, n)';
-
-CREATE FUNCTION @extschema@.slot_counts(
-    rel regclass, n integer, key text DEFAULT NULL, method text DEFAULT 'auto')
-RETURNS TABLE (slot integer, items bigint)
-LANGUAGE plpgsql STABLE
-AS $body$
-BEGIN
-    RETURN QUERY EXECUTE @extschema@.slot_counts_query(rel, n, key, method) USING n;
-END
-$body$;
-COMMENT ON FUNCTION @extschema@.slot_counts(regclass, integer, text, text) IS
-    'rows per slot 0 .. n-1 (0 for empty slots) of a table split by key';
-
-CREATE FUNCTION @extschema@.slot_skew(
-    rel regclass, n integer, key text DEFAULT NULL, method text DEFAULT 'auto')
-RETURNS TABLE (slots integer, items bigint, min_items bigint, max_items bigint,
-               mean_items numeric, max_over_mean numeric)
-LANGUAGE sql STABLE
-AS $body$
-    SELECT pg_catalog.count(*)::integer, pg_catalog.sum(c.items)::bigint,
-           pg_catalog.min(c.items), pg_catalog.max(c.items),
-           pg_catalog.round(pg_catalog.avg(c.items), 2),
-           CASE WHEN pg_catalog.sum(c.items) OPERATOR(pg_catalog.>) 0
-                THEN pg_catalog.round(pg_catalog.max(c.items) OPERATOR(pg_catalog./) pg_catalog.avg(c.items), 3) END
-    FROM @extschema@.slot_counts(rel, n, key, method) AS c
-$body$;
-COMMENT ON FUNCTION @extschema@.slot_skew(regclass, integer, text, text) IS
-    'how even a split is: smallest, largest and mean slot, and largest / mean';
-"#,
+extension_sql_file!(
+    "../sql/items.sql",
     name = "my_items_sql",
     requires = [my_items_query, slot_counts_query]
 );

@@ -1,34 +1,33 @@
 //! pg_claim: split one dataset between many workers without a queue.
 //!
-//! Modules, one per SQL concept:
-//! - `hashing`: pure key → slot arithmetic (no PostgreSQL dependency)
-//! - `mapping`: the SQL key → slot functions (`slot_of`, `crc32`, `jump_slot`, ...)
-//! - `fast`:    slot_of and crc32 as plain version-1 C functions (the per-row hot path)
-//! - `error`:   SQLSTATE + message + hint reporting
-//! - `locks`:   the advisory lock key layout, lock primitives and the per-session lock bound
-//! - `settings`: the `pg_claim.*` parameters and the dead-client check they switch on
-//! - `claim`:   claim_slot, release_slot, my_slot, slot_holders
-//! - `items`:   my_items, slot_counts
-//! - `group`:   group membership, positions, claim_partitions
-//! - `spread`:  spread_agg
+//! One module per SQL concept, each with its SQL surface (the functions, their
+//! input checks and errors) in `<concept>.rs` and its pure logic, with unit
+//! and property tests, in a submodule:
+//! - `mapping`: key → slot functions (`slot_of`, `crc32`, `jump_slot`,
+//!   `pg_hash_slot`, `range_slot`); pure core `mapping::hashing`
+//! - `claim`:   `claim_slot`, `release_slot`, `my_slot`, `slot_holders`; pure core `claim::probe`
+//! - `items`:   `my_items`, `my_items_query`, `slot_counts`, `slot_skew`; pure core `items::plan`
+//! - `group`:   group membership, positions, `claim_partitions`; pure core `group::plan`
+//! - `spread`:  `spread_agg`; pure core `spread::order`, `spread::groups`
+//!
+//! Shared by them: `locks` (the advisory lock key layout, lock primitives and
+//! the per-session lock bound) and `backend` (errors, settings, the fmgr
+//! macro, catalog helpers). docs/architecture.md has the whole map.
 
 ::pgrx::pg_module_magic!(name, version);
 
-pub mod claim;
-pub mod error;
-pub mod fast;
-pub mod group;
-pub mod hashing;
-pub mod items;
-pub mod locks;
-pub mod mapping;
-pub mod settings;
-pub mod spread;
+mod backend;
+mod claim;
+mod group;
+mod items;
+mod locks;
+mod mapping;
+mod spread;
 
 /// Called once when the library is loaded into a backend.
 #[pgrx::pg_guard]
 pub extern "C-unwind" fn _PG_init() {
-    settings::init();
+    backend::settings::init();
 }
 
 /// Required by `cargo pgrx test`.

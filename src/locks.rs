@@ -23,9 +23,9 @@
 //! Two names with the same crc32 share their locks (about one pair in 4 billion);
 //! choose distinct names or check `crc32(a) <> crc32(b)` once.
 
-use crate::error::raise;
-use crate::hashing::crc32;
-use crate::settings::MAX_LOCKS_PER_SESSION;
+use crate::backend::error::raise;
+use crate::backend::settings::MAX_LOCKS_PER_SESSION;
+use crate::mapping::hashing::crc32;
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode;
 use std::cell::RefCell;
@@ -83,8 +83,23 @@ pub const CLAIMERS_KEY: i32 = N_RECORD_BASE;
 pub const CLAIM_MUTEX_KEY: i32 = N_RECORD_BASE + MAX_KEY_INDEX + 1;
 /// `key2` of a group's shared membership lock.
 pub const GROUP_MEMBER_KEY: i32 = 0x2000_0000;
+/// `key2` of the shared lock recording the partition count `P` a group
+/// member uses with `claim_partitions`: `PARTITION_COUNT_BASE + P`.
+pub const PARTITION_COUNT_BASE: i32 = 0x2800_0000;
 /// `key2` of group partition `p`: `PARTITION_BASE + p`.
 pub const PARTITION_BASE: i32 = 0x3000_0000;
+/// The largest number of partitions `claim_partitions` accepts. Each held
+/// partition is one entry in PostgreSQL's shared lock table, whose default
+/// size (`max_locks_per_transaction * (max_connections + ...)`) is about 7800
+/// entries; 4096 leaves room for everything else.
+pub const MAX_PARTITIONS: i32 = 4096;
+
+// The key ranges of the table above do not overlap.
+const _: () = assert!(MAX_KEY_INDEX < N_RECORD_BASE);
+const _: () = assert!(N_RECORD_BASE + MAX_KEY_INDEX < CLAIM_MUTEX_KEY);
+const _: () = assert!(CLAIM_MUTEX_KEY + 1 < GROUP_MEMBER_KEY);
+const _: () = assert!(GROUP_MEMBER_KEY < PARTITION_COUNT_BASE);
+const _: () = assert!(PARTITION_COUNT_BASE + MAX_PARTITIONS < PARTITION_BASE);
 
 /// PostgreSQL's lock modes, as used for advisory locks.
 pub const SHARE: pg_sys::LOCKMODE = pg_sys::ShareLock as pg_sys::LOCKMODE;
@@ -206,3 +221,4 @@ pub fn locks_of(key1: i32, lo: i32, hi: i32) -> Vec<LockHolder> {
     }
     out
 }
+

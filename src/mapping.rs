@@ -1,15 +1,20 @@
-//! Key → slot mappings (DESIGN.md §1): pure, IMMUTABLE STRICT PARALLEL SAFE
-//! SQL functions, thin shells around `crate::hashing`.
+//! Key → slot mappings (reference: README.md and docs/choosing-a-mapping.md):
+//! IMMUTABLE STRICT PARALLEL SAFE SQL functions, thin shells around the pure
+//! arithmetic in `hashing`:
+//! - `v1`: `slot_of`, `crc32` and `jump_slot`, version-1 C functions (they run
+//!   once per row, so they bypass pgrx's argument machinery);
+//! - `pg_hash`: `pg_hash_slot`, PostgreSQL's own hash partitioning;
+//! - `range`: `range_slot`, a binary search over sorted bounds;
+//! - `poly`: their polymorphic (`anyelement`, `anyarray`) arguments.
 
 #[cfg(any(test, feature = "pg_test"))]
 use pgrx::prelude::*;
 
+pub mod hashing;
 mod pg_hash;
 mod poly;
 mod range;
-
-// slot_of, crc32 and jump_slot are version-1 C functions in `crate::fast`:
-// they run once per row, so they bypass pgrx's argument machinery.
+mod v1;
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]

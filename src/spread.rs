@@ -1,4 +1,4 @@
-//! The job spreader: spread_agg (DESIGN.md §5).
+//! The job spreader: spread_agg (reference: docs/spreading.md).
 //!
 //! `spread_agg(job anyelement, grp text, feeders integer ORDER BY ...) → anyarray`
 //! collects the jobs with their groups, then returns them in the order of the
@@ -14,10 +14,11 @@
 //! - the final function (`FINALFUNC_EXTRA`, so PostgreSQL resolves `anyarray`
 //!   from the job type) builds the array with `construct_md_array`.
 
-pub mod groups;
-pub mod order;
+mod groups;
+mod order;
 
-use crate::error::{invalid_parameter, raise};
+use crate::backend::error::{invalid_parameter, raise};
+use crate::pg_claim_fn;
 use groups::GroupIds;
 use order::{spread_order_by, GroupOrder};
 use pgrx::pg_sys;
@@ -57,12 +58,12 @@ fn bad_feeders(feeders: Option<i32>) -> ! {
         None => raise(
             PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
             "feeders must not be null".to_string(),
-            "feeders is how many groups are served side by side; pass 1 or more.",
+            "The argument feeders is how many groups are served side by side: pass 1 or more.",
         ),
         Some(f) => invalid_parameter(
             format!("feeders must be at least 1, got {f}"),
-            "feeders is how many groups are served side by side (jobs of one group end up \
-             about feeders positions apart); pass 1 or more.",
+            "The argument feeders is how many groups are served side by side (jobs of one group \
+             end up about feeders positions apart): pass 1 or more.",
         ),
     }
 }
@@ -73,7 +74,7 @@ fn changed_argument(what: &str, first: String, now: String) -> ! {
         format!(
             "{what} must be the same for every row of one spread_agg call, got {now} after {first}"
         ),
-        "pass a constant, e.g. spread_agg(id, customer, 4 ORDER BY created_at).",
+        "Pass a constant, e.g. spread_agg(id, customer, 4 ORDER BY created_at).",
     )
 }
 
@@ -92,7 +93,7 @@ unsafe fn agg_context(fcinfo: pg_sys::FunctionCallInfo, func: &str) -> pg_sys::M
         raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             format!("{func} can only be called as part of the spread_agg aggregate"),
-            "call spread_agg(job, grp, feeders ORDER BY ...) instead.",
+            "Call spread_agg(job, grp, feeders ORDER BY ...) instead.",
         )
     }
     cx
@@ -119,13 +120,10 @@ unsafe fn copy_job(value: pg_sys::Datum, typlen: i16, cx: pg_sys::MemoryContext)
     })
 }
 
+pg_claim_fn!(guarded
 /// Transition function of both spread_agg forms:
 /// `(internal, anyelement, text, integer[, boolean]) → internal`, not strict.
-#[pg_guard]
-#[no_mangle]
-pub unsafe extern "C-unwind" fn spread_agg_trans(
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> pg_sys::Datum {
+spread_agg_trans, |fcinfo| {
     let cx = agg_context(fcinfo, "spread_agg_trans");
     let feeders = arg(fcinfo, ARG_FEEDERS).map(|d| d.value() as i32);
     let largest_first = if nargs(fcinfo) > ARG_LARGEST_FIRST {
@@ -134,7 +132,7 @@ pub unsafe extern "C-unwind" fn spread_agg_trans(
             None => raise(
                 PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
                 "largest_first must not be null".to_string(),
-                "pass true to take the largest groups first, false for first appearance.",
+                "Pass true to take the largest groups first, false for first appearance.",
             ),
         }
     } else {
@@ -153,7 +151,7 @@ pub unsafe extern "C-unwind" fn spread_agg_trans(
                 raise(
                     PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
                     "could not determine the type of spread_agg's job argument".to_string(),
-                    "cast the job to a concrete type.",
+                    "Cast the job to a concrete type.",
                 )
             }
             let mut typlen = 0i16;
@@ -209,16 +207,13 @@ pub unsafe extern "C-unwind" fn spread_agg_trans(
     state.nulls.push(is_null);
     state.groups.push(group);
     pg_sys::Datum::from(state as *mut SpreadState)
-}
+});
 
+pg_claim_fn!(guarded
 /// Final function of both spread_agg forms:
 /// `(internal, anyelement, text, integer[, boolean]) → anyarray`
 /// (`FINALFUNC_EXTRA`), not strict. NULL when there were no rows.
-#[pg_guard]
-#[no_mangle]
-pub unsafe extern "C-unwind" fn spread_agg_final(
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> pg_sys::Datum {
+spread_agg_final, |fcinfo| {
     agg_context(fcinfo, "spread_agg_final");
     let Some(d) = arg(fcinfo, 0) else {
         (*fcinfo).isnull = true;
@@ -248,58 +243,6 @@ pub unsafe extern "C-unwind" fn spread_agg_final(
         state.typalign,
     );
     pg_sys::Datum::from(array)
-}
+});
 
-/// fmgr's V1 call-convention records for the two functions above.
-#[no_mangle]
-pub extern "C" fn pg_finfo_spread_agg_trans() -> &'static pg_sys::Pg_finfo_record {
-    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
-    &V1
-}
-
-#[no_mangle]
-pub extern "C" fn pg_finfo_spread_agg_final() -> &'static pg_sys::Pg_finfo_record {
-    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
-    &V1
-}
-
-extension_sql!(
-    r#"
-CREATE FUNCTION spread_agg_trans(internal, anyelement, text, integer)
-RETURNS internal LANGUAGE c PARALLEL SAFE
-AS 'MODULE_PATHNAME', 'spread_agg_trans';
-
-CREATE FUNCTION spread_agg_final(internal, anyelement, text, integer)
-RETURNS anyarray LANGUAGE c PARALLEL SAFE
-AS 'MODULE_PATHNAME', 'spread_agg_final';
-
-CREATE AGGREGATE spread_agg(job anyelement, grp text, feeders integer) (
-    SFUNC = spread_agg_trans,
-    STYPE = internal,
-    FINALFUNC = spread_agg_final,
-    FINALFUNC_EXTRA,
-    PARALLEL = SAFE
-);
-COMMENT ON AGGREGATE spread_agg(anyelement, text, integer) IS
-'the jobs reordered by the feeder algorithm: jobs of one group spaced feeders apart, groups taken in order of first appearance';
-
-CREATE FUNCTION spread_agg_trans(internal, anyelement, text, integer, boolean)
-RETURNS internal LANGUAGE c PARALLEL SAFE
-AS 'MODULE_PATHNAME', 'spread_agg_trans';
-
-CREATE FUNCTION spread_agg_final(internal, anyelement, text, integer, boolean)
-RETURNS anyarray LANGUAGE c PARALLEL SAFE
-AS 'MODULE_PATHNAME', 'spread_agg_final';
-
-CREATE AGGREGATE spread_agg(job anyelement, grp text, feeders integer, largest_first boolean) (
-    SFUNC = spread_agg_trans,
-    STYPE = internal,
-    FINALFUNC = spread_agg_final,
-    FINALFUNC_EXTRA,
-    PARALLEL = SAFE
-);
-COMMENT ON AGGREGATE spread_agg(anyelement, text, integer, boolean) IS
-'spread_agg with a choice of group order: largest_first takes the largest groups first (equal sizes by first appearance)';
-"#,
-    name = "spread_agg"
-);
+extension_sql_file!("../sql/spread.sql", name = "spread_agg");

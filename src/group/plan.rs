@@ -72,12 +72,6 @@
 //!   session usually joins at the end (`k = M`) and exactly its own target
 //!   moves.
 
-/// The largest number of partitions `claim_partitions` accepts. Each held
-/// partition is one entry in PostgreSQL's shared lock table, whose default
-/// size (`max_locks_per_transaction * (max_connections + ...)`) is about 7800
-/// entries; 4096 leaves room for everything else.
-pub const MAX_PARTITIONS: i32 = 4096;
-
 /// The fair share of the member at `index` (0-based rank) among `members`.
 pub fn fair_share(partitions: i32, members: usize, index: usize) -> usize {
     debug_assert!(members >= 1 && partitions >= 0);

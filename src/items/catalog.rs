@@ -3,80 +3,23 @@
 //! serves the slot filter. Names leave here quoted (`quote_identifier`).
 
 use super::plan::{self, ArgForm, KeyKind, Mapping};
-use crate::error::raise;
+use crate::backend::catalog::{
+    cstr_to_string, format_type_exact, namespace_name, qualified_rel_name, quote_ident, type_name,
+};
+use crate::backend::error::{internal, raise};
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::{PgList, PgRelation};
 use std::cell::RefCell;
 use std::collections::HashSet;
-use std::ffi::{CStr, CString};
 
 /// Tables larger than this (pg_class.reltuples) without an index on the
 /// slot expression get a NOTICE with the CREATE INDEX to run.
 pub const ADVISE_INDEX_ROWS: f32 = 10_000.0;
 
-fn cstr_to_string(p: *const std::ffi::c_char) -> String {
-    if p.is_null() {
-        String::new()
-    } else {
-        // SAFETY: PostgreSQL returns NUL-terminated strings
-        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-    }
-}
-
-/// A type exactly as a column declares it, modifier included and
-/// schema-qualified, in a form that reads back as the same type:
-/// `pg_catalog.bpchar(5)`, `pg_catalog."numeric"(10,2)`, `public.my_domain`.
-pub fn format_type_exact(typid: pg_sys::Oid, typmod: i32) -> String {
-    // SAFETY: format_type_extended accepts an existing type and any typmod
-    unsafe {
-        cstr_to_string(pg_sys::format_type_extended(
-            typid,
-            typmod,
-            (pg_sys::FORMAT_TYPE_TYPEMOD_GIVEN | pg_sys::FORMAT_TYPE_FORCE_QUALIFY)
-                as pg_sys::bits16,
-        ))
-    }
-}
-
-/// `quote_identifier`: double-quotes a name only when SQL needs it.
-pub fn quote_ident(name: &str) -> String {
-    let c = CString::new(name).unwrap_or_default();
-    // SAFETY: c is a valid C string; the result is either c itself or palloc'd
-    unsafe { cstr_to_string(pg_sys::quote_identifier(c.as_ptr())) }
-}
-
-fn namespace_name(nsp: pg_sys::Oid) -> String {
-    // SAFETY: a syscache look-up; NULL when the namespace is gone
-    unsafe { cstr_to_string(pg_sys::get_namespace_name(nsp)) }
-}
-
-fn qualified_rel_name(relid: pg_sys::Oid) -> String {
-    // SAFETY: syscache look-ups
-    let (nsp, name) = unsafe {
-        (
-            pg_sys::get_rel_namespace(relid),
-            cstr_to_string(pg_sys::get_rel_name(relid)),
-        )
-    };
-    format!(
-        "{}.{}",
-        quote_ident(&namespace_name(nsp)),
-        quote_ident(&name)
-    )
-}
-
 fn wrong_object(message: String, hint: &str) -> ! {
     raise(PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE, message, hint)
-}
-
-fn internal(what: &str, e: impl std::fmt::Display) -> ! {
-    raise(
-        PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-        format!("pg_claim could not {what}: {e}"),
-        "please report this as a bug",
-    )
 }
 
 /// pg_claim's schema, for schema-qualified calls in generated SQL.
@@ -293,7 +236,7 @@ fn lock_readable(relid: pg_sys::Oid, quoted: impl Fn() -> String, fn_name: &str)
     if !can_select_table(relid) && !any_column() {
         permission_denied(
             format!("permission denied for table {}", quoted()),
-            &format!("{fn_name} reads the table with the caller's privileges; GRANT SELECT on it to this role."),
+            &format!("The function {fn_name} reads the table with the caller's privileges; GRANT SELECT on it to this role."),
         );
     }
     // SAFETY: lock manager calls on a relation oid; the syscache look-up
@@ -340,8 +283,8 @@ impl Table {
             wrong_object(
                 format!("{fn_name} needs a table, but {quoted} is {}", relkind_word(relkind)),
                 &format!(
-                    "{fn_name} reads tables, partitioned tables, materialized views and foreign tables; \
-                     for a view, filter it yourself: WHERE slot_of(key, n) = slot"
+                    "The function {fn_name} reads tables, partitioned tables, materialized views and foreign tables; \
+                     for a view, filter it yourself: WHERE slot_of(key, n) = slot."
                 ),
             );
         }
@@ -370,8 +313,7 @@ impl Table {
             );
         }
         if relid == pg_sys::InvalidOid {
-            // SAFETY: the type exists
-            let tname = unsafe { cstr_to_string(pg_sys::format_type_be(typid)) };
+            let tname = type_name(typid);
             wrong_object(
                 format!("my_items needs a table's row type, got type {tname}"),
                 "Pass a typed NULL of the table: SELECT * FROM my_items(NULL::my_table, slot, n).",
@@ -702,7 +644,7 @@ impl Table {
             ),
             "pg_claim",
         )
-        .set_hint(format!("create the index that serves every slot and batch: {create}"))
+        .set_hint(format!("Create the index that serves every slot and batch: {create}"))
         .report(PgLogLevel::NOTICE);
     }
 

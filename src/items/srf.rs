@@ -7,6 +7,7 @@
 //! result tuplestore, as PL/pgSQL's RETURN QUERY does. The argument values
 //! reach the query only as parameters.
 
+use crate::pg_claim_fn;
 use pgrx::fcinfo::pg_getarg;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -58,11 +59,7 @@ unsafe fn plan_for(sql: &str) -> pg_sys::SPIPlanPtr {
             pg_sys::CURSOR_OPT_GENERIC_PLAN as i32,
         );
         if plan.is_null() {
-            crate::error::raise(
-                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                format!("pg_claim could not prepare the share query: {sql}"),
-                "please report this as a bug",
-            );
+            crate::backend::error::internal("prepare the share query", sql);
         }
         pg_sys::SPI_keepplan(plan);
         PLANS.with(|p| {
@@ -78,30 +75,17 @@ unsafe fn plan_for(sql: &str) -> pg_sys::SPIPlanPtr {
     }
 }
 
-#[no_mangle]
-#[doc(hidden)]
-pub extern "C" fn pg_finfo_pg_claim_my_items() -> &'static pg_sys::Pg_finfo_record {
-    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
-    &V1
-}
-
+pg_claim_fn!(guarded
 /// `my_items(rel anyelement, slot, n, key, method, after, batch) RETURNS SETOF anyelement`
 ///
-/// # Safety
-/// Called by PostgreSQL's function manager with a valid `fcinfo`.
-#[no_mangle]
-#[doc(hidden)]
-#[pg_guard]
-pub unsafe extern "C-unwind" fn pg_claim_my_items(
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> pg_sys::Datum {
+my_items, |fcinfo| {
     unsafe {
         let reltype = pg_sys::get_fn_expr_argtype((*fcinfo).flinfo, 0);
         if reltype == pg_sys::InvalidOid {
-            crate::error::raise(
+            crate::backend::error::raise(
                 PgSqlErrorCode::ERRCODE_INDETERMINATE_DATATYPE,
                 "my_items could not determine the row type of its first argument".into(),
-                "pass a typed NULL of the table: SELECT * FROM my_items(NULL::my_table, slot, n)",
+                "Pass a typed NULL of the table: SELECT * FROM my_items(NULL::my_table, slot, n).",
             );
         }
         let slot: Option<i32> = pg_getarg(fcinfo, 1);
@@ -156,11 +140,7 @@ pub unsafe extern "C-unwind" fn pg_claim_my_items(
         );
 
         if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
-            crate::error::raise(
-                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                "pg_claim could not connect to SPI".into(),
-                "please report this as a bug",
-            );
+            crate::backend::error::internal("connect to SPI", "SPI_connect failed");
         }
         let plan = plan_for(&sql);
         let options = pg_sys::SPIExecuteOptions {
@@ -174,11 +154,7 @@ pub unsafe extern "C-unwind" fn pg_claim_my_items(
         };
         let rc = pg_sys::SPI_execute_plan_extended(plan, &options);
         if rc < 0 {
-            crate::error::raise(
-                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                format!("pg_claim could not run the share query (SPI code {rc}): {sql}"),
-                "please report this as a bug",
-            );
+            crate::backend::error::internal("run the share query", format!("SPI code {rc}: {sql}"));
         }
         pg_sys::SPI_finish();
         if let Some(destroy) = (*dest).rDestroy {
@@ -186,4 +162,4 @@ pub unsafe extern "C-unwind" fn pg_claim_my_items(
         }
         pg_sys::Datum::from(0)
     }
-}
+});

@@ -9,10 +9,10 @@
 //! looked up once per call site and kept in `fn_extra`.
 
 use super::poly::{arg_type, AnyDatum};
-use crate::error::{check_n, raise};
-use crate::hashing::{partition_remainder, HASH_PARTITION_SEED};
+use crate::backend::catalog::{effective_collation, type_name};
+use crate::backend::error::{check_n, raise};
+use crate::mapping::hashing::{partition_remainder, HASH_PARTITION_SEED};
 use pgrx::prelude::*;
-use std::ffi::CStr;
 
 /// Support function number of a hash opclass's extended (seeded, 64-bit) hash.
 const HASHEXTENDED_PROC: i16 = 2;
@@ -22,30 +22,6 @@ const HASHEXTENDED_PROC: i16 = 2;
 struct HashCache {
     collation: pg_sys::Oid,
     hash: pg_sys::FmgrInfo,
-}
-
-/// The name of a type as SQL prints it (`integer`, `point`, `my_domain`).
-pub(super) fn type_name(typoid: pg_sys::Oid) -> String {
-    // SAFETY: format_type_be accepts any OID and returns a palloc'd C string.
-    unsafe { CStr::from_ptr(pg_sys::format_type_be(typoid)) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// The collation a call compares or hashes with: the call's own collation
-/// (the column's, for `pg_hash_slot(col, n)`), else the type's default, as a
-/// table column of that type without a COLLATE clause would have.
-pub(super) fn effective_collation(fncollation: pg_sys::Oid, typoid: pg_sys::Oid) -> pg_sys::Oid {
-    // SAFETY: catalog lookups on a valid type OID.
-    unsafe {
-        if !pg_sys::type_is_collatable(typoid) {
-            pg_sys::InvalidOid
-        } else if fncollation != pg_sys::InvalidOid {
-            fncollation
-        } else {
-            pg_sys::get_typcollation(typoid)
-        }
-    }
 }
 
 /// Look up the partition hash function of `typoid` the way the server does for
@@ -58,7 +34,7 @@ unsafe fn build_cache(fcinfo: pg_sys::FunctionCallInfo, typoid: pg_sys::Oid) -> 
             raise(
                 PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
                 "could not determine the type of the key".to_string(),
-                "call pg_hash_slot from SQL, where the key's type is known.",
+                "Call pg_hash_slot from SQL, where the key's type is known.",
             );
         }
         let opclass = pg_sys::GetDefaultOpClass(typoid, pg_sys::HASH_AM_OID);
@@ -69,7 +45,7 @@ unsafe fn build_cache(fcinfo: pg_sys::FunctionCallInfo, typoid: pg_sys::Oid) -> 
                     "type {} has no default hash operator class, so it cannot be a hash partition key",
                     type_name(typoid)
                 ),
-                "pg_hash_slot accepts the types PARTITION BY HASH accepts; cast the key to one of them \
+                "The function pg_hash_slot accepts the types PARTITION BY HASH accepts; cast the key to one of them \
                  (for example key::text), or use slot_of or jump_slot.",
             );
         }

@@ -6,10 +6,10 @@
 //! `fn_extra`: with constant bounds (the usual case) each row costs a byte
 //! comparison of the array and log2(len) comparisons.
 
-use super::pg_hash::{effective_collation, type_name};
 use super::poly::{AnyArrayDatum, AnyDatum};
-use crate::error::{invalid_parameter, raise};
-use crate::hashing::{first_not_increasing, upper_bound_by};
+use crate::backend::catalog::{effective_collation, type_name};
+use crate::backend::error::{invalid_parameter, raise};
+use crate::mapping::hashing::{first_not_increasing, upper_bound_by};
 use pgrx::prelude::*;
 use std::cmp::Ordering;
 use std::ffi::CStr;
@@ -104,7 +104,7 @@ unsafe fn new_cache(
                     "type {} has no default btree operator class, so range_slot cannot order it",
                     type_name(elemtype)
                 ),
-                "range_slot accepts the types PARTITION BY RANGE accepts; cast the key and the bounds \
+                "The function range_slot accepts the types PARTITION BY RANGE accepts; cast the key and the bounds \
                  to one of them (for example ::text).",
             );
         }
@@ -172,7 +172,7 @@ unsafe fn load_bounds(
         if ndim > 1 {
             invalid_parameter(
                 format!("bounds must be a one-dimensional array, got {ndim} dimensions"),
-                "pass the bounds as a flat sorted array, for example ARRAY[10, 20, 30].",
+                "Pass the bounds as a flat sorted array, for example ARRAY[10, 20, 30].",
             );
         }
         // ARR_LBOUND: the dimensions follow the header, then the lower bounds.
@@ -211,7 +211,7 @@ unsafe fn load_bounds(
                         "bounds must not contain NULL, found one at bounds[{}]",
                         lbound as i64 + i as i64
                     ),
-                    "remove the NULLs, for example with array_remove(bounds, NULL).",
+                    "Remove the NULLs, for example with array_remove(bounds, NULL).",
                 );
             }
             let es = std::slice::from_raw_parts(elems, n);
@@ -227,7 +227,7 @@ unsafe fn load_bounds(
                         lbound as i64 + i as i64 - 1,
                         prev
                     ),
-                    "sort the bounds and remove duplicates, for example \
+                    "Sort the bounds and remove duplicates, for example \
                      ARRAY(SELECT DISTINCT b FROM unnest(bounds) b ORDER BY b).",
                 );
             }

@@ -51,12 +51,9 @@ impl GroupIds {
     }
 
     /// Number of distinct keys seen.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.keys.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
     }
 
     /// The id of `key`: its rank among the distinct keys by first

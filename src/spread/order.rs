@@ -1,4 +1,4 @@
-//! The feeder algorithm (DESIGN.md §5), in plain Rust with no PostgreSQL
+//! The feeder algorithm (docs/spreading.md), in plain Rust with no PostgreSQL
 //! dependency.
 //!
 //! Jobs belong to groups. Groups are taken in a fixed order (by default the
@@ -25,7 +25,7 @@ use std::collections::VecDeque;
 /// In which order the feeders take the groups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GroupOrder {
-    /// By first appearance in the input (DESIGN.md §5).
+    /// By first appearance in the input (the algorithm as docs/spreading.md defines it).
     FirstAppearance,
     /// Largest group first; groups of equal size by first appearance.
     LargestFirst,
@@ -36,7 +36,9 @@ pub enum GroupOrder {
 /// once. Group ids are arbitrary `u32`s; memory is proportional to the
 /// largest id, so callers pass dense ids (`0..number of groups`).
 ///
-/// `feeders` must be at least 1 (0 is treated as 1).
+/// `feeders` must be at least 1 (0 is treated as 1). (The tests' shorthand;
+/// spread_agg calls [`spread_order_by`].)
+#[cfg(test)]
 pub fn spread_order(groups: &[u32], feeders: usize) -> Vec<usize> {
     spread_order_by(groups, feeders, GroupOrder::FirstAppearance).order
 }
@@ -147,7 +149,9 @@ pub fn spread_order_by(groups: &[u32], feeders: usize, group_order: GroupOrder) 
 }
 
 /// Spacing figures of a spread: for consecutive jobs of one group (in output
-/// order), how many are closer than `min_gap` positions apart.
+/// order), how many are closer than `min_gap` positions apart (what the
+/// tests measure).
+#[cfg(test)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Spacing {
     /// Pairs of consecutive jobs of one group in the output.
@@ -158,6 +162,7 @@ pub struct Spacing {
 
 /// Measure [`Spacing`] of `order` (job indices in output order) for the
 /// group ids `groups` (per job in input order).
+#[cfg(test)]
 pub fn spacing(groups: &[u32], order: &[usize], min_gap: usize) -> Spacing {
     let max_id = groups.iter().copied().max().unwrap_or(0) as usize;
     let mut last = vec![usize::MAX; max_id + 1];
@@ -181,7 +186,7 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::VecDeque;
 
-    /// The algorithm exactly as DESIGN.md §5 words it: `feeders` feeders
+    /// The algorithm exactly as the spread_agg reference (docs/spreading.md) words it: `feeders` feeders
     /// (all of them, even those that will never get a group), visited in
     /// turn, each taking the next group when its own is empty.
     fn reference(groups: &[u32], feeders: usize, group_order: GroupOrder) -> Vec<usize> {

@@ -6,7 +6,7 @@ RESET client_min_messages;
 SELECT p.oid::regprocedure AS function, provolatile, proisstrict, proparallel
 FROM pg_proc p
 WHERE proname IN ('claim_slot', 'release_slot', 'my_slot', 'slot_holders')
-ORDER BY 1::text;
+ORDER BY p.oid::regprocedure::text;
 
 -- Nothing held yet.
 SELECT my_slot('rg_mailer') IS NULL AS holds_none;

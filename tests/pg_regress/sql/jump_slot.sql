@@ -1,4 +1,4 @@
--- jump_slot: DESIGN.md §1. Lamping–Veach jump consistent hash of the key's 64
+-- jump_slot (README.md, docs/choosing-a-mapping.md). Lamping–Veach jump consistent hash of the key's 64
 -- bits (bigint) or of crc32 of the key (text, bytea, uuid's text form).
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pg_claim;

@@ -1,4 +1,4 @@
--- pg_hash_slot: DESIGN.md §1. The slot is the remainder of the partition that
+-- pg_hash_slot (README.md, docs/choosing-a-mapping.md). The slot is the remainder of the partition that
 -- PostgreSQL's own PARTITION BY HASH (key) with MODULUS n routes the key to.
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pg_claim;

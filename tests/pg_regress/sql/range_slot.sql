@@ -1,4 +1,4 @@
--- range_slot: DESIGN.md §1. The number of bounds <= key, by binary search:
+-- range_slot (README.md, docs/choosing-a-mapping.md). The number of bounds <= key, by binary search:
 -- slot 0 is below bounds[1], slot i holds [bounds[i], bounds[i+1]).
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pg_claim;

@@ -1,4 +1,4 @@
--- slot_of and crc32: DESIGN.md §1
+-- slot_of and crc32 (README.md, docs/choosing-a-mapping.md)
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pg_claim;
 RESET client_min_messages;

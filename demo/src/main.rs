@@ -1,0 +1,57 @@
+//! pg_claim's demo: a fleet of workers and standbys drains a table of work
+//! items, one worker is killed mid-run, its standby takes over the slot, and
+//! the processing log is checked for exactly-once processing at the end.
+//!
+//! It is also the worked example of a real pg_claim worker loop (in
+//! `worker.rs`):
+//!
+//! ```sql
+//! SELECT claim_slot('demo', 4, interval '30 seconds');           -- once: my slot
+//! SELECT max(item_id) FROM processing_log WHERE slot = 2;         -- where my share stands
+//! BEGIN;                                                          -- per batch:
+//! SELECT id FROM my_items(NULL::work_items, 2, 4, after => '81234', batch => 500);
+//! INSERT INTO processing_log ... ; UPDATE work_items SET done = true ... ;
+//! COMMIT;
+//! ```
+//!
+//! Run it through `scripts/demo`, which starts a throwaway cluster; options:
+//! `--items N --workers W --standbys S --batch B --work-us U --kill-at F
+//! --kill-slot K --no-kill --timeout SECS --dsn DSN`.
+//!
+//! The modules, one job each: `config` (the options), `table` (the work
+//! table and the queries about it), `fleet` (the coordinator: starts the
+//! workers and standbys, kills one, stops them), `worker` (the worker loop),
+//! `state` (what the threads share), `display` (live progress) and `check`
+//! (the exactly-once verdict).
+
+mod check;
+mod config;
+mod display;
+mod fleet;
+mod state;
+mod table;
+mod worker;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cfg = match config::parse(std::env::args().skip(1)) {
+        Ok(Some(cfg)) => cfg,
+        Ok(None) => {
+            println!("{}", config::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("pg_claim_demo: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match fleet::run(&cfg) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("pg_claim_demo: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! The work table and the processing log: created before the run, and read
+//! for the items per slot and the slot holders.
+
+use crate::config::{Config, NAME};
+use pg_claim_support::{create_work_tables, describe, ensure_extension};
+use postgres::Client;
+
+/// The extension, the work table `work_items` and the empty
+/// `processing_log`, with the indexes the workers read through.
+pub fn setup(c: &mut Client, cfg: &Config) -> Result<(), postgres::Error> {
+    ensure_extension(c, "pg_claim")?;
+    create_work_tables(
+        c,
+        "work_items",
+        "processing_log",
+        cfg.items,
+        80,
+        &format!(
+            "-- the index my_items uses to read one slot's share in key order
+             CREATE INDEX work_items_slot ON work_items ((slot_of(id, {n})), id);
+             -- where a slot's share stands: max(item_id) of the slot
+             CREATE INDEX processing_log_slot ON processing_log (slot, item_id);",
+            n = cfg.workers
+        ),
+    )
+}
+
+/// Items per slot, from `slot_counts`.
+pub fn slot_totals(c: &mut Client, cfg: &Config) -> Result<Vec<u64>, postgres::Error> {
+    let rows = c.query(
+        "SELECT slot, items FROM slot_counts('work_items'::regclass, $1) ORDER BY slot",
+        &[&(cfg.workers as i32)],
+    )?;
+    let mut t = vec![0u64; cfg.workers];
+    for r in rows {
+        let slot: i32 = r.get(0);
+        let items: i64 = r.get(1);
+        if let Some(v) = t.get_mut(slot as usize) {
+            *v = items as u64;
+        }
+    }
+    Ok(t)
+}
+
+pub fn print_holders(c: &mut Client, title: &str) -> Result<(), String> {
+    let rows = c
+        .query(
+            "SELECT slot, pid, application_name FROM slot_holders($1) ORDER BY slot",
+            &[&NAME],
+        )
+        .map_err(|e| format!("slot_holders: {}", describe(&e)))?;
+    let list: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let slot: i32 = r.get(0);
+            let pid: i32 = r.get(1);
+            let app: Option<String> = r.get(2);
+            format!("{slot}={} (pid {pid})", app.unwrap_or_default())
+        })
+        .collect();
+    println!("{title}: SELECT slot, pid, application_name FROM slot_holders('{NAME}');");
+    println!("  {}", list.join(", "));
+    Ok(())
+}

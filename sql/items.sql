@@ -1,0 +1,40 @@
+-- my_items (a version-1 C set-returning function, src/items/srf.rs),
+-- slot_counts and slot_skew, written around the Rust functions
+-- my_items_query and slot_counts_query.
+CREATE FUNCTION @extschema@.my_items(
+    rel anyelement, slot integer, n integer,
+    key text DEFAULT NULL, method text DEFAULT 'auto',
+    after text DEFAULT NULL, batch integer DEFAULT NULL, columns text[] DEFAULT NULL)
+RETURNS SETOF anyelement
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'pg_claim_my_items';
+COMMENT ON FUNCTION @extschema@.my_items(anyelement, integer, integer, text, text, text, integer, text[]) IS
+    'the rows of a table whose key maps to slot of n: SELECT * FROM my_items(NULL::tbl, slot, n)';
+
+CREATE FUNCTION @extschema@.slot_counts(
+    rel regclass, n integer, key text DEFAULT NULL, method text DEFAULT 'auto')
+RETURNS TABLE (slot integer, items bigint)
+LANGUAGE plpgsql STABLE
+AS $body$
+BEGIN
+    RETURN QUERY EXECUTE @extschema@.slot_counts_query(rel, n, key, method) USING n;
+END
+$body$;
+COMMENT ON FUNCTION @extschema@.slot_counts(regclass, integer, text, text) IS
+    'rows per slot 0 .. n-1 (0 for empty slots) of a table split by key';
+
+CREATE FUNCTION @extschema@.slot_skew(
+    rel regclass, n integer, key text DEFAULT NULL, method text DEFAULT 'auto')
+RETURNS TABLE (slots integer, items bigint, min_items bigint, max_items bigint,
+               mean_items numeric, max_over_mean numeric)
+LANGUAGE sql STABLE
+AS $body$
+    SELECT pg_catalog.count(*)::integer, pg_catalog.sum(c.items)::bigint,
+           pg_catalog.min(c.items), pg_catalog.max(c.items),
+           pg_catalog.round(pg_catalog.avg(c.items), 2),
+           CASE WHEN pg_catalog.sum(c.items) OPERATOR(pg_catalog.>) 0
+                THEN pg_catalog.round(pg_catalog.max(c.items) OPERATOR(pg_catalog./) pg_catalog.avg(c.items), 3) END
+    FROM @extschema@.slot_counts(rel, n, key, method) AS c
+$body$;
+COMMENT ON FUNCTION @extschema@.slot_skew(regclass, integer, text, text) IS
+    'how even a split is: smallest, largest and mean slot, and largest / mean';

@@ -1,0 +1,57 @@
+//! Functions written against PostgreSQL's function manager directly.
+//!
+//! Most SQL functions are `#[pg_extern]` functions, whose C entry points
+//! pgrx generates (`<rust name>_wrapper`). The ones that must read their
+//! `FunctionCallInfo` themselves (the per-row mappings, the `my_items`
+//! set-returning function, the `spread_agg` aggregate's transition and final
+//! functions) are declared with [`pg_claim_fn!`](crate::pg_claim_fn), the one
+//! place that writes their version-1 info record and their C names: the
+//! function `pg_claim_<name>` and its record `pg_finfo_pg_claim_<name>`, which
+//! the hand-written SQL in `sql/` names as `AS 'MODULE_PATHNAME',
+//! 'pg_claim_<name>'`.
+
+/// Declares a version-1 C function `pg_claim_<name>` and its info record
+/// `pg_finfo_pg_claim_<name>`.
+///
+/// - `pg_claim_fn!(raw name, |fcinfo| body)`: the body runs as is. For the
+///   per-row hot paths: the body must run every step that can raise a
+///   PostgreSQL ERROR or panic inside `pgrx_extern_c_guard`.
+/// - `pg_claim_fn!(guarded name, |fcinfo| body)`: the whole body runs under
+///   `#[pg_guard]`, which turns panics and PostgreSQL ERRORs into a proper
+///   ERROR.
+#[macro_export]
+macro_rules! pg_claim_fn {
+    (@finfo $name:ident) => {
+        const _: () = {
+            #[export_name = concat!("pg_finfo_pg_claim_", stringify!($name))]
+            #[doc(hidden)]
+            pub extern "C" fn finfo() -> &'static ::pgrx::pg_sys::Pg_finfo_record {
+                static V1: ::pgrx::pg_sys::Pg_finfo_record =
+                    ::pgrx::pg_sys::Pg_finfo_record { api_version: 1 };
+                &V1
+            }
+        };
+    };
+    (raw $(#[$meta:meta])* $name:ident, |$fcinfo:ident| $body:block) => {
+        $crate::pg_claim_fn!(@finfo $name);
+
+        $(#[$meta])*
+        ///
+        /// # Safety
+        /// Called only by PostgreSQL's function manager, with a valid
+        /// `fcinfo` for the SQL signature declared in `sql/`.
+        #[export_name = concat!("pg_claim_", stringify!($name))]
+        #[doc(hidden)]
+        pub unsafe extern "C-unwind" fn $name(
+            $fcinfo: ::pgrx::pg_sys::FunctionCallInfo,
+        ) -> ::pgrx::pg_sys::Datum {
+            $body
+        }
+    };
+    (guarded $(#[$meta:meta])* $name:ident, |$fcinfo:ident| $body:block) => {
+        // what #[pg_guard] does: panics and PostgreSQL ERRORs become an ERROR
+        $crate::pg_claim_fn!(raw $(#[$meta])* $name, |$fcinfo| {
+            ::pgrx::pg_sys::panic::pgrx_extern_c_guard(|| $body)
+        });
+    };
+}

@@ -1,0 +1,14 @@
+//! The glue between PostgreSQL and every SQL concept, in one place:
+//! - `error`:    one way to raise an ERROR (SQLSTATE, message, hint) and the
+//!   input checks shared by several concepts;
+//! - `fmgr`:     the one macro for functions written against the function
+//!   manager (`pg_claim_<name>` and its info record);
+//! - `settings`: the `pg_claim.*` parameters, `_PG_init`'s registrations and
+//!   the dead-client check they switch on;
+//! - `catalog`:  catalog look-ups every concept uses: quoting, qualified
+//!   relation and type names, schemas, collations.
+
+pub mod catalog;
+pub mod error;
+pub mod fmgr;
+pub mod settings;

@@ -1,0 +1,225 @@
+//! The per-row SQL functions `slot_of`, `crc32` and `jump_slot` as plain
+//! version-1 C-ABI functions.
+//!
+//! These run once per row in scans, index builds and generated columns, so
+//! they skip pgrx's general-purpose argument and memory-context machinery and
+//! read the `FunctionCallInfo` directly. Every path that can raise a
+//! PostgreSQL ERROR (a bad `n`, detoasting, encoding conversion) runs inside
+//! `pgrx_extern_c_guard`, which turns Rust panics and PostgreSQL longjmps into
+//! a proper ERROR, exactly as pgrx's own wrappers do; the common path makes no
+//! call into PostgreSQL at all.
+//!
+//! Each function is declared to SQL in `sql/mapping.sql`, with
+//! `IMMUTABLE STRICT PARALLEL SAFE` and no `SET` clause; its C name is
+//! `pg_claim_<rust name>` (`backend::fmgr`).
+
+use crate::backend::error::check_n;
+use crate::mapping::hashing::{crc32, crc32_slot, jump_hash, modulo_slot, uuid_crc32, uuid_text};
+use crate::pg_claim_fn;
+use pgrx::pg_sys;
+use pgrx::pg_sys::panic::pgrx_extern_c_guard;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The two arguments of a STRICT two-argument function.
+///
+/// # Safety
+/// `fcinfo` is the current call's, of a function declared with two
+/// arguments and STRICT (so neither is NULL).
+#[inline(always)]
+unsafe fn two_args<'a>(fcinfo: pg_sys::FunctionCallInfo) -> &'a [pg_sys::NullableDatum] {
+    // SAFETY: as the caller promises
+    unsafe { (*fcinfo).args.as_slice(2) }
+}
+
+#[inline(always)]
+fn arg_n(args: &[pg_sys::NullableDatum]) -> i32 {
+    let n = args[1].value.value() as i32;
+    if n < 1 {
+        // Raises the ERROR (SQLSTATE 22023); never returns.
+        unsafe { pgrx_extern_c_guard(|| check_n(n)) }
+    }
+    n
+}
+
+#[inline(always)]
+fn slot_datum(slot: i32) -> pg_sys::Datum {
+    pg_sys::Datum::from(slot)
+}
+
+/// The bytes of a text/bytea datum. In-line, uncompressed values (nearly all
+/// keys) are read in place; toasted or compressed ones are detoasted first.
+///
+/// # Safety
+/// `datum` must be a valid varlena datum that outlives the returned slice.
+#[inline(always)]
+unsafe fn varlena_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8] {
+    let ptr = datum.cast_mut_ptr::<u8>();
+    // SAFETY: every varlena starts with at least one header byte.
+    let b0 = unsafe { *ptr };
+    if b0 & 0x01 == 0x01 {
+        if b0 != 0x01 {
+            // 1-byte header, in line: total length in the upper 7 bits.
+            let len = (b0 >> 1) as usize;
+            // SAFETY: the header says `len` bytes follow, header included.
+            return unsafe { std::slice::from_raw_parts(ptr.add(1), len - 1) };
+        }
+    } else {
+        // SAFETY: a 4-byte header, possibly unaligned in a packed tuple.
+        let header = unsafe { (ptr as *const u32).read_unaligned() };
+        if header & 0x03 == 0x00 {
+            let len = (header >> 2) as usize;
+            // SAFETY: uncompressed 4-byte header, `len` bytes total.
+            return unsafe { std::slice::from_raw_parts(ptr.add(4), len - 4) };
+        }
+    }
+    unsafe { detoasted_bytes(datum) }
+}
+
+#[cold]
+#[inline(never)]
+unsafe fn detoasted_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8] {
+    // SAFETY: a valid varlena; the detoasted copy lives in the current memory
+    // context, which outlives this function call.
+    unsafe {
+        pgrx_extern_c_guard(|| {
+            let v = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
+            pgrx::varlena::varlena_to_byte_slice(v)
+        })
+    }
+}
+
+/// The 16 bytes of a uuid datum.
+///
+/// # Safety
+/// `datum` must be a uuid datum that outlives the returned reference.
+#[inline(always)]
+unsafe fn uuid_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8; 16] {
+    // SAFETY: uuid is a fixed 16-byte pass-by-reference type.
+    unsafe { &*(datum.cast_mut_ptr::<[u8; 16]>()) }
+}
+
+/// Database encoding, read once per backend (it cannot change while connected).
+static DB_ENCODING: AtomicI32 = AtomicI32::new(-1);
+
+/// The UTF-8 bytes of a text value. In a UTF-8 (or SQL_ASCII) database these
+/// are the stored bytes; in any other encoding the value is converted first,
+/// so a key hashes the same whatever the database encoding.
+#[inline(always)]
+unsafe fn text_utf8<'a>(datum: pg_sys::Datum) -> std::borrow::Cow<'a, [u8]> {
+    let bytes = unsafe { varlena_bytes(datum) };
+    let enc = DB_ENCODING.load(Ordering::Relaxed);
+    let as_is = enc == pg_sys::pg_enc::PG_UTF8 as i32
+        || enc == pg_sys::pg_enc::PG_SQL_ASCII as i32
+        || (enc >= 0 && bytes.is_ascii());
+    if as_is {
+        return std::borrow::Cow::Borrowed(bytes);
+    }
+    unsafe { text_utf8_slow(bytes) }
+}
+
+#[cold]
+#[inline(never)]
+unsafe fn text_utf8_slow(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    unsafe {
+        pgrx_extern_c_guard(|| {
+            let enc = pg_sys::GetDatabaseEncoding();
+            DB_ENCODING.store(enc, Ordering::Relaxed);
+            if enc == pg_sys::pg_enc::PG_UTF8 as i32
+                || enc == pg_sys::pg_enc::PG_SQL_ASCII as i32
+                || bytes.is_ascii()
+            {
+                return std::borrow::Cow::Borrowed(bytes);
+            }
+            let src = bytes.as_ptr() as *const std::os::raw::c_char;
+            let out =
+                pg_sys::pg_server_to_any(src, bytes.len() as i32, pg_sys::pg_enc::PG_UTF8 as i32);
+            if std::ptr::eq(out, src) {
+                std::borrow::Cow::Borrowed(bytes)
+            } else {
+                let s = std::ffi::CStr::from_ptr(out).to_bytes().to_vec();
+                pg_sys::pfree(out.cast());
+                std::borrow::Cow::Owned(s)
+            }
+        })
+    }
+}
+
+pg_claim_fn!(raw slot_of_int2, |fcinfo| {
+    let args = unsafe { two_args(fcinfo) };
+    let n = arg_n(args);
+    slot_datum(modulo_slot(args[0].value.value() as i16 as i64, n))
+});
+
+pg_claim_fn!(raw slot_of_int4, |fcinfo| {
+    let args = unsafe { two_args(fcinfo) };
+    let n = arg_n(args);
+    slot_datum(modulo_slot(args[0].value.value() as i32 as i64, n))
+});
+
+pg_claim_fn!(raw slot_of_int8, |fcinfo| {
+    let args = unsafe { two_args(fcinfo) };
+    let n = arg_n(args);
+    slot_datum(modulo_slot(args[0].value.value() as i64, n))
+});
+
+pg_claim_fn!(raw slot_of_text, |fcinfo| {
+    let args = unsafe { two_args(fcinfo) };
+    let n = arg_n(args);
+    let bytes = unsafe { text_utf8(args[0].value) };
+    slot_datum(crc32_slot(&bytes, n))
+});
+
+pg_claim_fn!(raw slot_of_bytea, |fcinfo| {
+    let args = unsafe { two_args(fcinfo) };
+    let n = arg_n(args);
+    let bytes = unsafe { varlena_bytes(args[0].value) };
+    slot_datum(crc32_slot(bytes, n))
+});
+
+pg_claim_fn!(raw slot_of_uuid, |fcinfo| {
+    let args = unsafe { two_args(fcinfo) };
+    let n = arg_n(args);
+    let bytes = unsafe { uuid_bytes(args[0].value) };
+    slot_datum(crc32_slot(&uuid_text(bytes), n))
+});
+
+pg_claim_fn!(raw crc32_text, |fcinfo| {
+    let args = unsafe { two_args(fcinfo) };
+    let bytes = unsafe { text_utf8(args[0].value) };
+    pg_sys::Datum::from(crc32(&bytes) as i64)
+});
+
+pg_claim_fn!(raw crc32_bytea, |fcinfo| {
+    let args = unsafe { two_args(fcinfo) };
+    let bytes = unsafe { varlena_bytes(args[0].value) };
+    pg_sys::Datum::from(crc32(bytes) as i64)
+});
+
+pg_claim_fn!(raw jump_slot_int8, |fcinfo| {
+    let args = unsafe { two_args(fcinfo) };
+    let n = arg_n(args);
+    slot_datum(jump_hash(args[0].value.value() as i64 as u64, n))
+});
+
+pg_claim_fn!(raw jump_slot_text, |fcinfo| {
+    let args = unsafe { two_args(fcinfo) };
+    let n = arg_n(args);
+    let bytes = unsafe { text_utf8(args[0].value) };
+    slot_datum(jump_hash(crc32(&bytes) as u64, n))
+});
+
+pg_claim_fn!(raw jump_slot_bytea, |fcinfo| {
+    let args = unsafe { two_args(fcinfo) };
+    let n = arg_n(args);
+    let bytes = unsafe { varlena_bytes(args[0].value) };
+    slot_datum(jump_hash(crc32(bytes) as u64, n))
+});
+
+pg_claim_fn!(raw jump_slot_uuid, |fcinfo| {
+    let args = unsafe { two_args(fcinfo) };
+    let n = arg_n(args);
+    let bytes = unsafe { uuid_bytes(args[0].value) };
+    slot_datum(jump_hash(uuid_crc32(bytes) as u64, n))
+});
+
+pgrx::extension_sql_file!("../../sql/mapping.sql", name = "slot_of_crc32_jump_slot");
