@@ -8,6 +8,7 @@
 //! - `claim`:   `claim_slot`, `release_slot`, `my_slot`, `slot_holders`; pure core `claim::probe`
 //! - `items`:   `my_items`, `my_items_query`, `slot_counts`, `slot_skew`; pure core `items::plan`
 //! - `group`:   group membership, positions, `claim_partitions`; pure core `group::plan`
+//! - `lease`:   leases and fencing tokens (`claim_lease`, `fence`, `my_token`, ...), all in SQL
 //! - `spread`:  `spread_agg`; pure core `spread::order`, `spread::groups`
 //!
 //! Shared by them: `locks` (the advisory lock key layout, lock primitives and
@@ -20,6 +21,7 @@ mod backend;
 mod claim;
 mod group;
 mod items;
+mod lease;
 mod locks;
 mod mapping;
 mod spread;

@@ -10,6 +10,7 @@
 //! | `name_key(name)` | `0x10000000 + n` | "this session claims `name` with `n` slots", shared |
 //! | `name_key(name)` | `0x10000000` | "this session is a live claimer of `name`" (any `n`), shared |
 //! | `name_key(name)` | `0x10100001` | claim mutex of `name`, exclusive, held for microseconds |
+//! | `name_key(name)` | `0x10100002` | lease mutex of `name`: transaction-level, exclusive, held by `claim_lease` to the end of its transaction |
 //! | `name_key(name)` | `0x20000000` | membership of group `name`, shared |
 //! | `name_key(name)` | `0x28000000 + P` | "this member uses `P` partitions", shared |
 //! | `name_key(name)` | `0x30000000 + p` | partition `p` of group `name`, exclusive |
@@ -81,6 +82,11 @@ pub const CLAIMERS_KEY: i32 = N_RECORD_BASE;
 /// `key2` of the short-lived exclusive lock that serialises the n check of
 /// claimers of one name (just above the n records).
 pub const CLAIM_MUTEX_KEY: i32 = N_RECORD_BASE + MAX_KEY_INDEX + 1;
+/// `key2` of the transaction-level lock that serialises `claim_lease` calls
+/// of one name (just above the claim mutex). `sql/leases.sql` writes it as a
+/// number; a test checks the two agree.
+#[cfg(test)]
+pub const LEASE_MUTEX_KEY: i32 = CLAIM_MUTEX_KEY + 1;
 /// `key2` of a group's shared membership lock.
 pub const GROUP_MEMBER_KEY: i32 = 0x2000_0000;
 /// `key2` of the shared lock recording the partition count `P` a group
@@ -222,3 +228,14 @@ pub fn locks_of(key1: i32, lo: i32, hi: i32) -> Vec<LockHolder> {
     out
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sql_uses_the_lease_mutex_key() {
+        let sql = include_str!("../sql/leases.sql");
+        assert!(sql.contains(&format!("::integer, {LEASE_MUTEX_KEY})")));
+        assert_eq!(LEASE_MUTEX_KEY, 0x1010_0002);
+    }
+}
