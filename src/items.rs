@@ -16,6 +16,7 @@ mod plan;
 mod srf;
 
 use crate::backend::error::{invalid_parameter, n_below_one, raise, N_HINT};
+use pgrx::fcinfo::pg_getarg;
 use pgrx::prelude::*;
 use plan::{Method, ShareQuery};
 
@@ -70,8 +71,12 @@ fn slot_mapping(method: Method, key: &catalog::Key) -> plan::Mapping {
 /// $3 after, $4 batch; n is also written into the slot expression so it
 /// matches an expression index in a cached, generic plan). Exposed so users
 /// can see and EXPLAIN it.
+///
+/// Its arguments after `rel` are my_items' own, in the same positions:
+/// `share_query` reads both functions' from the call (the parameters here
+/// declare the SQL signature).
 #[pg_extern(stable)]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, unused_variables)]
 fn my_items_query(
     rel: Option<pg_sys::Oid>,
     slot: Option<i32>,
@@ -84,35 +89,30 @@ fn my_items_query(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> String {
     let reltype = rel.unwrap_or_else(|| null_arg("rel"));
-    // SAFETY: this call's fcinfo
-    let func = unsafe { catalog::calling_function(fcinfo) };
-    share_query(
-        func,
-        reltype,
-        slot,
-        n,
-        key,
-        method,
-        after.is_some(),
-        batch,
-        columns,
-    )
+    // SAFETY: this call's fcinfo, with my_items' arguments after rel
+    unsafe { share_query(fcinfo, reltype) }
 }
 
-/// Validate my_items' arguments and return the query text for the share
-/// (cached per session).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn share_query(
-    func: pg_sys::Oid,
-    reltype: pg_sys::Oid,
-    slot: Option<i32>,
-    n: Option<i32>,
-    key: Option<&str>,
-    method: Option<&str>,
-    after: bool,
-    batch: Option<i32>,
-    columns: Option<Vec<Option<String>>>,
-) -> String {
+/// Validate the arguments of a my_items or my_items_query call (slot, n,
+/// key, method, after, batch, columns, after the row type) and return the
+/// query text for the share (cached per session).
+///
+/// # Safety
+/// `fcinfo` is the current call of my_items or my_items_query.
+pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_sys::Oid) -> String {
+    // SAFETY: as the caller promises
+    let (func, slot, n, key, method, after, batch, columns) = unsafe {
+        (
+            catalog::calling_function(fcinfo),
+            pg_getarg::<i32>(fcinfo, 1),
+            pg_getarg::<i32>(fcinfo, 2),
+            pg_getarg::<&str>(fcinfo, 3),
+            pg_getarg::<&str>(fcinfo, 4),
+            pg_getarg::<&str>(fcinfo, 5).is_some(),
+            pg_getarg::<i32>(fcinfo, 6),
+            pg_getarg::<Vec<Option<String>>>(fcinfo, 7),
+        )
+    };
     let columns = columns.map(|c| {
         c.into_iter()
             .map(|name| {

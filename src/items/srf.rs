@@ -88,25 +88,11 @@ my_items, |fcinfo| {
                 "Pass a typed NULL of the table: SELECT * FROM my_items(NULL::my_table, slot, n).",
             );
         }
+        let sql = super::share_query(fcinfo, reltype);
         let slot: Option<i32> = pg_getarg(fcinfo, 1);
         let n: Option<i32> = pg_getarg(fcinfo, 2);
-        let key: Option<&str> = pg_getarg(fcinfo, 3);
-        let method: Option<&str> = pg_getarg(fcinfo, 4);
         let after: Option<&str> = pg_getarg(fcinfo, 5);
         let batch: Option<i32> = pg_getarg(fcinfo, 6);
-        let columns: Option<Vec<Option<String>>> = pg_getarg(fcinfo, 7);
-        let func = super::catalog::calling_function(fcinfo);
-        let sql = super::share_query(
-            func,
-            reltype,
-            slot,
-            n,
-            key,
-            method,
-            after.is_some(),
-            batch,
-            columns,
-        );
 
         // the result: a tuplestore of the table's row type
         pg_sys::InitMaterializedSRF(fcinfo, 0);

@@ -6,16 +6,6 @@ CREATE EXTENSION IF NOT EXISTS pg_claim;
 DROP ROLE IF EXISTS ls_worker;
 RESET client_min_messages;
 
-CREATE FUNCTION ls_try(stmt text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE state text; msg text; hint text;
-BEGIN
-    EXECUTE stmt;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
-    RETURN state || ': ' || regexp_replace(msg, '\d{15,}', 'T', 'g')
-        || coalesce(E'\n  hint: ' || nullif(hint, ''), '');
-END $$;
 CREATE TABLE ls_got (who text, slot integer, token bigint, expires_at timestamptz);
 
 -- The functions and their markings.
@@ -41,7 +31,7 @@ SELECT count(*) AS standby_rows FROM ls_got WHERE who = 'w3';
 SELECT slot, holder, expired FROM lease_holders('ls');
 
 -- Another n than the live leases: 55000 naming both.
-SELECT ls_try($$SELECT * FROM claim_lease('ls', 3, 'w4')$$) AS other_n;
+SELECT pc_try($$SELECT * FROM claim_lease('ls', 3, 'w4')$$) AS other_n;
 
 -- Renewal: a new expiry with the current token, NULL with another.
 SELECT renew_lease('ls', 0, (SELECT token FROM ls_got WHERE who = 'w1'), '1 minute')
@@ -55,14 +45,14 @@ SELECT lease_valid('ls', 0, (SELECT token FROM ls_got WHERE who = 'w1')) AS vali
        lease_valid('ls', 0, 42) AS other_token_valid,
        lease_valid('ls', 1, (SELECT token FROM ls_got WHERE who = 'w1')) AS other_slot_valid,
        lease_valid('nothing', 0, 1) AS unknown_name_valid;
-SELECT ls_try($$SELECT fence('ls', 0, 42)$$) AS stale_token;
-SELECT ls_try($$SELECT fence('nothing', 0, 1)$$) AS never_claimed;
+SELECT pc_try($$SELECT fence('ls', 0, 42)$$) AS stale_token;
+SELECT pc_try($$SELECT fence('nothing', 0, 1)$$) AS never_claimed;
 
 -- Release: true once, then the token is dead; the next claimer gets the slot
 -- with a greater token.
 SELECT release_lease('ls', 0, (SELECT token FROM ls_got WHERE who = 'w1')) AS released,
        release_lease('ls', 0, (SELECT token FROM ls_got WHERE who = 'w1')) AS released_twice;
-SELECT ls_try(format('SELECT fence(%L, 0, %s)', 'ls', (SELECT token FROM ls_got WHERE who = 'w1'))) AS after_release;
+SELECT pc_try(format('SELECT fence(%L, 0, %s)', 'ls', (SELECT token FROM ls_got WHERE who = 'w1'))) AS after_release;
 INSERT INTO ls_got SELECT 'w3 later', * FROM claim_lease('ls', 2, 'w3');
 SELECT slot, token > (SELECT token FROM ls_got WHERE who = 'w1') AS greater_token
 FROM ls_got WHERE who = 'w3 later';
@@ -75,7 +65,7 @@ SELECT slot, holder, expired FROM lease_holders('ls_exp');
 INSERT INTO ls_got SELECT 'taker', * FROM claim_lease('ls_exp', 1, 'taker');
 SELECT (SELECT token FROM ls_got WHERE who = 'taker') > (SELECT token FROM ls_got WHERE who = 'short') AS greater_token,
        renew_lease('ls_exp', 0, (SELECT token FROM ls_got WHERE who = 'short')) IS NULL AS old_renewal_lost;
-SELECT ls_try(format('SELECT fence(%L, 0, %s)', 'ls_exp', (SELECT token FROM ls_got WHERE who = 'short'))) AS old_fence;
+SELECT pc_try(format('SELECT fence(%L, 0, %s)', 'ls_exp', (SELECT token FROM ls_got WHERE who = 'short'))) AS old_fence;
 -- an expired lease no one took is still its holder's: same slot and token
 INSERT INTO ls_got SELECT 'nap', * FROM claim_lease('ls_nap', 1, 'nap', '10 milliseconds');
 SELECT pg_sleep(0.05);
@@ -89,16 +79,16 @@ SELECT my_token('ls_session') IS NULL AS no_claim_no_token;
 SELECT claim_slot('ls_session', 2) AS slot;
 SELECT my_token('ls_session') = my_token('ls_session') AS stable, my_token('ls_session') > 0 AS positive;
 SELECT fence('ls_session', 0, my_token('ls_session'));
-SELECT ls_try($$SELECT fence('ls_session', 1, my_token('ls_session'))$$) AS other_slot;
-SELECT ls_try($$SELECT * FROM claim_lease('ls_session', 2, 'lessee')$$) AS lease_a_claimed_name;
+SELECT pc_try($$SELECT fence('ls_session', 1, my_token('ls_session'))$$) AS other_slot;
+SELECT pc_try($$SELECT * FROM claim_lease('ls_session', 2, 'lessee')$$) AS lease_a_claimed_name;
 -- (claim_slot, the fast path, does not read leases; my_token refuses)
 SELECT claim_slot('ls', 2) AS claim_slot_ignores_leases;
-SELECT ls_try($$SELECT my_token('ls')$$) AS token_of_a_leased_name;
+SELECT pc_try($$SELECT my_token('ls')$$) AS token_of_a_leased_name;
 SELECT release_slot('ls'), release_slot('ls_session');
 SELECT my_token('ls_session') IS NULL AS released_no_token;
 
 -- Bad input: a SQLSTATE, a message naming the value, a hint; nothing made.
-SELECT t AS statement, ls_try(t) AS result FROM (VALUES
+SELECT t AS statement, pc_try(t) AS result FROM (VALUES
     ($$SELECT * FROM claim_lease(NULL, 2, 'w')$$),
     ($$SELECT * FROM claim_lease('x', NULL, 'w')$$),
     ($$SELECT * FROM claim_lease('x', 0, 'w')$$),
@@ -123,21 +113,20 @@ SELECT count(*) AS rows_for_x FROM pg_claim_leases WHERE name = 'x';
 -- them but cannot read, forge, extend or steal a lease directly.
 CREATE ROLE ls_worker;
 SET ROLE ls_worker;
-SELECT ls_try($$SELECT * FROM pg_claim_leases$$) AS read_table;
-SELECT ls_try($$UPDATE pg_claim_leases SET expires_at = 'infinity'$$) AS extend_directly;
-SELECT ls_try($$INSERT INTO pg_claim_leases (name, slot, token) VALUES ('ls', 0, 1)$$) AS forge;
-SELECT ls_try($$SELECT next_token(1)$$) AS internal_helper;
+SELECT pc_try($$SELECT * FROM pg_claim_leases$$) AS read_table;
+SELECT pc_try($$UPDATE pg_claim_leases SET expires_at = 'infinity'$$) AS extend_directly;
+SELECT pc_try($$INSERT INTO pg_claim_leases (name, slot, token) VALUES ('ls', 0, 1)$$) AS forge;
+SELECT pc_try($$SELECT next_token(1)$$) AS internal_helper;
 SELECT count(*) AS through_functions FROM claim_lease('ls_role', 1, 'role worker');
 SELECT slot, holder FROM lease_holders('ls_role');
 RESET ROLE;
 -- and with EXECUTE revoked, a role cannot claim at all
 REVOKE EXECUTE ON FUNCTION claim_lease(text, integer, text, interval) FROM PUBLIC;
 SET ROLE ls_worker;
-SELECT ls_try($$SELECT * FROM claim_lease('ls_role', 1, 'other')$$) AS without_execute;
+SELECT pc_try($$SELECT * FROM claim_lease('ls_role', 1, 'other')$$) AS without_execute;
 RESET ROLE;
 GRANT EXECUTE ON FUNCTION claim_lease(text, integer, text, interval) TO PUBLIC;
 
 DELETE FROM pg_claim_leases WHERE name LIKE 'ls%';
 DROP TABLE ls_got;
-DROP FUNCTION ls_try(text);
 DROP ROLE ls_worker;

@@ -7,15 +7,6 @@ CREATE EXTENSION IF NOT EXISTS pg_claim;
 DROP ROLE IF EXISTS lm_worker;
 RESET client_min_messages;
 
-CREATE FUNCTION lm_try(stmt text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE state text; msg text; hint text;
-BEGIN
-    EXECUTE stmt;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS OR query_canceled THEN
-    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
-    RETURN state || ': ' || msg || coalesce(E'\n  hint: ' || nullif(hint, ''), '');
-END $$;
 
 -- pg_claim's locks of a name held by this session
 CREATE FUNCTION lm_locks(name text) RETURNS bigint LANGUAGE sql AS $$
@@ -85,10 +76,10 @@ SELECT group_leave('lm_group') AS left_group, lm_locks('lm_group') AS locks_left
 -- pg_claim.max_locks_per_session bounds what one session holds through
 -- pg_claim; the refused call takes nothing.
 SET pg_claim.max_locks_per_session = 20;
-SELECT lm_try($$SELECT claim_partitions('lm_budget', 64)$$) AS too_many_partitions;
+SELECT pc_try($$SELECT claim_partitions('lm_budget', 64)$$) AS too_many_partitions;
 SELECT lm_locks('lm_budget') AS locks_after_refusal, my_partitions('lm_budget') AS partitions;
 SELECT claim_partitions('lm_budget', 16) AS sixteen_fit;
-SELECT lm_try($$SELECT claim_slot('lm_budget_slot', 2)$$) AS one_claim_too_many;
+SELECT pc_try($$SELECT claim_slot('lm_budget_slot', 2)$$) AS one_claim_too_many;
 SELECT lm_locks('lm_budget_slot') AS slot_locks;
 SELECT group_leave('lm_budget');
 SELECT claim_slot('lm_budget_slot', 2) AS fits_after_leaving;
@@ -103,40 +94,40 @@ SHOW pg_claim.max_locks_per_session;
 -- only a superuser may raise it
 CREATE ROLE lm_worker;
 SET ROLE lm_worker;
-SELECT lm_try($$SET pg_claim.max_locks_per_session = 100000$$) AS raise_as_worker;
+SELECT pc_try($$SET pg_claim.max_locks_per_session = 100000$$) AS raise_as_worker;
 RESET ROLE;
 
 -- The default bound stops one session from filling the lock table.
-SELECT lm_try($$SELECT claim_partitions('lm_greedy_' || g, 4096) FROM generate_series(1, 3) g$$) AS greedy;
+SELECT pc_try($$SELECT claim_partitions('lm_greedy_' || g, 4096) FROM generate_series(1, 3) g$$) AS greedy;
 SELECT count(*) AS greedy_locks_left FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid();
 
 -- The prefix is reserved: a misspelled setting is an error.
-SELECT lm_try($$SET pg_claim.nonexistent = 1$$) AS misspelled;
-SELECT lm_try($$SET pg_claim.client_connection_check_intervall = 1$$) AS misspelled_too;
+SELECT pc_try($$SET pg_claim.nonexistent = 1$$) AS misspelled;
+SELECT pc_try($$SET pg_claim.client_connection_check_intervall = 1$$) AS misspelled_too;
 
 -- A wait too long for the clock waits until cancelled (no overflow).
 SELECT pg_advisory_lock(crc32('lm_wait')::bit(32)::integer, 0);
 SET statement_timeout = '200ms';
-SELECT lm_try($$SELECT claim_slot('lm_wait', 1, '300000 years')$$) AS centuries;
-SELECT lm_try($$SELECT claim_slot('lm_wait', 1, interval '178000000 years')$$) AS longest_interval;
+SELECT pc_try($$SELECT claim_slot('lm_wait', 1, '300000 years')$$) AS centuries;
+SELECT pc_try($$SELECT claim_slot('lm_wait', 1, interval '178000000 years')$$) AS longest_interval;
 RESET statement_timeout;
 SELECT lm_locks('lm_wait') AS only_the_plain_lock;
 SELECT pg_advisory_unlock_all();
 
 -- my_items_query with an oid that is not a type, or is no row type.
 CREATE TABLE lm_items (id integer PRIMARY KEY);
-SELECT lm_try(format('SELECT my_items_query(%s, 0, 8)', 'lm_items'::regclass::oid::bigint))
+SELECT pc_try(format('SELECT my_items_query(%s, 0, 8)', 'lm_items'::regclass::oid::bigint))
     LIKE '42704: type with oid % does not exist%' AS table_oid_is_no_type;
-SELECT lm_try($$SELECT my_items_query(0, 0, 8)$$) AS oid_zero;
-SELECT lm_try($$SELECT my_items_query(4294967295, 0, 8)$$) AS oid_max;
-SELECT lm_try($$SELECT my_items_query('integer'::regtype, 0, 8)$$) AS not_a_row_type;
-SELECT lm_try($$SELECT * FROM slot_counts(4294967295, 8)$$) AS unknown_relation;
+SELECT pc_try($$SELECT my_items_query(0, 0, 8)$$) AS oid_zero;
+SELECT pc_try($$SELECT my_items_query(4294967295, 0, 8)$$) AS oid_max;
+SELECT pc_try($$SELECT my_items_query('integer'::regtype, 0, 8)$$) AS not_a_row_type;
+SELECT pc_try($$SELECT * FROM slot_counts(4294967295, 8)$$) AS unknown_relation;
 
 -- slot_counts lists every slot, so n is bounded (the work is the table's
 -- size plus n).
-SELECT lm_try($$SELECT * FROM slot_counts('lm_items', 2147483647)$$) AS huge_n;
+SELECT pc_try($$SELECT * FROM slot_counts('lm_items', 2147483647)$$) AS huge_n;
 SELECT count(*) AS slots_listed FROM slot_counts('lm_items', 1048576);
 
 DROP TABLE lm_items;
-DROP FUNCTION lm_try(text), lm_locks(text), lm_fill_and_try(text, text, text);
+DROP FUNCTION lm_locks(text), lm_fill_and_try(text, text, text);
 DROP ROLE lm_worker;

@@ -11,19 +11,8 @@ CREATE TABLE mie_pk2 (a integer, b integer, PRIMARY KEY (a, b));
 CREATE VIEW mie_view AS SELECT * FROM mie_items;
 CREATE TYPE mie_composite AS (x integer);
 
--- runs a statement and shows its SQLSTATE, message and hint instead of failing
-CREATE FUNCTION mie_try(stmt text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    state text; msg text; hint text;
-BEGIN
-    EXECUTE stmt;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
-    RETURN state || ': ' || msg || coalesce(E'\n  hint: ' || nullif(hint, ''), '');
-END $$;
-
-SELECT t AS statement, mie_try(t) AS result FROM (VALUES
+-- pc_try (0_setup.sql) shows each statement's SQLSTATE, message and hint
+SELECT t AS statement, pc_try(t) AS result FROM (VALUES
     -- slot out of range, n invalid, NULLs
     ('SELECT * FROM my_items(NULL::mie_items, 8, 8)'),
     ('SELECT * FROM my_items(NULL::mie_items, -1, 8)'),
@@ -65,7 +54,7 @@ SELECT t AS statement, mie_try(t) AS result FROM (VALUES
 -- my_items runs its query as the calling user: table privileges apply
 CREATE ROLE mie_reader;
 SET ROLE mie_reader;
-SELECT mie_try('SELECT * FROM my_items(NULL::mie_items, 0, 2)') AS without_select_privilege;
+SELECT pc_try('SELECT * FROM my_items(NULL::mie_items, 0, 2)') AS without_select_privilege;
 RESET ROLE;
 GRANT SELECT ON mie_items TO mie_reader;
 SET ROLE mie_reader;
@@ -89,4 +78,3 @@ DROP TABLE "mie ""quoted"" table", mie_pk2, mie_nopk;
 DROP VIEW mie_view;
 DROP TABLE mie_items;
 DROP TYPE mie_composite;
-DROP FUNCTION mie_try(text);

@@ -11,17 +11,6 @@ CREATE ROLE pv_alice;
 CREATE ROLE pv_bob;
 CREATE ROLE pv_mallory;
 
--- runs a statement and shows its SQLSTATE and message instead of failing
-CREATE FUNCTION pv_try(stmt text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE state text; msg text; hint text;
-BEGIN
-    EXECUTE stmt;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
-    RETURN state || ': ' || msg || coalesce(E'\n  hint: ' || nullif(hint, ''), '');
-END $$;
-GRANT EXECUTE ON FUNCTION pv_try(text) TO PUBLIC;
 
 -- A hash-partitioned table with row-level security on the parent: each role
 -- sees its own rows.
@@ -53,7 +42,7 @@ RESET ROLE;
 -- works too (it never reads the partition directly).
 REVOKE SELECT ON pv_docs0, pv_docs1 FROM pv_alice;
 SET ROLE pv_alice;
-SELECT pv_try('SELECT count(*) FROM pv_docs0') AS partition_directly;
+SELECT pc_try('SELECT count(*) FROM pv_docs0') AS partition_directly;
 SELECT s AS slot,
        (SELECT count(*) FROM my_items(NULL::pv_docs, s, 2, key => 'id', method => 'pg_hash')) AS share,
        (SELECT count(*) FROM pv_docs WHERE pg_hash_slot(id, 2) = s) AS own_filter
@@ -77,14 +66,14 @@ RESET ROLE;
 CREATE TABLE pv_private (id bigint PRIMARY KEY, secret text, salary numeric);
 INSERT INTO pv_private SELECT g, 'secret ' || g, g * 1000 FROM generate_series(1, 10) g;
 SET ROLE pv_mallory;
-SELECT t AS statement, pv_try(t) AS result FROM (VALUES
+SELECT t AS statement, pc_try(t) AS result FROM (VALUES
     ('SELECT * FROM my_items(NULL::pv_private, 0, 2)'),
     ('SELECT my_items_query(''pv_private''::regtype, 0, 2)'),
     ('SELECT * FROM slot_counts(''pv_private'', 2)'),
     ('SELECT * FROM slot_skew(''pv_private'', 2)')) v(t);
 -- and takes no lock on the table it may not read
 BEGIN;
-SELECT pv_try('SELECT my_items_query(''pv_private''::regtype, 0, 2)') LIKE '42501%' AS refused;
+SELECT pc_try('SELECT my_items_query(''pv_private''::regtype, 0, 2)') LIKE '42501%' AS refused;
 SELECT count(*) AS locks_on_table FROM pg_locks WHERE relation = 'pv_private'::regclass AND pid = pg_backend_pid();
 COMMIT;
 RESET ROLE;
@@ -93,19 +82,19 @@ RESET ROLE;
 -- the other columns come back NULL.
 GRANT SELECT (id, secret) ON pv_private TO pv_bob;
 SET ROLE pv_bob;
-SELECT pv_try('SELECT * FROM my_items(NULL::pv_private, 0, 2)') AS all_columns;
+SELECT pc_try('SELECT * FROM my_items(NULL::pv_private, 0, 2)') AS all_columns;
 SELECT id, secret, salary FROM my_items(NULL::pv_private, 0, 2, columns => ARRAY['secret']) ORDER BY id;
-SELECT pv_try('SELECT * FROM my_items(NULL::pv_private, 0, 2, columns => ARRAY[''salary''])') AS listed_without_privilege;
+SELECT pc_try('SELECT * FROM my_items(NULL::pv_private, 0, 2, columns => ARRAY[''salary''])') AS listed_without_privilege;
 SELECT my_items_query('pv_private'::regtype, 0, 2, columns => ARRAY['secret']);
 SELECT * FROM slot_counts('pv_private', 2);
 RESET ROLE;
 GRANT SELECT (secret) ON pv_private TO pv_alice;
 SET ROLE pv_alice;
 -- without SELECT on the key, a share cannot be selected
-SELECT pv_try('SELECT * FROM my_items(NULL::pv_private, 0, 2, columns => ARRAY[''secret''])') AS no_key_privilege;
+SELECT pc_try('SELECT * FROM my_items(NULL::pv_private, 0, 2, columns => ARRAY[''secret''])') AS no_key_privilege;
 RESET ROLE;
-SELECT pv_try('SELECT * FROM my_items(NULL::pv_private, 0, 2, columns => ARRAY[''nope''])') AS unknown_column;
-SELECT pv_try('SELECT * FROM my_items(NULL::pv_private, 0, 2, columns => ARRAY[NULL])') AS null_column;
+SELECT pc_try('SELECT * FROM my_items(NULL::pv_private, 0, 2, columns => ARRAY[''nope''])') AS unknown_column;
+SELECT pc_try('SELECT * FROM my_items(NULL::pv_private, 0, 2, columns => ARRAY[NULL])') AS null_column;
 
 -- search_path capture: an operator of the key's type in a schema earlier in
 -- the caller's path must not be used by the generated query. For an enum key
@@ -155,7 +144,6 @@ SET client_min_messages = warning;
 DROP TABLE "pv_x""; DROP TABLE pv_moods; --", pv_moods, pv_nums, pv_docs, pv_private;
 DROP SCHEMA pv_evil CASCADE;
 DROP TYPE pv_mood;
-DROP FUNCTION pv_try(text);
 DROP ROLE pv_alice;
 DROP ROLE pv_bob;
 DROP ROLE pv_mallory;
