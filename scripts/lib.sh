@@ -76,6 +76,8 @@ pgc_ensure_deps() {
 # Build the release extension and lay out the private installation.
 pgc_build_install() {
     pgc_log "building pg_claim (release) and assembling a private PostgreSQL $PGC_PG_MAJOR installation"
+    # a clean package: nothing left from a build of another version
+    rm -rf "$PGC_PKG"
     (cd "$PGC_ROOT" && cargo pgrx package --pg-config "$PGC_PG_CONFIG" >/dev/null)
     mkdir -p "$PGC_WORK"
     chmod 755 "$PGC_WORK"
@@ -89,6 +91,8 @@ pgc_build_install() {
     fi
     rm -f "$PGC_INST$PGC_PG_SHARE"/extension/pg_claim*
     cp "$PGC_PKG$PGC_PG_SHARE"/extension/pg_claim* "$PGC_INST$PGC_PG_SHARE/extension/"
+    # the frozen install scripts of released versions, for upgrade tests
+    cp "$PGC_ROOT"/sql/pg_claim--*.sql "$PGC_INST$PGC_PG_SHARE/extension/"
     # a new file renamed into place: a backend that has the old library
     # loaded keeps its copy instead of seeing it rewritten under it
     cp "$PGC_PKG$PGC_PG_LIB"/lib/pg_claim.so "$PGC_INST$PGC_PG_LIB/lib/pg_claim.so.new"

@@ -245,4 +245,8 @@ spread_agg_final, |fcinfo| {
     pg_sys::Datum::from(array)
 });
 
+// pg_claim 0.1.0 named these two C functions without the prefix.
+pg_claim_fn!(alias spread_agg_trans => spread_agg_trans);
+pg_claim_fn!(alias spread_agg_final => spread_agg_final);
+
 extension_sql_file!("../sql/spread.sql", name = "spread_agg");

@@ -19,6 +19,11 @@
 /// - `pg_claim_fn!(guarded name, |fcinfo| body)`: the whole body runs under
 ///   `#[pg_guard]`, which turns panics and PostgreSQL ERRORs into a proper
 ///   ERROR.
+/// - `pg_claim_fn!(alias old_symbol => name)`: also exports `name` under the C
+///   name an earlier release's install script used (`old_symbol` and
+///   `pg_finfo_old_symbol`), so that an installation still at that release
+///   keeps working with this library until `ALTER EXTENSION pg_claim UPDATE`
+///   points it at `pg_claim_<name>`.
 #[macro_export]
 macro_rules! pg_claim_fn {
     (@finfo $name:ident) => {
@@ -47,6 +52,28 @@ macro_rules! pg_claim_fn {
         ) -> ::pgrx::pg_sys::Datum {
             $body
         }
+    };
+    (alias $old:ident => $name:ident) => {
+        const _: () = {
+            #[export_name = concat!("pg_finfo_", stringify!($old))]
+            #[doc(hidden)]
+            pub extern "C" fn finfo() -> &'static ::pgrx::pg_sys::Pg_finfo_record {
+                static V1: ::pgrx::pg_sys::Pg_finfo_record =
+                    ::pgrx::pg_sys::Pg_finfo_record { api_version: 1 };
+                &V1
+            }
+
+            /// # Safety
+            /// As the function it stands for.
+            #[export_name = stringify!($old)]
+            #[doc(hidden)]
+            pub unsafe extern "C-unwind" fn old(
+                fcinfo: ::pgrx::pg_sys::FunctionCallInfo,
+            ) -> ::pgrx::pg_sys::Datum {
+                // SAFETY: the same call, forwarded
+                unsafe { $name(fcinfo) }
+            }
+        };
     };
     (guarded $(#[$meta:meta])* $name:ident, |$fcinfo:ident| $body:block) => {
         // what #[pg_guard] does: panics and PostgreSQL ERRORs become an ERROR

@@ -1,0 +1,378 @@
+-- pg_claim 0.1.0 -> 0.2.0, run by ALTER EXTENSION pg_claim UPDATE.
+--
+-- What changed: my_items and my_items_query take a column list; slot_skew
+-- names its operators with their schema; the C functions of spread_agg
+-- have the pg_claim_ prefix; leases and fencing tokens are new. Mapping
+-- values do not change: indexes, generated columns and partitions built on
+-- 0.1.0 stay valid.
+
+\echo Use "ALTER EXTENSION pg_claim UPDATE TO '0.2.0'" to load this file. \quit
+
+-- A new argument makes a new function, so the old ones go. A view that calls
+-- my_items or my_items_query must be dropped before the update and created
+-- again after it (the update stops with a dependency error otherwise).
+DROP FUNCTION @extschema@.my_items(anyelement, integer, integer, text, text, text, integer);
+CREATE FUNCTION @extschema@.my_items(
+    rel anyelement, slot integer, n integer,
+    key text DEFAULT NULL, method text DEFAULT 'auto',
+    after text DEFAULT NULL, batch integer DEFAULT NULL, columns text[] DEFAULT NULL)
+RETURNS SETOF anyelement
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'pg_claim_my_items';
+COMMENT ON FUNCTION @extschema@.my_items(anyelement, integer, integer, text, text, text, integer, text[]) IS
+    'the rows of a table whose key maps to slot of n: SELECT * FROM my_items(NULL::tbl, slot, n)';
+
+DROP FUNCTION @extschema@.my_items_query(oid, integer, integer, text, text, text, integer);
+CREATE FUNCTION @extschema@.my_items_query(
+    "rel" oid,
+    "slot" INT,
+    "n" INT,
+    "key" TEXT DEFAULT NULL,
+    "method" TEXT DEFAULT 'auto',
+    "after" TEXT DEFAULT NULL,
+    "batch" INT DEFAULT NULL,
+    "columns" TEXT[] DEFAULT NULL
+) RETURNS TEXT
+STABLE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'my_items_query_wrapper';
+
+CREATE OR REPLACE FUNCTION @extschema@.slot_skew(
+    rel regclass, n integer, key text DEFAULT NULL, method text DEFAULT 'auto')
+RETURNS TABLE (slots integer, items bigint, min_items bigint, max_items bigint,
+               mean_items numeric, max_over_mean numeric)
+LANGUAGE sql STABLE
+AS $body$
+    SELECT pg_catalog.count(*)::integer, pg_catalog.sum(c.items)::bigint,
+           pg_catalog.min(c.items), pg_catalog.max(c.items),
+           pg_catalog.round(pg_catalog.avg(c.items), 2),
+           CASE WHEN pg_catalog.sum(c.items) OPERATOR(pg_catalog.>) 0
+                THEN pg_catalog.round(pg_catalog.max(c.items) OPERATOR(pg_catalog./) pg_catalog.avg(c.items), 3) END
+    FROM @extschema@.slot_counts(rel, n, key, method) AS c
+$body$;
+COMMENT ON FUNCTION @extschema@.slot_skew(regclass, integer, text, text) IS
+    'how even a split is: smallest, largest and mean slot, and largest / mean';
+
+CREATE OR REPLACE FUNCTION @extschema@.spread_agg_trans(internal, anyelement, text, integer)
+RETURNS internal LANGUAGE c PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'pg_claim_spread_agg_trans';
+CREATE OR REPLACE FUNCTION @extschema@.spread_agg_final(internal, anyelement, text, integer)
+RETURNS anyarray LANGUAGE c PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'pg_claim_spread_agg_final';
+CREATE OR REPLACE FUNCTION @extschema@.spread_agg_trans(internal, anyelement, text, integer, boolean)
+RETURNS internal LANGUAGE c PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'pg_claim_spread_agg_trans';
+CREATE OR REPLACE FUNCTION @extschema@.spread_agg_final(internal, anyelement, text, integer, boolean)
+RETURNS anyarray LANGUAGE c PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'pg_claim_spread_agg_final';
+
+-- Leases and fencing tokens (as in sql/leases.sql of 0.2.0).
+CREATE TABLE @extschema@.pg_claim_leases (
+    name        text        NOT NULL,
+    slot        integer     NOT NULL,
+    -- the n of the lease's claimer (NULL for a session claim's record)
+    n           integer,
+    -- the lease holder's name, or the session that holds the slot with
+    -- claim_slot ('session <pid> <backend start>'); NULL: free
+    holder      text,
+    -- a session claim's record (my_token), not a lease
+    session     boolean     NOT NULL DEFAULT false,
+    token       bigint      NOT NULL,
+    acquired_at timestamptz,
+    -- NULL for session records: they last as long as the session's claim
+    expires_at  timestamptz,
+    PRIMARY KEY (name, slot)
+);
+REVOKE ALL ON @extschema@.pg_claim_leases FROM PUBLIC;
+COMMENT ON TABLE @extschema@.pg_claim_leases IS
+    'pg_claim''s leases and fencing tokens; written only through claim_lease, renew_lease, release_lease and my_token';
+
+-- The next token of a slot whose current token is `previous` (NULL: none).
+CREATE FUNCTION @extschema@.next_token(previous bigint) RETURNS bigint
+LANGUAGE sql VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT greatest(coalesce(previous, 0) + 1,
+                    (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+$$;
+REVOKE ALL ON FUNCTION @extschema@.next_token(bigint) FROM PUBLIC;
+
+-- Argument checks shared by the lease functions; each raises with a
+-- SQLSTATE, a message naming the value and a hint.
+CREATE FUNCTION @extschema@.lease_check(name text, slot integer, token bigint, ttl interval)
+RETURNS void LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'name must not be null' USING ERRCODE = '22004',
+            HINT = 'The name identifies the worker fleet, e.g. claim_lease(''mailer'', 8, ''worker-1''); a NULL name is usually an unset variable in the client.';
+    END IF;
+    IF slot IS NULL OR token IS NULL THEN
+        RAISE EXCEPTION '% must not be null', CASE WHEN slot IS NULL THEN 'slot' ELSE 'token' END
+            USING ERRCODE = '22004',
+            HINT = 'Pass the slot and token claim_lease returned.';
+    END IF;
+    IF slot < 0 OR slot >= 1048576 THEN
+        RAISE EXCEPTION 'slot must be between 0 and 1048575, got %', slot USING ERRCODE = '22023',
+            HINT = 'Pass the slot claim_lease returned.';
+    END IF;
+    IF ttl IS NULL THEN
+        RAISE EXCEPTION 'ttl must not be null' USING ERRCODE = '22004',
+            HINT = 'Pass how long the lease lasts without a renewal, e.g. interval ''30 seconds''.';
+    END IF;
+    IF ttl <= interval '0' OR ttl > interval '1 day' THEN
+        RAISE EXCEPTION 'ttl must be more than 0 and at most 1 day, got %', ttl USING ERRCODE = '22023',
+            HINT = 'A lease lasts ttl without a renewal: choose a few times the renew period, e.g. 30 seconds renewed every 10.';
+    END IF;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.lease_check(text, integer, bigint, interval) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.claim_lease(
+    name text, n integer, holder text, ttl interval DEFAULT '30 seconds')
+RETURNS TABLE (slot integer, token bigint, expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    now_ timestamptz;
+    r record;
+    s integer;
+BEGIN
+    PERFORM @extschema@.lease_check(name, 0, 0, ttl);
+    IF n IS NULL THEN
+        RAISE EXCEPTION 'n must not be null' USING ERRCODE = '22004',
+            HINT = 'The argument n is the number of slots (workers) of the name: pass the same n from every worker.';
+    END IF;
+    IF n < 1 OR n > 1048576 THEN
+        RAISE EXCEPTION 'n must be between 1 and 1048576, got %', n USING ERRCODE = '22023',
+            HINT = 'The argument n is the number of slots (workers) of the name: pass the same n from every worker.';
+    END IF;
+    IF holder IS NULL OR holder = '' THEN
+        RAISE EXCEPTION 'holder must not be %', CASE WHEN holder IS NULL THEN 'null' ELSE 'empty' END
+            USING ERRCODE = CASE WHEN holder IS NULL THEN '22004' ELSE '22023' END,
+            HINT = 'The holder names this worker, the same on every call, e.g. its host name and process id.';
+    END IF;
+    -- One claimer of a name at a time, to the end of the calling transaction
+    -- (the statement itself, through a pooler or in autocommit).
+    PERFORM pg_catalog.pg_advisory_xact_lock(
+        (@extschema@.crc32(name)::bit(32))::integer, 269484034);
+    now_ := pg_catalog.clock_timestamp();
+
+    IF EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases l WHERE l.name = claim_lease.name AND l.session) THEN
+        RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+            USING ERRCODE = '55000',
+            HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease.';
+    END IF;
+    -- live leases of another n
+    SELECT l.n, l.holder INTO r FROM @extschema@.pg_claim_leases l
+    WHERE l.name = claim_lease.name AND l.holder IS NOT NULL AND l.expires_at > now_
+      AND l.n <> claim_lease.n
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'n = % does not match n = % used by the live leases of "%" (for example holder "%")',
+            claim_lease.n, r.n, name, r.holder
+            USING ERRCODE = '55000',
+            HINT = 'All workers of one name must use the same n. Use the same n, or let the leases of the other n expire or be released first (SELECT * FROM lease_holders(name)).';
+    END IF;
+
+    -- the same holder again: the same slot and token, the expiry extended
+    -- (also when it expired and no one took it meanwhile)
+    UPDATE @extschema@.pg_claim_leases l SET expires_at = now_ + ttl, n = claim_lease.n
+    WHERE l.name = claim_lease.name AND l.holder = claim_lease.holder AND NOT l.session
+      AND l.slot < claim_lease.n
+    RETURNING l.slot, l.token, l.expires_at INTO r;
+    IF FOUND THEN
+        slot := r.slot; token := r.token; expires_at := r.expires_at;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+
+    -- the lowest slot that is free or whose lease expired; a slot whose row a
+    -- fenced transaction holds is skipped, never waited for
+    FOR r IN
+        SELECT l.slot FROM @extschema@.pg_claim_leases l
+        WHERE l.name = claim_lease.name AND l.slot < claim_lease.n
+          AND (l.holder IS NULL OR l.expires_at <= now_)
+        ORDER BY l.slot
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        -- a slot without a row below it is lower still
+        SELECT g INTO s FROM pg_catalog.generate_series(0, r.slot - 1) g
+        WHERE NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases l
+                          WHERE l.name = claim_lease.name AND l.slot = g)
+        ORDER BY g LIMIT 1;
+        EXIT WHEN s IS NOT NULL;
+        UPDATE @extschema@.pg_claim_leases l
+        SET n = claim_lease.n, holder = claim_lease.holder, session = false,
+            token = @extschema@.next_token(l.token), acquired_at = now_, expires_at = now_ + ttl
+        WHERE l.name = claim_lease.name AND l.slot = r.slot
+        RETURNING l.slot, l.token, l.expires_at INTO slot, token, expires_at;
+        RETURN NEXT;
+        RETURN;
+    END LOOP;
+
+    -- no reusable row: the lowest slot without a row, if any
+    IF s IS NULL THEN
+        SELECT g INTO s FROM pg_catalog.generate_series(0, claim_lease.n - 1) g
+        WHERE NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases l
+                          WHERE l.name = claim_lease.name AND l.slot = g)
+        ORDER BY g LIMIT 1;
+    END IF;
+    IF s IS NOT NULL THEN
+        INSERT INTO @extschema@.pg_claim_leases AS l (name, slot, n, holder, token, acquired_at, expires_at)
+        VALUES (claim_lease.name, s, claim_lease.n, claim_lease.holder,
+                @extschema@.next_token(NULL), now_, now_ + ttl)
+        RETURNING l.slot, l.token, l.expires_at INTO slot, token, expires_at;
+        RETURN NEXT;
+    END IF;
+    -- else: every slot is leased (or fenced): a standby
+END $$;
+COMMENT ON FUNCTION @extschema@.claim_lease(text, integer, text, interval) IS
+    'claim the lowest free or expired slot of name in 0 .. n-1 for holder until ttl from now: one row (slot, token, expires_at), or none when all are leased';
+
+CREATE FUNCTION @extschema@.renew_lease(
+    name text, slot integer, token bigint, ttl interval DEFAULT '30 seconds')
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    until_ timestamptz;
+BEGIN
+    PERFORM @extschema@.lease_check(name, slot, token, ttl);
+    UPDATE @extschema@.pg_claim_leases l SET expires_at = pg_catalog.clock_timestamp() + ttl
+    WHERE l.name = renew_lease.name AND l.slot = renew_lease.slot AND l.token = renew_lease.token
+      AND l.holder IS NOT NULL AND NOT l.session
+    RETURNING l.expires_at INTO until_;
+    RETURN until_;
+END $$;
+COMMENT ON FUNCTION @extschema@.renew_lease(text, integer, bigint, interval) IS
+    'extend a lease to ttl from now: the new expiry, or NULL when the lease was lost (taken over or released)';
+
+CREATE FUNCTION @extschema@.release_lease(name text, slot integer, token bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM @extschema@.lease_check(name, slot, token, interval '1 second');
+    -- waits for the holder's own fenced transactions: the slot changes hands
+    -- only after them
+    PERFORM 1 FROM @extschema@.pg_claim_leases l
+    WHERE l.name = release_lease.name AND l.slot = release_lease.slot
+      AND l.token = release_lease.token AND l.holder IS NOT NULL AND NOT l.session
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE @extschema@.pg_claim_leases l SET holder = NULL, expires_at = NULL
+    WHERE l.name = release_lease.name AND l.slot = release_lease.slot;
+    RETURN true;
+END $$;
+COMMENT ON FUNCTION @extschema@.release_lease(text, integer, bigint) IS
+    'give a lease back; false when this token does not hold it';
+
+CREATE FUNCTION @extschema@.lease_holders(name text)
+RETURNS TABLE (slot integer, holder text, token bigint, acquired_at timestamptz,
+               expires_at timestamptz, expired boolean)
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT l.slot, l.holder, l.token, l.acquired_at, l.expires_at,
+           l.expires_at <= clock_timestamp()
+    FROM @extschema@.pg_claim_leases l
+    WHERE l.name = lease_holders.name AND l.holder IS NOT NULL
+    ORDER BY l.slot
+$$;
+COMMENT ON FUNCTION @extschema@.lease_holders(text) IS
+    'the leases and session claims with a token of name: slot, holder, token, since when, until when, and whether the lease expired';
+
+CREATE FUNCTION @extschema@.lease_valid(name text, slot integer, token bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM @extschema@.lease_check(name, slot, token, interval '1 second');
+    PERFORM 1 FROM @extschema@.pg_claim_leases l
+    WHERE l.name = lease_valid.name AND l.slot = lease_valid.slot AND l.token = lease_valid.token
+      AND l.holder IS NOT NULL
+    FOR KEY SHARE;
+    RETURN FOUND;
+END $$;
+COMMENT ON FUNCTION @extschema@.lease_valid(text, integer, bigint) IS
+    'whether token is the current token of slot of name; when true, the slot cannot change hands before the calling transaction ends';
+
+CREATE FUNCTION @extschema@.fence(name text, slot integer, token bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    current_ bigint;
+    holder_ text;
+BEGIN
+    IF @extschema@.lease_valid(name, slot, token) THEN
+        RETURN;
+    END IF;
+    SELECT l.token, l.holder INTO current_, holder_ FROM @extschema@.pg_claim_leases l
+    WHERE l.name = fence.name AND l.slot = fence.slot;
+    RAISE EXCEPTION 'fencing token % of slot % of "%" is not current (%)', token, slot, name,
+        CASE WHEN current_ IS NULL THEN 'the slot was never claimed'
+             WHEN holder_ IS NULL THEN 'the slot was released'
+             ELSE 'its token is now ' || current_ END
+        USING ERRCODE = 'PC001',
+        HINT = 'This worker lost the slot (its lease expired and was taken over, or it was released): stop writing, and claim again.';
+END $$;
+COMMENT ON FUNCTION @extschema@.fence(text, integer, bigint) IS
+    'raise PC001 unless token is the current token of slot of name; when it passes, the slot cannot change hands before the calling transaction ends';
+
+-- The fencing token of this session's claim_slot claim of name, recorded
+-- the first time it is asked for after the slot changed hands (waiting for
+-- the previous holder's fenced transactions); NULL when the session holds no
+-- slot of name.
+CREATE FUNCTION @extschema@.my_token(name text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s integer;
+    me text;
+    r record;
+    had_row boolean;
+BEGIN
+    IF name IS NULL THEN
+        RETURN NULL;
+    END IF;
+    s := @extschema@.my_slot(name);
+    IF s IS NULL THEN
+        RETURN NULL;
+    END IF;
+    me := 'session ' || pg_catalog.pg_backend_pid() || ' '
+          || (SELECT a.backend_start FROM pg_catalog.pg_stat_activity a
+              WHERE a.pid = pg_catalog.pg_backend_pid());
+    SELECT l.holder, l.token, l.session INTO r FROM @extschema@.pg_claim_leases l
+    WHERE l.name = my_token.name AND l.slot = s;
+    had_row := FOUND;
+    IF had_row AND r.holder = me AND r.session THEN
+        RETURN r.token;
+    END IF;
+    IF EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases l
+               WHERE l.name = my_token.name AND NOT l.session AND l.holder IS NOT NULL) THEN
+        RAISE EXCEPTION 'name "%" is leased with claim_lease; it cannot also be claimed with claim_slot', name
+            USING ERRCODE = '55000',
+            HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease.';
+    END IF;
+    IF had_row THEN
+        -- the slot changed hands: wait for the previous holder's fenced
+        -- transactions, then record this session with a greater token
+        PERFORM 1 FROM @extschema@.pg_claim_leases l WHERE l.name = my_token.name AND l.slot = s FOR UPDATE;
+        UPDATE @extschema@.pg_claim_leases l
+        SET holder = me, session = true, n = NULL, token = @extschema@.next_token(l.token),
+            acquired_at = pg_catalog.clock_timestamp(), expires_at = NULL
+        WHERE l.name = my_token.name AND l.slot = s
+        RETURNING l.token INTO r;
+        RETURN r.token;
+    END IF;
+    INSERT INTO @extschema@.pg_claim_leases AS l (name, slot, holder, session, token, acquired_at)
+    VALUES (my_token.name, s, me, true, @extschema@.next_token(NULL), pg_catalog.clock_timestamp())
+    ON CONFLICT ON CONSTRAINT pg_claim_leases_pkey DO UPDATE
+        SET holder = excluded.holder, session = true, n = NULL,
+            token = @extschema@.next_token(l.token), acquired_at = excluded.acquired_at,
+            expires_at = NULL
+    RETURNING l.token INTO r;
+    RETURN r.token;
+END $$;
+COMMENT ON FUNCTION @extschema@.my_token(text) IS
+    'the fencing token of this session''s claim_slot claim of name (NULL when it holds none), for fence and lease_valid';
