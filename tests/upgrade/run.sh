@@ -25,8 +25,8 @@ for db in pg_claim_up_old pg_claim_up_new; do
     q -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
 done
 q -d pg_claim_up_old -c "CREATE EXTENSION pg_claim VERSION '$old'"
-q -d pg_claim_up_old -f objects.sql
-q -d pg_claim_up_old -v phase=before -f results.sql
+q -d pg_claim_up_old -f ../fixtures/objects.sql
+q -d pg_claim_up_old -v phase=before -f ../fixtures/results.sql
 
 # another session holds a slot across the update
 psql -X -q -d pg_claim_up_old -c "SELECT claim_slot('up_held', 2)" -c "SELECT pg_sleep(120)" >/dev/null 2>&1 &
@@ -41,7 +41,7 @@ done
 q -d pg_claim_up_old -c "ALTER EXTENSION pg_claim UPDATE"
 version=$(value -d pg_claim_up_old -c "SELECT extversion FROM pg_extension WHERE extname = 'pg_claim'")
 [ "$version" = "$new" ] || { echo "upgrade: extversion is $version after the update, not $new" >&2; exit 1; }
-q -d pg_claim_up_old -v phase=after -f results.sql
+q -d pg_claim_up_old -v phase=after -f ../fixtures/results.sql
 changed=$(value -d pg_claim_up_old -c "
     SELECT string_agg(b.what || ': ' || b.result || ' -> ' || coalesce(a.result, 'missing'), '; ')
     FROM up_results b LEFT JOIN up_results a ON a.what = b.what AND a.phase = 'after'
