@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Leases through a transaction-mode pooler: W clients drain a table through
+# one PgBouncer (pool_mode = transaction, a pool of P server connections),
+# each batch one statement of 50 items, with
+#   lease: claim_lease once per client, then
+#          UPDATE ... WHERE id IN (its share's next 50, by the slot index)
+#                     AND (SELECT lease_valid(name, slot, token))
+#   queue: UPDATE ... FROM (the next 50 not done ... FOR UPDATE SKIP LOCKED)
+# for (W, P) = (1, 1), (8, 8), (32, 32), (128, 64), (128, 16), side by side in
+# one run; then, on a direct connection with one client, the cost of
+# claim_lease (a re-claim), renew_lease and fence per call, and what
+# lease_valid adds to a 50-item batch. Through a pool of P connections the
+# queue contends like P workers, not W: the table has both columns.
+#
+# Knobs: BENCH_LEASE_ITEMS (default 1000000), BENCH_LEASE_SECONDS (5 per run),
+# BENCH_LEASE_PAIRS ("1:1 8:8 32:32 128:64 128:16").
+source "$(dirname "$0")/lib.sh"
+# PgBouncer in transaction mode in front of this cluster (pgc_pgbouncer_start)
+source "$BENCH_ROOT/scripts/lib.sh"
+trap 'pgc_cleanup; rm -rf "$BENCH_TMP"' EXIT
+
+items="${BENCH_LEASE_ITEMS:-1000000}"
+secs="${BENCH_LEASE_SECONDS:-5}"
+pairs="${BENCH_LEASE_PAIRS:-1:1 8:8 32:32 128:64 128:16}"
+batch=50
+pgbench="$PGC_BIN/pgbench"
+
+bench_setup <<'SQL'
+DROP TABLE IF EXISTS bench.lease_items;
+CREATE TABLE bench.lease_items (id bigint PRIMARY KEY, payload text NOT NULL, done boolean NOT NULL DEFAULT false);
+SQL
+
+# reset W: a fresh table for W slots, indexed for both methods
+reset() {
+    bench_psql <<SQL >/dev/null
+SET client_min_messages = warning;
+TRUNCATE bench.lease_items;
+DROP INDEX IF EXISTS bench.lease_items_slot, bench.lease_items_pending;
+INSERT INTO bench.lease_items (id, payload) SELECT g, md5(g::text) FROM generate_series(1, $items) g;
+CREATE INDEX lease_items_slot ON bench.lease_items ((slot_of(id, $1)), id) WHERE NOT done;
+CREATE INDEX lease_items_pending ON bench.lease_items (id) WHERE NOT done;
+DELETE FROM pg_claim_leases WHERE name = 'bench';
+VACUUM ANALYZE bench.lease_items;
+SQL
+}
+
+cat >"$BENCH_TMP/lease.sql" <<SQL
+\\if :slot < 0
+SELECT slot, token FROM claim_lease('bench', :w, 'client ' || :client_id, '1 hour') \\gset
+\\endif
+UPDATE bench.lease_items SET done = true
+WHERE id IN (SELECT id FROM bench.lease_items WHERE slot_of(id, :w) = :slot AND NOT done ORDER BY id LIMIT $batch)
+  AND (SELECT lease_valid('bench', :slot, :token));
+SQL
+cat >"$BENCH_TMP/queue.sql" <<SQL
+UPDATE bench.lease_items i SET done = true
+FROM (SELECT id FROM bench.lease_items WHERE NOT done ORDER BY id LIMIT $batch FOR UPDATE SKIP LOCKED) c
+WHERE i.id = c.id;
+SQL
+
+# drain SCRIPT W PORT: runs SCRIPT with W clients for $secs s against PORT;
+# prints items done per second
+drain() {
+    local script="$1" w="$2" port="$3" t0 t1 done_
+    t0=$(date +%s.%N)
+    "$pgbench" -n -M simple -c "$w" -j 2 -T "$secs" -D w="$w" -D slot=-1 -D token=0 -h 127.0.0.1 -p "$port" \
+        -f "$script" postgres >"$BENCH_TMP/pgbench.out" 2>&1 ||
+        { cat "$BENCH_TMP/pgbench.out" >&2; return 1; }
+    t1=$(date +%s.%N)
+    done_=$(bench_psql -At -c "SELECT count(*) FROM bench.lease_items WHERE done")
+    [ "$done_" -lt "$items" ] || echo "warning: the table was drained before the run ended; raise BENCH_LEASE_ITEMS" >&2
+    python3 -c "print(round($done_ / ($t1 - $t0)))"
+}
+
+echo "leases through PgBouncer (transaction mode): $items items, batches of $batch, one statement each, $secs s per run"
+printf '%5s %5s %16s %16s %12s\n' W P "lease items/s" "queue items/s" "lease/queue"
+for pair in $pairs; do
+    w="${pair%%:*}"
+    p="${pair##*:}"
+    pgc_pgbouncer_start "$p" >/dev/null 2>&1
+    port="$PGC_POOLER_PORT"
+    reset "$w"
+    lease=$(drain "$BENCH_TMP/lease.sql" "$w" "$port")
+    reset "$w"
+    queue=$(drain "$BENCH_TMP/queue.sql" "$w" "$port")
+    pgc_cleanup
+    printf '%5s %5s %16s %16s %11.2fx\n' "$w" "$p" "$lease" "$queue" "$(python3 -c "print($lease / $queue)")"
+done
+
+# Per call, on a direct connection, one client: the median of 3 runs of 2 s.
+reset 8
+bench_psql -At -c "SELECT token FROM claim_lease('bench', 8, 'cost')" >"$BENCH_TMP/token"
+token=$(cat "$BENCH_TMP/token")
+percall() { # NAME SQL: microseconds per transaction of SQL
+    local runs=() i
+    printf '%s\n' "$2" >"$BENCH_TMP/percall.sql"
+    for i in 1 2 3; do
+        runs+=("$("$pgbench" -n -M simple -c 1 -T 2 -D token="$token" -f "$BENCH_TMP/percall.sql" postgres 2>/dev/null |
+            sed -n 's/^latency average = \([0-9.]*\) ms/\1/p')")
+    done
+    printf '%s\n' "${runs[@]}" | sort -n | sed -n 2p | python3 -c "import sys; print(round(float(sys.stdin.read()) * 1000, 1))"
+}
+claim=$(percall claim_lease "SELECT * FROM claim_lease('bench', 8, 'cost');")
+renew=$(percall renew_lease "SELECT renew_lease('bench', 0, :token);")
+fence=$(percall fence "BEGIN; SELECT fence('bench', 0, :token); COMMIT;")
+empty=$(percall empty "BEGIN; COMMIT;")
+echo "per call (direct connection, one client, median of 3 runs): claim_lease (re-claim) $claim us, renew_lease $renew us, fence $fence us in a transaction (an empty transaction: $empty us)"
+# a 50-item batch with and without the lease_valid predicate, alternating
+batch_sql="UPDATE bench.lease_items SET done = false WHERE id IN (SELECT id FROM bench.lease_items WHERE slot_of(id, 8) = 0 ORDER BY id LIMIT $batch)"
+with=$(percall with "$batch_sql AND (SELECT lease_valid('bench', 0, :token));")
+without=$(percall without "$batch_sql;")
+with2=$(percall with "$batch_sql AND (SELECT lease_valid('bench', 0, :token));")
+without2=$(percall without "$batch_sql;")
+python3 -c "
+w = ($with + $with2) / 2; o = ($without + $without2) / 2
+print(f'ratio: a 50-item batch with lease_valid / without = {w / o:.2f}x ({w:.0f} us vs {o:.0f} us)')"
