@@ -280,9 +280,8 @@ $$;
 COMMENT ON FUNCTION @extschema@.lease_holders(text) IS
     'the leases and session claims with a token of name: slot, holder, token, since when, until when, and whether the lease expired';
 
--- lease_valid and fence are on every fenced write's path: their argument
--- check is inline (a NULL is 22004, anything else that matches no lease is
--- simply not valid).
+-- lease_valid is on every fenced write's path: its argument check is inline
+-- (a NULL is 22004, anything else that matches no lease is simply not valid).
 CREATE FUNCTION @extschema@.lease_valid(name text, slot integer, token bigint)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -308,14 +307,7 @@ DECLARE
     current_ bigint;
     holder_ text;
 BEGIN
-    IF name IS NULL OR slot IS NULL OR token IS NULL THEN
-        PERFORM @extschema@.lease_check(name, slot, token, interval '1 second');
-    END IF;
-    PERFORM 1 FROM @extschema@.pg_claim_leases l
-    WHERE l.name = fence.name AND l.slot = fence.slot AND l.token = fence.token
-      AND l.holder IS NOT NULL
-    FOR KEY SHARE;
-    IF FOUND THEN
+    IF @extschema@.lease_valid(name, slot, token) THEN
         RETURN;
     END IF;
     SELECT l.token, l.holder INTO current_, holder_ FROM @extschema@.pg_claim_leases l
