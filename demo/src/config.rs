@@ -10,7 +10,11 @@ pub const USAGE: &str = "usage: scripts/demo [--items N] [--workers W] [--standb
      [--work-us U] [--kill-at F] [--kill-slot K] [--no-kill] [--timeout SECS]\n\
      [--resume-from-start: a deliberately wrong standby that ignores the log, to see the check fail]\n\
      defaults: --items 200000 --workers 4 --standbys 2 --batch 500 --work-us 250 \
-     --kill-at 0.4 --kill-slot 1 --timeout 240";
+     --kill-at 0.4 --kill-slot 1 --timeout 240\n\
+     lease mode (scripts/demo --pooler runs it through PgBouncer): --leases [--worker-dsn DSN] \
+     [--ttl SECS] [--pause-at F] [--pause-slot K] [--pause SECS] [--no-pause]\n\
+     defaults: --ttl 2 --pause-at 0.4 --pause-slot 1 --pause (2 x ttl); \
+     the workers connect to --worker-dsn (default: --dsn)";
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -20,18 +24,34 @@ pub struct Config {
     pub standbys: usize,
     pub batch: i64,
     pub work_us: u64,
+    /// When and whom to strike: the holder of `kill_slot` once that slot is
+    /// `kill_at` done (0: never). Session mode terminates its backend; lease
+    /// mode pauses it (`--pause-at`, `--pause-slot`).
     pub kill_at: f64,
     pub kill_slot: usize,
     pub timeout: Duration,
     /// Deliberately wrong: a standby restarts the share from its beginning
     /// instead of where the log says it stands (to see the check fail).
     pub resume_from_start: bool,
+    /// Lease mode (`--leases`): `claim_lease`, renewals and fenced writes
+    /// instead of `claim_slot`; a worker is paused instead of killed.
+    pub leases: bool,
+    /// Where the workers and standbys connect (a pooler); the coordinator
+    /// (set-up, progress, check) uses `dsn`.
+    pub worker_dsn: String,
+    /// Lease mode: the lease's TTL; renewed every third of it.
+    pub ttl: Duration,
+    /// Lease mode: how long the paused worker sleeps (longer than `ttl`).
+    pub pause: Duration,
 }
 
 /// The configuration from `args` (without the program name); `None` when
 /// `--help` was asked for.
 pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, String> {
-    let o = Opts::parse(args, &["no-kill", "resume-from-start", "help"])?;
+    let o = Opts::parse(
+        args,
+        &["no-kill", "resume-from-start", "help", "leases", "no-pause"],
+    )?;
     if o.flag("help") {
         return Ok(None);
     }
@@ -48,22 +68,68 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, S
         "timeout",
         "dsn",
         "help",
+        "leases",
+        "worker-dsn",
+        "ttl",
+        "pause-at",
+        "pause-slot",
+        "pause",
+        "no-pause",
     ])?;
+    let leases = o.flag("leases");
+    let (session_only, lease_only) = (
+        ["kill-at", "kill-slot", "no-kill"],
+        [
+            "worker-dsn",
+            "ttl",
+            "pause-at",
+            "pause-slot",
+            "pause",
+            "no-pause",
+        ],
+    );
+    let given = |names: &[&'static str]| names.iter().find(|k| o.get_str(k).is_some()).copied();
+    if let (true, Some(k)) = (leases, given(&session_only)) {
+        return Err(format!(
+            "--{k} is for session mode; with --leases use --pause-at, --pause-slot, --no-pause"
+        ));
+    }
+    if let (false, Some(k)) = (leases, given(&lease_only)) {
+        return Err(format!("--{k} needs --leases"));
+    }
+    let dsn = dsn_from_env(o.get_str("dsn"));
+    let ttl: f64 = o.get("ttl", 2.0f64)?;
+    if !(0.3..=3600.0).contains(&ttl) {
+        return Err("--ttl is in seconds, from 0.3 to 3600".into());
+    }
+    let pause: f64 = o.get("pause", 2.0 * ttl)?;
+    if !(pause > ttl && pause <= 3600.0) {
+        return Err(format!(
+            "--pause must be longer than the TTL ({ttl} s), so that the lease expires"
+        ));
+    }
+    let (at, slot, off) = if leases {
+        ("pause-at", "pause-slot", "no-pause")
+    } else {
+        ("kill-at", "kill-slot", "no-kill")
+    };
     let c = Config {
-        dsn: dsn_from_env(o.get_str("dsn")),
+        worker_dsn: o
+            .get_str("worker-dsn")
+            .map_or_else(|| dsn.clone(), str::to_string),
+        dsn,
         items: o.get("items", 200_000i64)?,
         workers: o.get("workers", 4usize)?,
         standbys: o.get("standbys", 2usize)?,
         batch: o.get("batch", 500i64)?,
         work_us: o.get("work-us", 250u64)?,
-        kill_at: if o.flag("no-kill") {
-            0.0
-        } else {
-            o.get("kill-at", 0.4f64)?
-        },
-        kill_slot: o.get("kill-slot", 1usize)?,
+        kill_at: if o.flag(off) { 0.0 } else { o.get(at, 0.4f64)? },
+        kill_slot: o.get(slot, 1usize)?,
         timeout: Duration::from_secs(o.get("timeout", 240u64)?),
         resume_from_start: o.flag("resume-from-start"),
+        leases,
+        ttl: Duration::from_secs_f64(ttl),
+        pause: Duration::from_secs_f64(pause),
     };
     if c.items < 1 || c.workers < 1 || c.batch < 1 {
         return Err("--items, --workers and --batch must be at least 1".into());
@@ -72,19 +138,23 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, S
         return Err("--workers and --standbys are limited to 256 each".into());
     }
     if !(0.0..1.0).contains(&c.kill_at) {
-        return Err("--kill-at is a fraction of the slot's share, in [0, 1)".into());
+        return Err(format!(
+            "--{at} is a fraction of the slot's share, in [0, 1)"
+        ));
     }
     if c.kill_at > 0.0 && c.kill_slot >= c.workers {
         return Err(format!(
-            "--kill-slot {} is not a slot of 0..{}",
+            "--{slot} {} is not a slot of 0..{}",
             c.kill_slot,
             c.workers - 1
         ));
     }
     if c.kill_at > 0.0 && c.standbys == 0 {
-        return Err(
-            "killing a worker needs at least one standby (--standbys 1, or --no-kill)".into(),
-        );
+        return Err(if leases {
+            "pausing a worker needs at least one standby to take its lease over (--standbys 1, or --no-pause)".into()
+        } else {
+            "killing a worker needs at least one standby (--standbys 1, or --no-kill)".into()
+        });
     }
     Ok(Some(c))
 }
@@ -113,6 +183,57 @@ mod tests {
             .unwrap();
         assert_eq!((c.items, c.kill_at, c.standbys), (40_000, 0.0, 0));
         assert!(parse_str(&["--help"]).unwrap().is_none());
+        assert!(!c.leases);
+    }
+
+    #[test]
+    fn lease_mode() {
+        let c = parse_str(&["--dsn", "host=x", "--leases"])
+            .unwrap()
+            .unwrap();
+        assert!(c.leases);
+        assert_eq!(c.worker_dsn, "host=x");
+        assert_eq!((c.kill_at, c.kill_slot), (0.4, 1));
+        assert_eq!(c.ttl, Duration::from_secs(2));
+        assert_eq!(c.pause, Duration::from_secs(4));
+        let c = parse_str(&[
+            "--dsn=host=x",
+            "--leases",
+            "--worker-dsn",
+            "host=y port=6432",
+            "--ttl",
+            "1.5",
+            "--pause-at",
+            "0.5",
+            "--pause-slot",
+            "3",
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (c.dsn.as_str(), c.worker_dsn.as_str()),
+            ("host=x", "host=y port=6432")
+        );
+        assert_eq!((c.kill_at, c.kill_slot), (0.5, 3));
+        assert_eq!(c.ttl, Duration::from_millis(1500));
+        assert_eq!(c.pause, Duration::from_secs(3));
+        let c = parse_str(&["--leases", "--no-pause", "--standbys", "0"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.kill_at, 0.0);
+        for args in [
+            &["--leases", "--kill-at", "0.5"][..],
+            &["--leases", "--no-kill"],
+            &["--ttl", "2"],
+            &["--pause-at", "0.5"],
+            &["--worker-dsn", "host=y"],
+            &["--leases", "--ttl", "2", "--pause", "2"],
+            &["--leases", "--ttl", "0.1"],
+            &["--leases", "--pause-slot", "4"],
+            &["--leases", "--standbys", "0"],
+        ] {
+            assert!(parse_str(args).is_err(), "{args:?}");
+        }
     }
 
     #[test]

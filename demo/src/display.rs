@@ -76,10 +76,12 @@ impl Display {
         for (i, v) in s.slots.iter().enumerate() {
             let frac = v.done as f64 / v.total.max(1) as f64;
             let filled = ((frac * self.width as f64).round() as usize).min(self.width);
-            let who = match &v.holder {
-                Some((r, p)) => format!("{r} pid {p}"),
-                None if v.finished => "done".to_string(),
-                None => "NO HOLDER".to_string(),
+            let who = match (&v.holder, v.token) {
+                // lease mode: through a pooler the backend changes, the token does not
+                (Some((r, _)), Some(t)) => format!("{r} token {t}"),
+                (Some((r, p)), None) => format!("{r} pid {p}"),
+                (None, _) if v.finished => "done".to_string(),
+                (None, _) => "NO HOLDER".to_string(),
             };
             out.push_str(&format!(
                 "slot {i:2} [{}{}] {:5.1}% {:>9}/{:<9} {:>8} items/s  {who}\n",
@@ -102,7 +104,10 @@ impl Display {
         let sb: Vec<String> = s
             .standbys
             .iter()
-            .map(|(r, p, st)| format!("{r} pid {p}: {st}"))
+            .map(|(r, p, st)| match p {
+                0 => format!("{r}: {st}"), // lease mode: no backend of its own
+                p => format!("{r} pid {p}: {st}"),
+            })
             .collect();
         if !sb.is_empty() {
             out.push_str(&format!("standbys: {}\n", sb.join("; ")));

@@ -1,14 +1,16 @@
 //! The coordinator: sets up the table, starts the workers and then the
-//! standbys, watches the progress, kills one worker mid-run, stops the fleet
-//! and has the processing log checked.
+//! standbys, watches the progress, kills one worker mid-run (in lease mode:
+//! has one pause past its TTL), stops the fleet and has the processing log
+//! checked.
 
 use crate::check::check;
-use crate::config::Config;
+use crate::config::{Config, NAME};
 use crate::display::Display;
+use crate::lease_worker::lease_worker;
 use crate::state::{event, lock, SlotView, State};
-use crate::table::{print_holders, setup, slot_totals};
+use crate::table::{print_holders, print_leases, setup, slot_totals};
 use crate::worker::worker;
-use pg_claim_support::{connect, describe, poll, thousands, wait_until};
+use pg_claim_support::{connect, describe, ms, poll, thousands, wait_until};
 use postgres::Client;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -41,8 +43,20 @@ pub fn run(cfg: &Config) -> Result<bool, String> {
     let finished = Arc::new(AtomicBool::new(false));
     let stop_standbys = Arc::new(AtomicBool::new(false));
 
+    if cfg.leases {
+        print_lease_mode(cfg);
+    }
     // Workers first: each claims a slot (all n are free, so each gets one).
-    let workers = spawn(cfg, &state, &finished, None, start, "worker", cfg.workers);
+    let workers = spawn(
+        cfg,
+        &state,
+        &finished,
+        &stop_standbys,
+        false,
+        start,
+        "worker",
+        cfg.workers,
+    );
     // Then the standbys, once every slot is held, so they wait instead of
     // racing the workers for the first slots.
     let all_held = poll(Duration::from_secs(30), Duration::from_millis(5), || {
@@ -63,19 +77,28 @@ pub fn run(cfg: &Config) -> Result<bool, String> {
             cfg.workers
         ));
     }
-    print_holders(&mut admin, "slot holders at the start")?;
+    if cfg.leases {
+        print_leases(&mut admin, "leases at the start")?;
+    } else {
+        print_holders(&mut admin, "slot holders at the start")?;
+    }
     let standbys = spawn(
         cfg,
         &state,
         &finished,
-        Some(&stop_standbys),
+        &stop_standbys,
+        true,
         start,
         "standby",
         cfg.standbys,
     );
 
     let (elapsed, timed_out) = watch(&mut admin, cfg, &state, start)?;
-    print_holders(&mut admin, "slot holders at the end").ok();
+    if cfg.leases {
+        print_leases(&mut admin, "leases at the end").ok();
+    } else {
+        print_holders(&mut admin, "slot holders at the end").ok();
+    }
     // Waiting standbys leave first (within one claim round), then the holders.
     stop_standbys.store(true, Ordering::SeqCst);
     wait_until(Duration::from_secs(5), Duration::from_millis(10), || {
@@ -93,13 +116,16 @@ pub fn run(cfg: &Config) -> Result<bool, String> {
     Ok(verdict && failures.is_empty() && !timed_out)
 }
 
-/// Starts `count` threads running the worker loop as `{kind}-{i}`; standbys
-/// when `stop_standby` is given.
+/// Starts `count` threads running the worker loop (session or lease mode)
+/// as `{kind}-{i}`; standbys when `standby`, which stop at `stop_standbys`
+/// (in lease mode a worker that lost its lease becomes a standby too).
+#[allow(clippy::too_many_arguments)]
 fn spawn(
     cfg: &Config,
     state: &State,
     finished: &Arc<AtomicBool>,
-    stop_standby: Option<&Arc<AtomicBool>>,
+    stop_standbys: &Arc<AtomicBool>,
+    standby: bool,
     start: Instant,
     kind: &str,
     count: usize,
@@ -107,15 +133,42 @@ fn spawn(
     (0..count)
         .map(|i| {
             let (cfg, state, finished) = (cfg.clone(), state.clone(), finished.clone());
-            let stop = stop_standby.cloned();
+            let stop = stop_standbys.clone();
             let role = format!("{kind}-{i}");
-            thread::spawn(move || worker(role, &cfg, &state, &finished, stop.as_deref(), start))
+            thread::spawn(move || {
+                if cfg.leases {
+                    lease_worker(role, &cfg, &state, &finished, &stop, standby, start)
+                } else {
+                    let stop = standby.then_some(&*stop);
+                    worker(role, &cfg, &state, &finished, stop, start)
+                }
+            })
         })
         .collect()
 }
 
+/// Lease mode: what the run does, before it starts.
+fn print_lease_mode(cfg: &Config) {
+    let ttl = cfg.ttl.as_secs_f64();
+    println!(
+        "lease mode: claim_lease('{NAME}', {}, holder, ttl {ttl} s), renewed every {}, each batch written behind fence()",
+        cfg.workers,
+        ms(cfg.ttl / 3)
+    );
+    println!("  workers and standbys connect to: {}", cfg.worker_dsn);
+    if cfg.kill_at > 0.0 {
+        println!(
+            "  the holder of slot {} pauses for {:.2} s at {:.0}% of its share, holding a fetched batch",
+            cfg.kill_slot,
+            cfg.pause.as_secs_f64(),
+            100.0 * cfg.kill_at
+        );
+    }
+}
+
 /// Redraws the progress until every share is finished (or the timeout),
-/// killing the victim on the way; the run's time and whether it timed out.
+/// killing the victim on the way (in lease mode: asking it to pause, and
+/// waiting for its late write); the run's time and whether it timed out.
 fn watch(
     admin: &mut Client,
     cfg: &Config,
@@ -128,15 +181,29 @@ fn watch(
     loop {
         thread::sleep(Duration::from_millis(100));
         let (all_done, victim) = {
-            let s = lock(state);
+            let mut s = lock(state);
             let all = s.slots.iter().all(|v| v.finished);
             let k = &s.slots[cfg.kill_slot.min(s.slots.len() - 1)];
-            // Strike while the victim is inside a batch transaction, to show
-            // that its uncommitted work is rolled back, not half-applied.
-            let due = !killed
-                && k.done as f64 >= cfg.kill_at * k.total as f64
-                && (k.uncommitted > 0 || k.done as f64 >= (cfg.kill_at + 0.1) * k.total as f64);
-            (all, if due { k.holder.clone() } else { None })
+            if cfg.leases {
+                // Lease mode: the victim's holder pauses after fetching its
+                // next batch; the run ends once its late write was tried.
+                if !killed && k.done as f64 >= cfg.kill_at * k.total as f64 {
+                    killed = true;
+                    s.pause_request = true;
+                }
+                let settled = cfg.kill_at == 0.0
+                    || s.late_write_rejected.is_some()
+                    || s.pause.is_none()
+                    || !s.failures.is_empty();
+                (all && settled, None)
+            } else {
+                // Strike while the victim is inside a batch transaction, to show
+                // that its uncommitted work is rolled back, not half-applied.
+                let due = !killed
+                    && k.done as f64 >= cfg.kill_at * k.total as f64
+                    && (k.uncommitted > 0 || k.done as f64 >= (cfg.kill_at + 0.1) * k.total as f64);
+                (all, if due { k.holder.clone() } else { None })
+            }
         };
         if let Some((role, pid)) = victim {
             killed = true;

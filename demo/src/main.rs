@@ -18,16 +18,25 @@
 //! `--items N --workers W --standbys S --batch B --work-us U --kill-at F
 //! --kill-slot K --no-kill --timeout SECS --dsn DSN`.
 //!
+//! Lease mode (`--leases`, run by `scripts/demo --pooler` through PgBouncer
+//! in transaction mode, `--worker-dsn DSN`): the workers hold leases
+//! (`claim_lease`, `renew_lease`) and write each batch behind `fence`; one
+//! worker pauses past its TTL instead of being killed, a standby takes its
+//! lease over, and the paused worker's late write must be rejected (`PC001`).
+//! Options `--ttl SECS --pause-at F --pause-slot K --pause SECS --no-pause`.
+//!
 //! The modules, one job each: `config` (the options), `table` (the work
 //! table and the queries about it), `fleet` (the coordinator: starts the
-//! workers and standbys, kills one, stops them), `worker` (the worker loop),
-//! `state` (what the threads share), `display` (live progress) and `check`
-//! (the exactly-once verdict).
+//! workers and standbys, kills or pauses one, stops them), `worker` (the
+//! worker loop), `lease_worker` (the lease-mode worker loop), `state` (what
+//! the threads share), `display` (live progress) and `check` (the
+//! exactly-once verdict).
 
 mod check;
 mod config;
 mod display;
 mod fleet;
+mod lease_worker;
 mod state;
 mod table;
 mod worker;

@@ -15,6 +15,19 @@ pub struct SlotView {
     pub finished: bool,
     /// `(time, done)` samples for the items/s figure.
     pub samples: Vec<(Instant, u64)>,
+    /// Lease mode: the holder's fencing token, and its lease's expiry in
+    /// seconds since the epoch on the server's clock, as the holder last
+    /// claimed or renewed it.
+    pub token: Option<i64>,
+    pub expires: Option<f64>,
+}
+
+/// Lease mode: the worker that stopped mid-run, as in a GC pause.
+pub struct Pause {
+    pub role: String,
+    pub slot: i32,
+    pub token: i64,
+    pub at: Instant,
 }
 
 #[derive(Default)]
@@ -28,6 +41,18 @@ pub struct Shared {
     pub takeover: Option<std::time::Duration>,
     /// Errors that are not the expected termination of the victim.
     pub failures: Vec<String>,
+    /// Lease mode: set by the coordinator, taken by the holder of the victim
+    /// slot, which pauses after fetching its next batch.
+    pub pause_request: bool,
+    pub pause: Option<Pause>,
+    /// Lease mode: the takeover of the paused worker's slot, as printed.
+    pub takeover_line: Option<String>,
+    /// Lease mode: the writes `fence` rejected and the leases lost at a
+    /// renewal, as printed.
+    pub rejected: Vec<String>,
+    /// Lease mode: whether the paused worker's late write was rejected
+    /// (`None`: it has not tried yet).
+    pub late_write_rejected: Option<bool>,
 }
 
 pub type State = Arc<Mutex<Shared>>;
@@ -38,8 +63,13 @@ pub fn lock(s: &State) -> MutexGuard<'_, Shared> {
 
 /// Records a message for the display, stamped with the time since `start`.
 pub fn event(s: &State, start: Instant, msg: String) {
+    lock(s).events.push(stamp(start, &msg));
+}
+
+/// A message stamped with the time since `start`, as the events are printed.
+pub fn stamp(start: Instant, msg: &str) -> String {
     let t = start.elapsed().as_secs_f64();
-    lock(s).events.push(format!("[{t:6.2}s] {msg}"));
+    format!("[{t:6.2}s] {msg}")
 }
 
 /// Sets what the standby `role` is doing.

@@ -9,20 +9,25 @@ use postgres::Client;
 /// `processing_log`, with the indexes the workers read through.
 pub fn setup(c: &mut Client, cfg: &Config) -> Result<(), postgres::Error> {
     ensure_extension(c, "pg_claim")?;
-    create_work_tables(
-        c,
-        "work_items",
-        "processing_log",
-        cfg.items,
-        80,
-        &format!(
-            "-- the index my_items uses to read one slot's share in key order
+    let mut extra = format!(
+        "-- the index my_items uses to read one slot's share in key order
              CREATE INDEX work_items_slot ON work_items ((slot_of(id, {n})), id);
              -- where a slot's share stands: max(item_id) of the slot
              CREATE INDEX processing_log_slot ON processing_log (slot, item_id);",
-            n = cfg.workers
-        ),
-    )
+        n = cfg.workers
+    );
+    if cfg.leases {
+        // Through a pooler, worker_pid is whichever server backend the pooler
+        // lent for the transaction: the log records the lease holder and its
+        // fencing token as well. Leases of an earlier run on this server go.
+        extra.push_str(&format!(
+            "
+             ALTER TABLE processing_log ADD COLUMN worker text, ADD COLUMN token bigint;
+             SELECT release_lease(name => '{NAME}', slot => slot, token => token)
+               FROM lease_holders('{NAME}');"
+        ));
+    }
+    create_work_tables(c, "work_items", "processing_log", cfg.items, 80, &extra)
 }
 
 /// Items per slot, from `slot_counts`.
@@ -59,6 +64,32 @@ pub fn print_holders(c: &mut Client, title: &str) -> Result<(), String> {
         })
         .collect();
     println!("{title}: SELECT slot, pid, application_name FROM slot_holders('{NAME}');");
+    println!("  {}", list.join(", "));
+    Ok(())
+}
+
+/// Lease mode: the leases of the fleet, from `lease_holders`.
+pub fn print_leases(c: &mut Client, title: &str) -> Result<(), String> {
+    let rows = c
+        .query(
+            "SELECT slot, holder, token, expired FROM lease_holders($1) ORDER BY slot",
+            &[&NAME],
+        )
+        .map_err(|e| format!("lease_holders: {}", describe(&e)))?;
+    let list: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let (slot, holder, token, expired): (i32, String, i64, Option<bool>) =
+                (r.get(0), r.get(1), r.get(2), r.get(3));
+            let expired = if expired == Some(true) {
+                ", expired"
+            } else {
+                ""
+            };
+            format!("{slot}={holder} (token {token}{expired})")
+        })
+        .collect();
+    println!("{title}: SELECT slot, holder, token, expired FROM lease_holders('{NAME}');");
     println!("  {}", list.join(", "));
     Ok(())
 }
