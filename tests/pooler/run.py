@@ -1,0 +1,524 @@
+#!/usr/bin/env python3
+"""pg_claim through a real transaction-mode pooler (PgBouncer).
+
+Needs a running cluster with pg_claim installed (PGHOST/PGPORT, as
+scripts/test sets them) and PgBouncer in pool_mode = transaction in front of
+it (PGC_POOLER_PORT, PGC_POOLER_POOL: scripts/lib.sh pgc_pgbouncer_start).
+
+1. claim_slot through the pooler: with every server connection of the pool
+   pinned but one, the test chooses which server connection runs each
+   statement, and checks what docs/claiming.md ("Connection poolers") says:
+   the same client's next statement sees no slot, another client inherits
+   the slot, and the claim outlives its clients as long as the pooler keeps
+   the server connection. Leases through the same pool, for contrast.
+2. Lease fleets: 6 Python (psycopg 3, fleet.py) and 6 Node.js
+   (node-postgres, fleet.js) workers, n = 8 slots (4 standbys), ttl 2 s,
+   through the pool, drain 3,000 items. One holder is killed with SIGKILL;
+   two holders (one per language) are stopped with SIGSTOP in the middle of
+   a batch for longer than the ttl, until standbys took their slots, and
+   then resumed with SIGCONT: each must try its late write and have it
+   rejected (fence: PC001; lease_valid: 0 rows). Every item is processed
+   exactly once (the processing log), no accepted write of a stale token
+   after its takeover, no more server connections than the pool.
+
+Every wait polls with a deadline; the whole run is bounded by an alarm, and
+no worker outlives it (they also exit by themselves when the driver is gone).
+Exits non-zero on any failed check.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+import psycopg
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+DB = "pg_claim_pooler"
+NAME = "fleet"
+ITEMS = 3000
+N = 8
+PYTHON_WORKERS = 6
+NODE_WORKERS = 6
+TTL_S = 2.0
+RENEW_S = 0.5
+BATCH = 10
+ITEM_MS = 15  # a batch of 10 is 150 ms of "work"
+TIME_LIMIT_S = 100
+if "PGC_POOLER_PORT" not in os.environ:
+    sys.exit("tests/pooler/run.py: PGC_POOLER_PORT is not set (scripts/test sets it: pgc_pgbouncer_start)")
+POOLER_PORT = int(os.environ["PGC_POOLER_PORT"])
+POOL = int(os.environ.get("PGC_POOLER_POOL", "4"))
+DIRECT_APP = "pg_claim pooler test (direct)"
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def direct(dbname=DB):
+    """A direct connection to the server (PGHOST/PGPORT)."""
+    return psycopg.connect(dbname=dbname, autocommit=True, application_name=DIRECT_APP)
+
+
+def pooled():
+    """A client connection through PgBouncer (no server-side prepares: 1.18)."""
+    return psycopg.connect(host="127.0.0.1", port=POOLER_PORT, dbname=DB, user="postgres",
+                           autocommit=True, prepare_threshold=None)
+
+
+def admin(command):
+    """A command of PgBouncer's admin console (simple protocol): its rows as dicts."""
+    with psycopg.connect(host="127.0.0.1", port=POOLER_PORT, dbname="pgbouncer", user="postgres",
+                         autocommit=True, prepare_threshold=None,
+                         cursor_factory=psycopg.ClientCursor) as c:
+        cur = c.execute(command)
+        if cur.description is None:
+            return []
+        names = [col.name for col in cur.description]
+        return [dict(zip(names, row)) for row in cur.fetchall()]
+
+
+def check_pooler():
+    config = {r["key"]: r["value"] for r in admin("SHOW CONFIG")}
+    check(config["pool_mode"] == "transaction" and int(config["default_pool_size"]) == POOL,
+          f"PgBouncer runs pool_mode = {config['pool_mode']}, default_pool_size = {config['default_pool_size']}")
+    version = admin("SHOW VERSION")[0]["version"]
+    log(f"{version} on 127.0.0.1:{POOLER_PORT}: pool_mode = transaction, default_pool_size = {POOL}")
+    # server connections of an earlier run to the database about to be re-created
+    if any(r["database"] == DB for r in admin("SHOW SERVERS")):
+        admin(f"KILL {DB}")
+        admin(f"RESUME {DB}")
+
+
+def poll(fn, timeout, what, interval=0.05):
+    """fn() until it returns something true; Failure after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = fn()
+        if r:
+            return r
+        if time.monotonic() > deadline:
+            raise Failure(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+# --------------------------------------------------------------------------
+# The documented worker loops are the tested ones.
+
+def check_docs_excerpts():
+    doc = open(os.path.join(ROOT, "docs", "leases.md"), encoding="utf-8").read()
+    for file, lang in (("fleet.py", "python"), ("fleet.js", "js")):
+        src = open(os.path.join(HERE, file), encoding="utf-8").read()
+        m = re.search(r"^(?:#|//) docs/leases\.md: begin\n(.*?)^(?:#|//) docs/leases\.md: end\n",
+                      src, re.S | re.M)
+        check(m, f"{file}: no docs/leases.md markers")
+        check(f"```{lang}\n{m.group(1)}```" in doc,
+              f"docs/leases.md does not show the worker loop of tests/pooler/{file} verbatim")
+    log("docs/leases.md shows the worker loops of fleet.py and fleet.js verbatim")
+
+
+# --------------------------------------------------------------------------
+# 1. claim_slot (and dynamic groups) through the transaction-mode pooler
+
+class ServerChooser:
+    """POOL clients, each keeping one server connection of the pool busy with
+    an open transaction; only(i) lets server connection pids[i] alone go free,
+    so the next statement of any other client of the pool runs there."""
+
+    def __init__(self):
+        self.pins = [pooled() for _ in range(POOL)]
+        self.pids = [self._pin(c) for c in self.pins]
+        self.free = None
+        check(len(set(self.pids)) == POOL, f"pinned server connections are not distinct: {self.pids}")
+
+    @staticmethod
+    def _pin(c):
+        c.execute("BEGIN")
+        return c.execute("SELECT pg_backend_pid()").fetchone()[0]
+
+    def only(self, i):
+        if self.free is not None:  # the one free server connection is taken again
+            check(self._pin(self.pins[self.free]) == self.pids[self.free], "re-pinning a server connection")
+        self.pins[i].execute("COMMIT")
+        self.free = i
+        return self.pids[i]
+
+    def close(self):
+        for i, c in enumerate(self.pins):
+            if i != self.free and not c.closed:
+                c.execute("COMMIT")  # else PgBouncer closes the server connection with the client
+            c.close()
+
+
+def run_on(client, server, sql):
+    """One statement of `client`, which must run on server connection `server`."""
+    *row, pid = client.execute(f"{sql}, pg_backend_pid()").fetchone()
+    check(pid == server, f"{sql!r} ran on server connection {pid}, not {server}")
+    return row[0] if len(row) == 1 else row
+
+
+def claim_slot_through_pooler():
+    log(f"claim_slot through PgBouncer (pool_mode = transaction, {POOL} server connections):")
+    name = "pooler_demo"
+    srv = ServerChooser()
+    a, b = pooled(), pooled()
+    try:
+        s0 = srv.only(0)
+        slot = run_on(a, s0, f"SELECT claim_slot('{name}', 1)")
+        check(slot == 0, f"A's claim_slot: {slot}")
+        log(f"  client A: claim_slot('{name}', 1) = 0, run by server connection {s0}")
+        s1 = srv.only(1)
+        mine, again = run_on(a, s1, f"SELECT my_slot('{name}'), claim_slot('{name}', 1)")
+        check(mine is None and again is None,
+              f"A's next statement on another server connection: my_slot {mine}, claim_slot {again}")
+        log(f"  client A, next statement, on server connection {s1}: my_slot = NULL, and claim_slot"
+            f" = NULL (its own claim, held by {s0}, makes it a standby)")
+        srv.only(0)
+        mine, again = run_on(b, s0, f"SELECT my_slot('{name}'), claim_slot('{name}', 1)")
+        check(mine == 0 and again == 0, f"B on {s0}: my_slot {mine}, claim_slot {again}")
+        log(f"  client B, which never claimed, on server connection {s0}: my_slot = 0 and"
+            f" claim_slot = 0: B and A both \"hold\" the only slot of n = 1")
+
+        # dynamic groups: session advisory locks too
+        group = "pooler_group"
+        parts = run_on(a, s0, f"SELECT claim_partitions('{group}', 8)")
+        check(parts == list(range(8)), f"A's claim_partitions: {parts}")
+        srv.only(1)
+        mine, again = run_on(a, s1, f"SELECT my_partitions('{group}'), claim_partitions('{group}', 8)")
+        check(mine == [] and again == [], f"A on {s1}: my_partitions {mine}, claim_partitions {again}")
+        srv.only(0)
+        theirs = run_on(b, s0, f"SELECT my_partitions('{group}')")
+        check(theirs == list(range(8)), f"B on {s0}: my_partitions {theirs}")
+        log(f"  dynamic groups alike: A's claim_partitions('{group}', 8) = all 8 on {s0}; A's next"
+            f" statement on {s1}: my_partitions = {{}} and claim_partitions = {{}}; B on {s0}:"
+            " my_partitions = all 8")
+        run_on(b, s0, f"SELECT group_leave('{group}')")
+        srv.only(1)
+        run_on(a, s1, f"SELECT group_leave('{group}')")
+    finally:
+        srv.close()
+        a.close()
+        b.close()
+    pids = srv.pids
+    # the clients are gone; the claim is not
+    with direct() as d:
+        holders = d.execute("SELECT slot, pid FROM slot_holders(%s)", (name,)).fetchall()
+        check(holders == [(0, pids[0])], f"after both clients disconnected: slot_holders {holders}")
+        (standby,) = d.execute("SELECT claim_slot(%s, 1, '0')", (name,)).fetchone()
+        check(standby is None, f"a direct standby got slot {standby} of a claim whose clients are gone")
+        log(f"  A and B disconnected: slot 0 is still held by server connection {pids[0]}"
+            " (slot_holders), a standby's claim_slot gets NULL")
+        # only ending the server connection frees it (PgBouncer: server_idle_timeout, 600 s by default)
+        d.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
+        poll(lambda: d.execute("SELECT claim_slot(%s, 1, '0')", (name,)).fetchone()[0] == 0, 10,
+             "the slot to free when its server connection ends")
+        d.execute("SELECT release_slot(%s)", (name,))
+        poll(lambda: all(r["remote_pid"] != pids[0] for r in admin("SHOW SERVERS")), 10,
+             "PgBouncer to drop the terminated server connection")
+        log(f"  pg_terminate_backend({pids[0]}) freed it: a direct standby's claim_slot got slot 0")
+    # leases through the same pool: one statement each, any server connection
+    with pooled() as a, pooled() as b:
+        la = a.execute("SELECT slot, token FROM claim_lease('pooler_demo_lease', 1, 'A', '10 s')").fetchone()
+        lb = b.execute("SELECT slot, token FROM claim_lease('pooler_demo_lease', 1, 'B', '10 s')").fetchone()
+        check(la is not None and la[0] == 0 and lb is None, f"leases through the pool: A {la}, B {lb}")
+        renewed = a.execute("SELECT renew_lease('pooler_demo_lease', 0, %s, '10 s') IS NOT NULL",
+                            (la[1],)).fetchone()[0]
+        released = a.execute("SELECT release_lease('pooler_demo_lease', 0, %s)", (la[1],)).fetchone()[0]
+        check(renewed and released, "A's renew_lease and release_lease through the pool")
+        log("  leases through the same pool: A claim_lease = slot 0, B = no row (standby),"
+            " A renews and releases it from whichever server connection runs the statement")
+
+
+# --------------------------------------------------------------------------
+# 2. the fleets
+
+class Worker:
+    cond = threading.Condition()
+
+    def __init__(self, lang, workdir, env):
+        # setpriv: the kernel kills the worker if the driver dies, even a stopped one
+        cmd = ["setpriv", "--pdeathsig", "KILL", "--"] + (
+            [sys.executable, os.path.join(HERE, "fleet.py")] if lang == "python"
+            else ["node", os.path.join(HERE, "fleet.js")])
+        self.lang = lang
+        self.err_path = os.path.join(workdir, f"{lang}-{len(os.listdir(workdir))}.err")
+        with open(self.err_path, "w") as err:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=err, env=env, text=True)
+        self.pid = self.proc.pid
+        self.holder = f"{'py' if lang == 'python' else 'js'}-{self.pid}"
+        self.events = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                ev = {"event": "garbage", "line": line}
+            ev["seen"] = time.time()
+            with Worker.cond:
+                self.events.append(ev)
+                Worker.cond.notify_all()
+
+    def count(self, kind, since=0):
+        with Worker.cond:
+            return sum(1 for e in self.events[since:] if e["event"] == kind)
+
+    def wait_event(self, kind, since, timeout):
+        """The first event of `kind` (a string, or a tuple of them) from event `since` on."""
+        kinds = (kind,) if isinstance(kind, str) else kind
+        deadline = time.monotonic() + timeout
+        with Worker.cond:
+            while True:
+                for e in self.events[since:]:
+                    if e["event"] in kinds:
+                        return e
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Failure(f"timed out after {timeout:g} s waiting for {self} to report '{kind}'")
+                Worker.cond.wait(min(left, 0.1))
+
+    def state(self):
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return None
+
+    def __str__(self):
+        return self.holder
+
+
+def holders(d):
+    return {r[0]: r for r in d.execute(
+        "SELECT slot, holder, token, acquired_at, expired FROM lease_holders(%s)", (NAME,)).fetchall()}
+
+
+def stop_mid_batch(w):
+    """SIGSTOP w while it works on a batch it fetched (before its write):
+    returns (slot, token, time of the stop)."""
+    for _ in range(5):
+        since = len(w.events)
+        ev = w.wait_event("fetched", since, 10)
+        os.kill(w.pid, signal.SIGSTOP)
+        stopped_at = time.time()
+        # its process() sleeps ITEM_MS per item after reporting the batch: a
+        # stop sent well within that lands before its write
+        if stopped_at < ev["t"] + 0.7 * ev["items"] * ITEM_MS / 1000:
+            poll(lambda: w.state() == "T", 5, f"{w} to stop")
+            return ev["slot"], int(ev["token"]), stopped_at
+        os.kill(w.pid, signal.SIGCONT)  # too late for this batch: the next one
+    raise Failure(f"could not stop {w} in the middle of a batch")
+
+
+def run_fleets(workdir):
+    with direct() as d:
+        d.execute("""
+            DROP TABLE IF EXISTS items, processing_log;
+            CREATE TABLE items (id bigint PRIMARY KEY, done boolean NOT NULL DEFAULT false);
+            INSERT INTO items SELECT g FROM generate_series(1, %s) g;
+            CREATE INDEX ON items ((slot_of(id, %s)), id);
+            CREATE TABLE processing_log (item bigint NOT NULL, worker text NOT NULL,
+                                         token bigint NOT NULL, logged_at timestamptz NOT NULL DEFAULT clock_timestamp());
+            ANALYZE items;
+        """ % (ITEMS, N))
+    env = dict(os.environ, PGHOST="127.0.0.1", PGPORT=str(POOLER_PORT), PGDATABASE=DB, PGUSER="postgres",
+               FLEET_NAME=NAME, FLEET_N=str(N), FLEET_TTL_S=str(TTL_S), FLEET_RENEW_S=str(RENEW_S),
+               FLEET_BATCH=str(BATCH), FLEET_ITEM_MS=str(ITEM_MS), FLEET_LIFETIME_S=str(TIME_LIMIT_S))
+    env.pop("PGSERVICE", None)
+    workers = []
+    monitor_stop = threading.Event()
+    max_server = [0]
+
+    def monitor():  # server connections of the fleet's database, as PostgreSQL sees them
+        with direct("postgres") as m:
+            while not monitor_stop.is_set():
+                (k,) = m.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+                                 " AND backend_type = 'client backend' AND application_name <> %s",
+                                 (DB, DIRECT_APP)).fetchone()
+                max_server[0] = max(max_server[0], k)
+                monitor_stop.wait(0.05)
+
+    d = direct()
+    mon = threading.Thread(target=monitor, daemon=True)
+    try:
+        mon.start()
+        t0 = time.time()
+        for i in range(PYTHON_WORKERS + NODE_WORKERS):
+            workers.append(Worker("python" if i % 2 == 0 else "node", workdir, env))
+        by_holder = {w.holder: w for w in workers}
+        log(f"fleets: {PYTHON_WORKERS} Python (psycopg 3) + {NODE_WORKERS} Node.js (pg) workers,"
+            f" n = {N}, ttl {TTL_S:g} s, renew every {RENEW_S:g} s, {ITEMS} items,"
+            f" through PgBouncer (transaction mode, pool {POOL})")
+
+        live = poll(lambda: (lambda h: h if sum(not r[4] for r in h.values()) == N else None)(holders(d)),
+                    30, f"{N} live leases")
+        log(f"  {N} slots leased after {time.time() - t0:.1f} s; {len(workers) - N} standbys")
+        owner = {slot: by_holder[r[1]] for slot, r in live.items()}
+        py = [w for w in owner.values() if w.lang == "python"]
+        js = [w for w in owner.values() if w.lang == "node"]
+        check(py and len(js) >= 2, f"holders: {len(py)} Python, {len(js)} Node")
+        killed, paused = js[0], [py[0], js[1]]
+        for w in [killed] + paused:
+            w.wait_event("wrote", 0, 20)
+
+        # SIGKILL one holder
+        k_slot = next(s for s, w in owner.items() if w is killed)
+        k_token = live[k_slot][2]
+        os.kill(killed.pid, signal.SIGKILL)
+        t_kill = time.time()
+        done_then = d.execute("SELECT count(*) FROM items WHERE done").fetchone()[0]
+        log(f"  SIGKILL {killed} (slot {k_slot}) with {done_then} of {ITEMS} items done")
+
+        # SIGSTOP two holders in the middle of a batch
+        for w in paused:
+            slot, token, at = stop_mid_batch(w)
+            w.stop = (slot, token, at)
+            log(f"  SIGSTOP {w} (slot {slot}) in the middle of a batch")
+
+        # standbys take the three slots over once their leases expired
+        def taken_over():
+            h = holders(d)
+            slots = [(k_slot, k_token)] + [(w.stop[0], w.stop[1]) for w in paused]
+            if all(s in h and h[s][2] != t for s, t in slots):
+                return h
+            return None
+        h = poll(taken_over, TTL_S + 10, "standbys to take over the killed and the stopped workers' slots")
+        k_new = h[k_slot]
+        check(k_new[1] != killed.holder and k_new[2] > k_token, f"slot {k_slot} after the kill: {k_new}")
+        takeovers = {"SIGKILL": (k_new[3].timestamp() - t_kill, k_new[1])}
+        for w in paused:
+            new = h[w.stop[0]]
+            check(new[1] != w.holder and new[2] > w.stop[1], f"slot {w.stop[0]} after the stop: {new}")
+            w.taken = new
+            takeovers[f"SIGSTOP {w.lang}"] = (new[3].timestamp() - w.stop[2], new[1])
+            check(w.state() == "T", f"{w} is no longer stopped")
+        for label, (dt, by) in takeovers.items():
+            log(f"  {label}: slot taken over by {by} {dt:.2f} s after the signal")
+
+        # SIGCONT: each resumed worker finishes its batch and tries its late write
+        for w in paused:
+            w.resumed_at = len(w.events)
+            os.kill(w.pid, signal.SIGCONT)
+        for w in paused:
+            e = w.wait_event(("rejected", "wrote"), w.resumed_at, 15)
+            check(e["event"] == "rejected", f"{w}'s late write after the takeover of its slot was ACCEPTED: {e}")
+            check(int(e["token"]) == w.stop[1], f"{w}'s rejected write used token {e['token']}")
+            log(f"  SIGCONT {w}: its late write of {e['items']} items was rejected ({e['how']})")
+
+        poll(lambda: d.execute("SELECT NOT EXISTS (SELECT 1 FROM items WHERE NOT done)").fetchone()[0],
+             60, "every item to be done")
+        t_drain = time.time() - t0
+        log(f"  every item done {t_drain:.1f} s after the start")
+        for w in workers:
+            if w is not killed and w.proc.poll() is not None:
+                raise Failure(f"{w} exited by itself with {w.proc.returncode}:"
+                              f" {open(w.err_path).read()[-2000:]} {w.events[-3:]}")
+    finally:
+        monitor_stop.set()
+        for w in workers:
+            if w.proc.poll() is None:
+                os.kill(w.pid, signal.SIGCONT)  # a stopped worker would not act on SIGTERM
+                w.proc.terminate()
+        deadline = time.monotonic() + 5
+        for w in workers:
+            try:
+                w.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+                w.proc.wait()
+        mon.join(5)
+
+    # the checks
+    (not_done,) = d.execute("SELECT count(*) FROM items WHERE NOT done").fetchone()
+    (logged, distinct) = d.execute("SELECT count(*), count(DISTINCT item) FROM processing_log").fetchone()
+    (dups,) = d.execute("SELECT count(*) FROM (SELECT item FROM processing_log GROUP BY item"
+                        " HAVING count(*) > 1) x").fetchone()
+    (missing,) = d.execute("SELECT count(*) FROM items i WHERE NOT EXISTS"
+                           " (SELECT 1 FROM processing_log l WHERE l.item = i.id)").fetchone()
+    check(not_done == 0 and missing == 0 and dups == 0 and logged == ITEMS and distinct == ITEMS,
+          f"exactly once: {logged} log rows for {distinct} items, {dups} duplicated, {missing} missing,"
+          f" {not_done} not done")
+    for w in paused:
+        (late,) = d.execute("SELECT count(*) FROM processing_log WHERE token = %s AND logged_at >= %s",
+                            (w.stop[1], w.taken[3])).fetchone()
+        accepted = sum(1 for e in w.events[w.resumed_at:]
+                       if e["event"] == "wrote" and int(e["token"]) == w.stop[1])
+        check(late == 0 and accepted == 0,
+              f"{w}: {late} log rows and {accepted} accepted writes of its old token after the takeover")
+    errors = [(w.holder, e) for w in workers for e in w.events if e["event"] in ("error", "garbage")]
+    check(not errors, f"worker errors: {errors}")
+    check(0 < max_server[0] <= POOL, f"{max_server[0]} server connections seen for a pool of {POOL}")
+    rejected = sum(w.count("rejected") for w in workers)
+    late_rejected = sum(w.count("rejected", w.resumed_at) for w in paused)
+    per_lang = {lang: sum(w.count("wrote") for w in workers if w.lang == lang) for lang in ("python", "node")}
+    d.close()
+    log(f"summary: {ITEMS} items, processed once each by {len(workers)} clients"
+        f" over at most {max_server[0]} server connections (pool {POOL});"
+        f" duplicates 0, missing 0; batches written: {per_lang['python']} Python,"
+        f" {per_lang['node']} Node; rejected late writes: {late_rejected} from the resumed workers,"
+        f" {rejected} in all; takeover after SIGKILL {takeovers['SIGKILL'][0]:.2f} s,"
+        f" after SIGSTOP {takeovers['SIGSTOP python'][0]:.2f} s (Python) and"
+        f" {takeovers['SIGSTOP node'][0]:.2f} s (Node); drained in {t_drain:.1f} s")
+
+
+def main():
+    def on_alarm(*_):
+        raise Failure(f"the pooler test did not finish within {TIME_LIMIT_S} s")
+    def on_term(signum, _):
+        raise Failure(f"stopped by signal {signum}")
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    signal.alarm(TIME_LIMIT_S)
+    workdir = tempfile.mkdtemp(prefix="pg_claim-pooler-")
+    ok = False
+    try:
+        check_docs_excerpts()
+        check_pooler()
+        with direct("postgres") as d:
+            d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+            d.execute(f"CREATE DATABASE {DB}")
+        with direct() as d:
+            d.execute("CREATE EXTENSION pg_claim")
+        claim_slot_through_pooler()
+        run_fleets(workdir)
+        ok = True
+    except Exception as e:  # noqa: BLE001 - any failure: report, with the workers' stderr
+        if not isinstance(e, Failure):
+            traceback.print_exc()
+        print(f"pooler test FAILED: {e}", file=sys.stderr)
+        for f in sorted(os.listdir(workdir)):
+            err = open(os.path.join(workdir, f), errors="replace").read()
+            if err:
+                print(f"--- stderr of a {f.split('-')[0]} worker:\n{err[-3000:]}", file=sys.stderr)
+    finally:
+        signal.alarm(0)
+        shutil.rmtree(workdir, ignore_errors=True)
+    if ok:
+        with direct("postgres") as d:
+            d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+        log("pooler test: passed")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
