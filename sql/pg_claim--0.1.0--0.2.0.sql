@@ -380,3 +380,8 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION @extschema@.my_token(text) IS
     'the fencing token of this session''s claim_slot claim of name (NULL when it holds none), for fence and lease_valid';
+
+-- 0.1.0's install script comments crc32(bytea) without a schema, which on
+-- PostgreSQL 18 (it has a built-in pg_catalog.crc32(bytea)) names the
+-- built-in function: the comment is stated again on this extension's own.
+COMMENT ON FUNCTION @extschema@.crc32(bytea) IS 'unsigned CRC-32/ISO-HDLC (zlib) of the bytes';

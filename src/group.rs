@@ -109,7 +109,7 @@ fn rank(pids: BTreeSet<i32>) -> Vec<Member> {
         pg_sys::pgstat_clear_snapshot();
         let n = pg_sys::pgstat_fetch_stat_numbackends();
         for i in 1..=n {
-            let local = pg_sys::pgstat_fetch_stat_local_beentry(i);
+            let local = crate::backend::compat::local_beentry(i);
             if local.is_null() {
                 continue;
             }

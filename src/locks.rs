@@ -169,7 +169,7 @@ pub fn unlock(key1: i32, key2: i32, mode: pg_sys::LOCKMODE) -> bool {
 pub fn held_by_me(key1: i32, key2: i32, mode: pg_sys::LOCKMODE) -> bool {
     let tag = advisory_tag(key1, key2);
     // SAFETY: a valid tag; only reads this backend's local lock table.
-    unsafe { pg_sys::LockHeldByMe(&tag, mode) }
+    unsafe { crate::backend::compat::lock_held_by_me(&tag, mode) }
 }
 
 /// One granted or awaited advisory lock of a name, from the shared lock table.

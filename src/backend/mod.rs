@@ -6,9 +6,12 @@
 //! - `settings`: the `pg_claim.*` parameters, `_PG_init`'s registrations and
 //!   the dead-client check they switch on;
 //! - `catalog`:  catalog look-ups every concept uses: quoting, qualified
-//!   relation and type names, schemas, collations.
+//!   relation and type names, schemas, collations;
+//! - `compat`:   the calls into PostgreSQL that differ between the major
+//!   versions pg_claim builds for, one definition per version.
 
 pub mod catalog;
+pub mod compat;
 pub mod error;
 pub mod fmgr;
 pub mod settings;
