@@ -55,39 +55,37 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, S
     if o.flag("help") {
         return Ok(None);
     }
-    o.check_known(&[
+    // the options of both modes, of session mode only, of lease mode only
+    const COMMON: [&str; 9] = [
         "items",
         "workers",
         "standbys",
         "batch",
         "work-us",
-        "kill-at",
-        "kill-slot",
-        "no-kill",
         "resume-from-start",
         "timeout",
         "dsn",
         "help",
-        "leases",
+    ];
+    let session_only = ["kill-at", "kill-slot", "no-kill"];
+    let lease_only = [
         "worker-dsn",
         "ttl",
         "pause-at",
         "pause-slot",
         "pause",
         "no-pause",
-    ])?;
+    ];
+    o.check_known(
+        &[
+            &COMMON[..],
+            &session_only[..],
+            &lease_only[..],
+            &["leases"][..],
+        ]
+        .concat(),
+    )?;
     let leases = o.flag("leases");
-    let (session_only, lease_only) = (
-        ["kill-at", "kill-slot", "no-kill"],
-        [
-            "worker-dsn",
-            "ttl",
-            "pause-at",
-            "pause-slot",
-            "pause",
-            "no-pause",
-        ],
-    );
     let given = |names: &[&'static str]| names.iter().find(|k| o.get_str(k).is_some()).copied();
     if let (true, Some(k)) = (leases, given(&session_only)) {
         return Err(format!(
