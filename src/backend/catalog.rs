@@ -17,7 +17,8 @@ pub fn cstr_to_string(p: *const std::ffi::c_char) -> String {
 
 /// A type exactly as a column declares it, modifier included and
 /// schema-qualified, in a form that reads back as the same type:
-/// `pg_catalog.bpchar(5)`, `pg_catalog."numeric"(10,2)`, `public.my_domain`.
+/// `character(5)`, `numeric(10,2)`, `public.my_domain` (SQL-standard names are
+/// keywords, which `search_path` cannot capture).
 pub fn format_type_exact(typid: pg_sys::Oid, typmod: i32) -> String {
     // SAFETY: format_type_extended accepts an existing type and any typmod
     unsafe {

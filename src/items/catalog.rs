@@ -62,7 +62,7 @@ pub struct Key {
     pub attnum: i16,
     pub quoted: String,
     /// the column's type with its modifier, schema-qualified (for `$3::type`):
-    /// `pg_catalog.bpchar(5)`, never `character`, which reads back as `char(1)`
+    /// `character(5)`, never `character` alone, which reads back as `char(1)`
     pub type_name: String,
     /// the column's base type (a domain's underlying type)
     pub type_oid: pg_sys::Oid,

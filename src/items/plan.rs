@@ -118,7 +118,7 @@ pub struct ShareQuery<'a> {
     /// the key column
     pub key: &'a str,
     /// the key column's type with its modifier, schema-qualified, for the
-    /// `after` cast (`pg_catalog.bpchar(5)`: a type name printed without its
+    /// `after` cast (`character(5)`: a type name printed without its
     /// modifier can read back as another type, `character` as `char(1)`)
     pub key_type: &'a str,
     /// the key type's greater-than operator from its default btree operator
