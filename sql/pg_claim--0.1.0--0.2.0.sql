@@ -73,7 +73,8 @@ CREATE TABLE @extschema@.pg_claim_leases (
     -- the n of the lease's claimer (NULL for a session claim's record)
     n           integer,
     -- the lease holder's name, or the session that holds the slot with
-    -- claim_slot ('session <pid> <backend start>'); NULL: free
+    -- claim_slot ('session <pid> <backend start, seconds since the epoch>',
+    -- whatever the session's DateStyle and TimeZone); NULL: free
     holder      text,
     -- a session claim's record (my_token), not a lease
     session     boolean     NOT NULL DEFAULT false,
@@ -344,8 +345,8 @@ BEGIN
         RETURN NULL;
     END IF;
     me := 'session ' || pg_catalog.pg_backend_pid() || ' '
-          || (SELECT a.backend_start FROM pg_catalog.pg_stat_activity a
-              WHERE a.pid = pg_catalog.pg_backend_pid());
+          || (SELECT extract(epoch FROM a.backend_start)
+              FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) a);
     SELECT l.holder, l.token, l.session INTO r FROM @extschema@.pg_claim_leases l
     WHERE l.name = my_token.name AND l.slot = s;
     had_row := FOUND;

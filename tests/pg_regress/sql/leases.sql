@@ -78,6 +78,13 @@ SELECT (SELECT token FROM ls_got WHERE who = 'nap back') = (SELECT token FROM ls
 SELECT my_token('ls_session') IS NULL AS no_claim_no_token;
 SELECT claim_slot('ls_session', 2) AS slot;
 SELECT my_token('ls_session') = my_token('ls_session') AS stable, my_token('ls_session') > 0 AS positive;
+-- the same holder whatever the session's TimeZone and DateStyle
+CREATE TEMP TABLE ls_tok AS SELECT my_token('ls_session') AS t;
+SET TimeZone = 'Asia/Tokyo';
+SET DateStyle = 'German';
+SELECT my_token('ls_session') = (SELECT t FROM ls_tok) AS stable_across_settings;
+RESET TimeZone;
+RESET DateStyle;
 SELECT fence('ls_session', 0, my_token('ls_session'));
 SELECT pc_try($$SELECT fence('ls_session', 1, my_token('ls_session'))$$) AS other_slot;
 SELECT pc_try($$SELECT * FROM claim_lease('ls_session', 2, 'lessee')$$) AS lease_a_claimed_name;
