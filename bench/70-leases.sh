@@ -114,3 +114,45 @@ without2=$(percall without "$batch_sql;")
 python3 -c "
 w = ($with + $with2) / 2; o = ($without + $without2) / 2
 print(f'ratio: a 50-item batch with lease_valid / without = {w / o:.2f}x ({w:.0f} us vs {o:.0f} us)')"
+
+# The same two batches counted in instructions by valgrind's callgrind, which
+# does not depend on what else the machine runs (seconds do): a server of
+# its own in single-user mode runs K statements of each kind, each one its
+# own transaction; the cost of one is the difference between K = 201 and
+# K = 1, so start-up does not count.
+if command -v valgrind >/dev/null; then
+    cg="$BENCH_TMP/callgrind"
+    chmod 755 "$BENCH_TMP"
+    install -d -o postgres "$cg"
+    pgc_as_postgres "$PGC_BIN/initdb" -D "$cg/data" -A trust -U postgres -E UTF8 --locale=C.UTF-8 >/dev/null
+    single() { pgc_as_postgres "$@" "$PGC_BIN/postgres" --single -D "$cg/data" -c fsync=off -c jit=off postgres; }
+    cg_token=$(single 2>/dev/null <<SQL | sed -n 's/^[[:space:]]*1: token = "\([0-9]*\)".*/\1/p'
+CREATE EXTENSION pg_claim;
+CREATE SCHEMA bench;
+CREATE TABLE bench.lease_items (id bigint PRIMARY KEY, payload text NOT NULL, done boolean NOT NULL DEFAULT false);
+INSERT INTO bench.lease_items (id, payload) SELECT g, md5(g::text) FROM generate_series(1, 100000) g;
+CREATE INDEX ON bench.lease_items ((slot_of(id, 8)), id);
+VACUUM ANALYZE bench.lease_items;
+SELECT token FROM claim_lease('bench', 8, 'cost');
+SQL
+    )
+    [ -n "$cg_token" ] || { echo "callgrind: the set-up of the single-user server failed" >&2; exit 1; }
+    instructions() { # K SQL: instructions of a single-user server running SQL K times
+        local i
+        for ((i = 0; i < $1; i++)); do printf '%s\n' "$2"; done |
+            single valgrind --tool=callgrind --callgrind-out-file=/dev/null >"$cg/out" 2>&1
+        ! grep -m1 ERROR "$cg/out" >&2 || exit 1
+        sed -n 's/.*Collected : //p' "$cg/out"
+    }
+    per_statement() { # SQL: instructions per statement
+        local many one
+        many=$(instructions 201 "$1")
+        one=$(instructions 1 "$1")
+        echo $(((many - one) / 200))
+    }
+    with_i=$(per_statement "$batch_sql AND (SELECT lease_valid('bench', 0, $cg_token));")
+    without_i=$(per_statement "$batch_sql;")
+    python3 -c "
+w = $with_i; o = $without_i
+print(f'ratio in instructions (callgrind, single-user server, simple protocol): a 50-item batch with lease_valid / without = {w / o:.3f}x ({w:,} vs {o:,} instructions)')"
+fi
