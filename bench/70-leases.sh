@@ -9,7 +9,8 @@
 # for (W, P) = (1, 1), (8, 8), (32, 32), (128, 64), (128, 16), side by side in
 # one run; then, on a direct connection with one client, the cost of
 # claim_lease (a re-claim), renew_lease and fence per call, and what
-# lease_valid adds to a 50-item batch. Through a pool of P connections the
+# lease_valid adds to a 50-item batch, in microseconds and (with valgrind) in
+# instructions, which the machine's load does not change. Through a pool of P connections the
 # queue contends like P workers, not W: the table has both columns.
 #
 # Knobs: BENCH_LEASE_ITEMS (default 1000000), BENCH_LEASE_SECONDS (5 per run),
