@@ -126,6 +126,11 @@ SELECT pc_try(format('SELECT fence(%L, 0, %s)', 'pm_lease', :t0 + 1)) AS fence_w
 -- another holder name claims a standby slot, never the held one
 SELECT slot FROM claim_lease('pm_lease', 2, 'thief');
 SELECT slot, holder FROM lease_holders('pm_lease') ORDER BY slot;
+-- but tokens are not secrets: lease_holders shows them, and a role that may
+-- call the functions can release another holder's lease with its token
+SELECT release_lease('pm_lease', 1, (SELECT token FROM lease_holders('pm_lease') WHERE slot = 1))
+    AS released_with_token_shown;
+SELECT slot, holder FROM lease_holders('pm_lease') ORDER BY slot;
 RESET ROLE;
 
 -- Back to the defaults for the tests that follow.
