@@ -21,7 +21,8 @@ role with no grants.
 
 Every call must end in a result or in an ERROR whose SQLSTATE is in the
 documented list (ALLOWED below, docs/reliability.md "Bad input"); an error
-raised by pg_claim itself must carry a hint; no call may take longer than the
+raised by pg_claim itself must carry a hint, and name the bad value when it
+is a number or a word; no call may take longer than the
 statement timeout, lose its connection (a crashed backend) or raise XX000.
 After the run, the server's log (found from data_directory, or --log) is
 scanned for "terminated by signal", PANIC and XX000 (the log line prefix
@@ -415,7 +416,7 @@ class Runner:
         self.conn.execute("RESET ROLE")
         self.conn.execute("SELECT pg_advisory_unlock_all()")
 
-    def run(self, fn, exprs, dropped=None, role=None, where="", quiet=False):
+    def run(self, fn, exprs, dropped=None, role=None, where="", quiet=False, value=None):
         """Runs one call; returns its outcome label, and records failures."""
         stmt = fn.call_sql(exprs)
         what = f"{fn.signature} with {where} [{ascii(stmt)[:400]}]"
@@ -449,9 +450,9 @@ class Runner:
                 fail(self.failures, f"{what}: connection lost (backend crash?): {e}")
                 self.connect()
                 return "CONNECTION LOST"
-            outcome = e.diag.sqlstate if quiet else self.judge_error(e, what)
+            outcome = e.diag.sqlstate if quiet else self.judge_error(e, what, value)
         except psycopg.Error as e:
-            outcome = e.diag.sqlstate if quiet else self.judge_error(e, what)
+            outcome = e.diag.sqlstate if quiet else self.judge_error(e, what, value)
         finally:
             if not (self.conn.closed or self.conn.broken):
                 try:
@@ -461,7 +462,7 @@ class Runner:
                     self.connect()
         return outcome
 
-    def judge_error(self, e, what):
+    def judge_error(self, e, what, value=None):
         d = e.diag
         state = d.sqlstate or "?"
         if state == "XX000":
@@ -473,6 +474,11 @@ class Runner:
         own = (d.source_file or "").endswith(".rs") or (d.source_function or "") == "exec_stmt_raise"
         if own and not (d.message_hint or "").strip():
             fail(self.failures, f"{what}: pg_claim's error {state} has no hint: {d.message_primary}")
+        # a number or a short word refused by pg_claim's checks is named in
+        # the message
+        named = value.strip("'") if value and re.fullmatch(r"-?\d+|'\w+'", value) else None
+        if own and state in ("22023", "42703", "42804") and named and named not in (d.message_primary or ""):
+            fail(self.failures, f"{what}: pg_claim's error does not name the value {named}: {d.message_primary}")
         return state
 
 
@@ -521,7 +527,7 @@ def matrix(runner, fns):
             for v in values_for(nm, ty, fn):
                 exprs = list(base)
                 exprs[i] = v.expr
-                outcome = runner.run(fn, exprs, dropped=v.dropped, where=f"{nm} = {v.label}")
+                outcome = runner.run(fn, exprs, dropped=v.dropped, where=f"{nm} = {v.label}", value=v.label)
                 rows.append((fn.signature, f"{nm} {ty}", v.label, outcome))
         for (a, b), cases in PAIRS.items():
             if a not in fn.names or b not in fn.names:
