@@ -714,12 +714,13 @@ def main():
                 c.execute("SELECT pg_reload_conf()")
             c.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
             c.execute("DROP ROLE IF EXISTS hm_nobody")
+    before = len(failures)
     if offset is not None:
         scan_log(log, offset, failures)
     else:
         fail(failures, "the server log was not found (pass --log)")
-    print(f"{summary} in {time.monotonic() - t0:.0f} s; {len(failures)} failures; server log {'clean' if not failures else 'checked'}",
-          file=sys.stderr)
+    log_state = "clean" if len(failures) == before else "NOT clean"
+    print(f"{summary} in {time.monotonic() - t0:.0f} s; {len(failures)} failures; server log {log_state}", file=sys.stderr)
     return 1 if failures else 0
 
 
