@@ -33,7 +33,12 @@ gets the SQLSTATE for the run). Exits non-zero on any failure.
 --update-doc FILE writes it there; --allowed prints the SQLSTATE list.
 
 Needs a running cluster with pg_claim installable (PGHOST/PGPORT/PGUSER as
-scripts/lib.sh sets them); works in its own database, pg_claim_hostile.
+scripts/lib.sh sets them, a superuser; or PGC_HOSTILE_DSN, a keyword/value
+connection string to a maintenance database). Works in its own database,
+pg_claim_hostile, with a role hm_nobody, both dropped and created again at
+every run: one run at a time per cluster. For the run it adds the SQLSTATE
+(%e) to the server's log_line_prefix (ALTER SYSTEM, reset at the end).
+A soak runs the random caller for as long as it lasts: --seconds S.
 """
 import argparse
 import os
