@@ -63,6 +63,14 @@ BEGIN
         RAISE EXCEPTION 'name must not be null' USING ERRCODE = '22004',
             HINT = 'The name identifies the worker fleet, e.g. claim_lease(''mailer'', 8, ''worker-1''); a NULL name is usually an unset variable in the client.';
     END IF;
+    -- names are keys of pg_claim_leases' primary key, whose entries must fit
+    -- in a third of a page
+    IF pg_catalog.octet_length(name) > 1024 THEN
+        RAISE EXCEPTION 'name must be at most 1024 bytes, got % bytes (starting "%")',
+            pg_catalog.octet_length(name), pg_catalog.left(name, 20)
+            USING ERRCODE = '22023',
+            HINT = 'The name identifies the worker fleet: use a short name such as ''mailer''.';
+    END IF;
     IF slot IS NULL OR token IS NULL THEN
         RAISE EXCEPTION '% must not be null', CASE WHEN slot IS NULL THEN 'slot' ELSE 'token' END
             USING ERRCODE = '22004',
@@ -298,6 +306,8 @@ BEGIN
     IF name IS NULL THEN
         RETURN NULL;
     END IF;
+    -- the name's checks (its length), as for a lease
+    PERFORM @extschema@.lease_check(name, 0, 0, interval '1 second');
     s := @extschema@.my_slot(name);
     IF s IS NULL THEN
         RETURN NULL;

@@ -178,6 +178,22 @@ mod tests {
     }
 
     proptest! {
+        /// The standby's sleep for any wait (a NULL-free interval from a
+        /// microsecond to the largest, or already past) and any setting:
+        /// never negative, never past the deadline, never above the
+        /// setting's maximum.
+        #[test]
+        fn next_sleep_ms_is_bounded(attempt in any::<u32>(), max_ms in any::<u32>(), remaining_us in any::<i64>()) {
+            let ms = next_sleep_ms(attempt, max_ms, remaining_us);
+            prop_assert!(ms >= 0);
+            prop_assert!(ms <= max_ms.max(1) as i64);
+            if remaining_us <= 0 {
+                prop_assert_eq!(ms, 0);
+            } else {
+                prop_assert!(ms <= remaining_us / 1000 + 1);
+            }
+        }
+
         /// probe_order visits every free slot exactly once, lowest first,
         /// and never a held one.
         #[test]

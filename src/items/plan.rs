@@ -334,6 +334,29 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+        /// Any text a caller passes as a method or that a catalog holds as a
+        /// bound (empty, long, quotes, control characters, any Unicode):
+        /// no panic, and only the four method names parse.
+        #[test]
+        fn hostile_text_never_panics(text in "(?s).{0,300}", bound_n in proptest::prelude::any::<i32>(), slot in proptest::prelude::any::<i32>()) {
+            match Method::parse(&text) {
+                Some(m) => proptest::prop_assert_eq!(m.name(), text.as_str()),
+                None => proptest::prop_assert!(!["auto", "crc32", "jump", "pg_hash"].contains(&text.as_str())),
+            }
+            let _ = parse_hash_bound(&text);
+            let wrapped = format!("FOR VALUES WITH ({text})");
+            let _ = parse_hash_bound(&wrapped);
+            // bounds of any moduli and remainders, any n and slot
+            let bounds = vec![Some((bound_n, slot)), None, Some((slot, bound_n))];
+            if let Some(i) = partition_for_slot(&bounds, bound_n, slot) {
+                proptest::prop_assert!(i < bounds.len());
+                proptest::prop_assert_eq!(bounds[i].map(|b| b.1), Some(slot));
+            }
+        }
+    }
+
+    proptest::proptest! {
         /// Whatever order the partitions are listed in, the slot's partition
         /// is the one whose remainder is the slot; one partition missing or
         /// of another modulus means no routing.

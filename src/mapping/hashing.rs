@@ -367,4 +367,24 @@ mod tests {
             prop_assert_eq!(hex, expect);
         }
     }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// The inputs of the bad-input matrix (tests/hostile/matrix.py) at
+        /// the core: the edge values of n and of the keys, and keys of up to
+        /// 64 KiB of arbitrary (mostly not UTF-8) bytes.
+        #[test]
+        fn hostile_inputs_stay_in_range(
+            key in proptest::collection::vec(any::<u8>(), 0..65_537),
+            int_key in prop_oneof![Just(i64::MIN), Just(i64::MAX), Just(0i64), Just(-1i64), any::<i64>()],
+            n in prop_oneof![Just(1i32), Just(2i32), Just(i32::MAX), 1i32..=i32::MAX],
+        ) {
+            let s = crc32_slot(&key, n);
+            prop_assert!((0..n).contains(&s));
+            prop_assert!((0..n).contains(&modulo_slot(int_key, n)));
+            prop_assert!((0..n).contains(&jump_hash(int_key as u64, n)));
+            prop_assert!((0..n).contains(&jump_hash(crc32(&key) as u64, n)));
+            prop_assert!((0..n).contains(&partition_remainder(int_key as u64, n)));
+        }
+    }
 }

@@ -102,6 +102,8 @@ SELECT t AS statement, pc_try(t) AS result FROM (VALUES
     ($$SELECT * FROM claim_lease('x', 2147483647, 'w')$$),
     ($$SELECT * FROM claim_lease('x', 2, NULL)$$),
     ($$SELECT * FROM claim_lease('x', 2, '')$$),
+    ($$SELECT * FROM claim_lease(repeat('x', 1025), 2, 'w')$$),
+    ($$SELECT my_token(repeat('x', 1025))$$),
     ($$SELECT * FROM claim_lease('x', 2, 'w', NULL)$$),
     ($$SELECT * FROM claim_lease('x', 2, 'w', '0 seconds')$$),
     ($$SELECT * FROM claim_lease('x', 2, 'w', '-1 second')$$),
