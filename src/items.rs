@@ -50,21 +50,37 @@ fn parse_method(method: Option<&str>) -> Method {
     })
 }
 
-/// The mapping expression for `method` on the resolved key, or an ERROR
-/// naming the key's type.
-fn slot_mapping(method: Method, key: &catalog::Key) -> plan::Mapping {
-    plan::mapping(method, key.kind).unwrap_or_else(|why| {
+/// The mapping expression for `method` on the resolved route column (the
+/// key unless `route` names another), or an ERROR naming its type. `arg` is
+/// the argument that named the column: "key" or "route".
+fn slot_mapping(method: Method, col: &catalog::Key, arg: &str) -> plan::Mapping {
+    plan::mapping(method, col.kind).unwrap_or_else(|why| {
         raise(
             PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
             format!(
-                "method \"{}\" cannot map key column {} of type {}",
+                "method \"{}\" cannot map {arg} column {} of type {}",
                 method.name(),
-                key.quoted,
-                key.type_name
+                col.quoted,
+                col.type_name
             ),
-            &format!("The {why}; use method => 'pg_hash', or key => a column of a supported type."),
+            &format!(
+                "The {why}; use method => 'pg_hash', or {arg} => a column of a supported type."
+            ),
         )
     })
+}
+
+/// The route column: `route` if given, else the key; and the argument that
+/// named it, for errors.
+fn route_of(
+    table: &catalog::Table,
+    key: &catalog::Key,
+    route: Option<&str>,
+) -> (catalog::Key, &'static str) {
+    match route {
+        Some(name) => (table.route(name), "route"),
+        None => (key.clone(), "key"),
+    }
 }
 
 /// The query `my_items` runs for these arguments (parameters: $1 slot, $2 n,
@@ -86,6 +102,8 @@ fn my_items_query(
     after: default!(Option<&str>, "NULL"),
     batch: default!(Option<i32>, "NULL"),
     columns: default!(Option<Vec<Option<String>>>, "NULL"),
+    route: default!(Option<&str>, "NULL"),
+    pending: default!(Option<&str>, "NULL"),
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> String {
     let reltype = rel.unwrap_or_else(|| null_arg("rel"));
@@ -94,14 +112,14 @@ fn my_items_query(
 }
 
 /// Validate the arguments of a my_items or my_items_query call (slot, n,
-/// key, method, after, batch, columns, after the row type) and return the
-/// query text for the share (cached per session).
+/// key, method, after, batch, columns, route, pending, after the row type)
+/// and return the query text for the share (cached per session).
 ///
 /// # Safety
 /// `fcinfo` is the current call of my_items or my_items_query.
 pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_sys::Oid) -> String {
     // SAFETY: as the caller promises
-    let (func, slot, n, key, method, after, batch, columns) = unsafe {
+    let (func, slot, n, key, method, after, batch, columns, route, pending) = unsafe {
         (
             catalog::calling_function(fcinfo),
             pg_getarg::<i32>(fcinfo, 1),
@@ -111,6 +129,8 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
             pg_getarg::<&str>(fcinfo, 5).is_some(),
             pg_getarg::<i32>(fcinfo, 6),
             pg_getarg::<Vec<Option<String>>>(fcinfo, 7),
+            pg_getarg::<&str>(fcinfo, 8),
+            pg_getarg::<&str>(fcinfo, 9),
         )
     };
     let columns = columns.map(|c| {
@@ -150,6 +170,8 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
         after,
         batch: batch.is_some(),
         columns: columns.clone(),
+        route: route.map(str::to_string),
+        pending: pending.map(str::to_string),
     };
     catalog::lock_row_type(reltype);
     if let Some(sql) = cache::get(&cache_key) {
@@ -158,7 +180,9 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
     let ext = catalog::extension_schema(func);
     let table = catalog::Table::from_row_type(reltype);
     let key = table.key(key, "my_items");
-    let mapping = slot_mapping(method, &key);
+    let (route, route_arg) = route_of(&table, &key, route);
+    let mapping = slot_mapping(method, &route, route_arg);
+    let pending = pending.map(|name| table.pending(name));
 
     let gt_op = if after {
         key.greater_than()
@@ -167,10 +191,11 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
     };
     let select_list = table.select_list(&key, columns.as_deref());
 
-    // A table hash-partitioned by the key with modulus n: the share is one
-    // partition, read directly, when that returns exactly the same rows.
+    // A table hash-partitioned by the route column with modulus n: the
+    // share is one partition, read directly, when that returns exactly the
+    // same rows.
     let partition = if method == Method::PgHash && table.is_partitioned() {
-        table.hash_partition_for(&key, n, slot)
+        table.hash_partition_for(&route, n, slot)
     } else {
         None
     };
@@ -182,7 +207,9 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
             key: &key.quoted,
             key_type: &key.type_name,
             gt_op: &gt_op,
-            key_not_null: filter.is_none() && !key.not_null,
+            route: &route.quoted,
+            route_not_null: filter.is_none() && !route.not_null,
+            pending: pending.as_ref().map(|p| p.sql.as_str()),
             filter,
             after,
             batch: batch.is_some(),
@@ -194,10 +221,10 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
             query(child, None)
         }
         None => {
-            table.advise_index(&key, &mapping, &ext, n);
+            table.advise_index(&key, &route, &mapping, &ext, n, pending.as_ref());
             query(
                 &table.quoted,
-                Some(mapping.expr(&ext.quoted, &key.quoted, &n.to_string())),
+                Some(mapping.expr(&ext.quoted, &route.quoted, &n.to_string())),
             )
         }
     };
@@ -209,13 +236,15 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
 /// the most `claim_slot` hands out.
 const MAX_COUNTED_SLOTS: i32 = crate::claim::MAX_N;
 
-/// The query `slot_counts` runs (parameter: $1 n).
+/// The query `slot_counts` runs (parameter: $1 n): rows per slot of the
+/// route column (the key unless `route` names another).
 #[pg_extern(stable)]
 fn slot_counts_query(
     rel: Option<pg_sys::Oid>,
     n: Option<i32>,
     key: default!(Option<&str>, "NULL"),
     method: default!(Option<&str>, "'auto'"),
+    route: default!(Option<&str>, "NULL"),
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> String {
     let relid = rel.unwrap_or_else(|| null_arg("rel"));
@@ -231,11 +260,23 @@ fn slot_counts_query(
     crate::backend::settings::apply_client_check(false);
     let method = parse_method(method);
     let table = catalog::Table::from_regclass(relid);
-    let key = table.key(key, "slot_counts");
-    let mapping = slot_mapping(method, &key);
+    // with route, the key plays no part in a count (a named one must exist)
+    let (route, route_arg) = match route {
+        Some(name) => {
+            if key.is_some() {
+                table.key(key, "slot_counts");
+            }
+            (table.route(name), "route")
+        }
+        None => (table.key(key, "slot_counts"), "key"),
+    };
+    let mapping = slot_mapping(method, &route, route_arg);
     // SAFETY: this call's fcinfo
     let ext = catalog::extension_schema(unsafe { catalog::calling_function(fcinfo) });
-    plan::counts_sql(&table.quoted, &mapping.expr(&ext.quoted, &key.quoted, "$1"))
+    plan::counts_sql(
+        &table.quoted,
+        &mapping.expr(&ext.quoted, &route.quoted, "$1"),
+    )
 }
 
 extension_sql_file!(
