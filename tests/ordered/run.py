@@ -10,7 +10,8 @@ customers' messages interleaved in id order, is sent by worker processes
 1. session mode: 8 workers claim_slot('ordered', 8) and 3 standbys wait;
    three holders are killed with SIGKILL mid-run (one of them while a
    customer of its share is held back by a failing message); a standby
-   takes each slot over and resumes at the slot's first unsent message.
+   takes each slot over and must resume at the slot's first message not
+   done (sent or set aside) when it took over.
 2. dynamic groups: 4 members share 32 partitions with claim_partitions;
    4 more join, 2 leave (SIGTERM: group_leave between batches), 1 is killed
    with SIGKILL and 1 more joins, all mid-run.
@@ -307,6 +308,24 @@ def check_outcome(c, n, label):
         log(f"{label}: customer {customer}'s message {item} was set aside and its {later} later messages sent")
 
 
+def check_resumed(c, slot, backend):
+    """The standby's first message of the slot (sent, set aside or failed) is
+    the slot's first message not done when it started."""
+    (first_seq, first_item) = c.execute("""
+        SELECT seq, item FROM (SELECT seq, item, pid FROM sent_log UNION ALL SELECT seq, item, pid FROM attempts) x
+        WHERE pid = %s ORDER BY seq LIMIT 1""", (backend,)).fetchone()
+    (expected,) = c.execute(f"""
+        SELECT min(id) FROM expected e
+        WHERE slot_of(customer_id, {SLOTS}) = %s
+          AND NOT EXISTS (SELECT FROM sent_log l WHERE l.item = e.id AND l.seq < %s)
+          AND NOT EXISTS (SELECT FROM outbox_failed f WHERE f.id = e.id AND f.seq < %s)""",
+                            (slot, first_seq, first_seq)).fetchone()
+    check(first_item == expected,
+          f"session: the standby of slot {slot} started at message {first_item}, not at {expected},"
+          " the slot's first message not done")
+    log(f"session: the standby of slot {slot} resumed at message {first_item}, the slot's first message not done")
+
+
 def moved_customers(c):
     (moved,) = c.execute("""SELECT count(*) FROM (SELECT customer_id FROM sent_log GROUP BY customer_id
                                                   HAVING count(DISTINCT pid) > 1) x""").fetchone()
@@ -326,7 +345,7 @@ def session_run(c):
         check(sorted(w.last("claimed")["slot"] for w in holders) == list(range(SLOTS)),
               "the first workers do not hold distinct slots")
         standbys = fleet.start(STANDBYS)
-        victims = []
+        takeovers = []
         for share in (0.2, 0.45, 0.7):
             wait_progress(c, fleet, share)
             live = [w for w in fleet.workers if w.alive() and w.last("claimed")]
@@ -340,18 +359,20 @@ def session_run(c):
                                   f" AND slot_of(customer_id, {SLOTS}) = %s", (slot,)).fetchone()
             victim.proc.kill()
             victim.proc.wait(timeout=10)
-            victims.append(victim)
             heir = poll(lambda: next((w for w in standbys if w.alive() and w.last("claimed")
                                       and w.last("claimed")["slot"] == slot), None) or fleet.check_errors(),
                         30, f"a standby to take slot {slot} over")
             log(f"session: worker {victim.pid} of slot {slot} killed with SIGKILL at {share:.0%} "
                 f"({before} unsent messages in its share{', one customer held back' if slot in held else ''});"
                 f" standby {heir.pid} took the slot over")
+            takeovers.append((slot, heir.last("claimed")["backend"]))
         wait_done(c, fleet)
         fleet.check_errors()
     finally:
         fleet.stop()
     check_outcome(c, SLOTS, "session")
+    for slot, backend in takeovers:
+        check_resumed(c, slot, backend)
     moved = moved_customers(c)
     check(moved > 0, "session: no customer's messages were sent by two workers (no takeover mid-share)")
     log(f"session: {moved} customers were served by two workers in turn (before and after a takeover)")

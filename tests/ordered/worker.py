@@ -132,7 +132,7 @@ def session_worker(conn, mailer):
     slot = None
     while slot is None:  # a standby until one of the N slots is free
         (slot,) = conn.execute("SELECT claim_slot('ordered', %s, '1 s')", (N,)).fetchone()
-    emit("claimed", slot=slot)
+    emit("claimed", slot=slot, backend=conn.info.backend_pid)
     share = Share(slot, N)
     while True:
         if not share.step(conn, mailer):
