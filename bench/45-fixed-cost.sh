@@ -18,7 +18,7 @@
 # difference between the two is what a my_items call adds.
 source "$(dirname "$0")/lib.sh"
 ROWS="${BENCH_FC_ROWS:-5000000}"
-SECONDS_PER_TURN="${BENCH_SECONDS:-10}"
+SECONDS_PER_TURN="${BENCH_SECONDS:-20}"
 WINDOW=100000
 HOT_FROM=$((ROWS / 2))
 HOT_TO=$((HOT_FROM + WINDOW))
