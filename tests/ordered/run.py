@@ -5,7 +5,7 @@ Needs a running cluster with pg_claim installed (PGHOST/PGPORT, as
 scripts/test sets them). An outbox of 1,000 customers x 50 messages, the
 customers' messages interleaved in id order, is sent by worker processes
 (worker.py, psycopg 3) that walk their share with my_items(..., route =>
-'customer_id', pending => 'sent_at'), twice:
+'customer_id', pending => 'sent_at'):
 
 1. session mode: 8 workers claim_slot('ordered', 8) and 3 standbys wait;
    three holders are killed with SIGKILL mid-run (one of them while a
@@ -14,11 +14,14 @@ customers' messages interleaved in id order, is sent by worker processes
    done (sent or set aside) when it took over.
 2. dynamic groups: 4 members share 32 partitions with claim_partitions;
    4 more join, 2 leave (SIGTERM: group_leave between batches), 1 is killed
-   with SIGKILL and 1 more joins, all mid-run.
+   with SIGKILL and 1 more joins, all mid-run;
+3. the SQL worker loop of docs/ordered.md, as printed there, in 4 sessions
+   on 80 customers x 5 messages, one of them rejected: once with the
+   customer waiting, once with the message set aside.
 
-In both, some messages fail: three 'transient' ones fail their first 3
-attempts (the application waits: the customer is held back and retried),
-two 'poison' ones always fail (the application sets them aside in
+In the first two, some messages fail: three 'transient' ones fail their
+first 3 attempts (the application waits: the customer is held back and
+retried), two 'poison' ones always fail (the application sets them aside in
 outbox_failed and the customer goes on). The processing log (sent_log,
 written by a trigger in the transaction that marks messages sent, in id
 order, its seq from a sequence shared with outbox_failed and attempts)
@@ -27,7 +30,7 @@ must show:
 - every message sent exactly once, or set aside exactly once (the poison
   ones), none lost;
 - per customer, the messages sent or set aside in strictly increasing id
-  order (the checker is first shown to catch a swapped pair);
+  order (the checker is also shown to catch a swapped pair);
 - a transient message held back its own customer only: none of the
   customer's later messages went before it, while other customers of the
   same share went on; a poison message held back nothing.
@@ -118,7 +121,7 @@ def fill(c, n):
     """A fresh outbox whose share index is for n slots, with its processing log."""
     c.execute("""
         SET client_min_messages = warning;
-        DROP TABLE IF EXISTS outbox, outbox_failed, sent_log, faults, attempts, expected;
+        DROP TABLE IF EXISTS outbox, outbox_failed, sent_log, faults, attempts, expected CASCADE;
         DROP SEQUENCE IF EXISTS ordered_seq;
         CREATE SEQUENCE ordered_seq;
         CREATE TABLE outbox (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -422,6 +425,70 @@ def group_run(c):
     log(f"group: {moved} customers were served by more than one member as partitions moved, their order kept")
 
 
+# --------------------------------------------------------------------------
+# 3. The SQL worker loop of docs/ordered.md, as printed there
+
+def sql_loop_run(c):
+    """4 sessions CALL the documented procedure (n = 4) on 80 customers x 5
+    messages, one of which fails: with the loop as printed the customer
+    waits; with its set-aside lines instead, the message moves to
+    outbox_failed and the customer goes on. Order and exactly-once as above."""
+    doc = open(os.path.join(ROOT, "docs", "ordered.md"), encoding="utf-8").read()
+    m = re.search(r"```sql\n(CREATE PROCEDURE ordered_mailer.*?)```", doc, re.S)
+    check(m, "docs/ordered.md: no CREATE PROCEDURE ordered_mailer")
+    wait_sql = m.group(1)
+    aside_sql = re.sub(r"\n( *)held := held \|\| m\.customer_id;[^\n]*", r"\n\1NULL;", wait_sql)
+    aside_sql = re.sub(r"-- (INSERT INTO outbox_failed .*)", r"\1", aside_sql)
+    check("held := held ||" not in aside_sql and "\n        INSERT INTO outbox_failed" in aside_sql,
+          "docs/ordered.md: the procedure's wait and set-aside lines are not where the test expects them")
+    for choice, sql in (("wait", wait_sql), ("set aside", aside_sql)):
+        fill(c, 4)
+        c.execute("DELETE FROM outbox WHERE customer_id > 80 OR id > 5000")  # 80 customers x 5 messages
+        c.execute("DELETE FROM expected WHERE id NOT IN (SELECT id FROM outbox)")
+        c.execute("DELETE FROM faults")
+        (poison,) = c.execute("SELECT id FROM outbox WHERE customer_id = 3 ORDER BY id OFFSET 1 LIMIT 1").fetchone()
+        c.execute("""CREATE OR REPLACE FUNCTION send_message(m outbox) RETURNS void LANGUAGE plpgsql AS $$
+                     BEGIN
+                         IF m.id = %s THEN RAISE EXCEPTION 'message %% was rejected', m.id; END IF;
+                     END $$""" % poison)
+        c.execute("DROP PROCEDURE IF EXISTS ordered_mailer")
+        c.execute(sql)
+        errors = []
+        claimed = threading.Barrier(4, timeout=30)
+
+        def call():
+            try:
+                with connect() as w:
+                    # every session holds its slot before any starts (the
+                    # procedure's claim_slot then returns the same slot)
+                    w.execute("SELECT claim_slot('outbox', 4)")
+                    claimed.wait()
+                    w.execute("CALL ordered_mailer(4, true)")
+            except (psycopg.Error, threading.BrokenBarrierError) as e:
+                errors.append(e)
+        threads = [threading.Thread(target=call) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        check(not errors and not any(t.is_alive() for t in threads), f"sql loop ({choice}): {errors or 'a CALL hangs'}")
+        (v,) = c.execute(ORDER_VIOLATIONS.format(log="sent_log")).fetchone()
+        (logged, distinct) = c.execute("SELECT count(*), count(DISTINCT item) FROM sent_log").fetchone()
+        (later,) = c.execute("SELECT count(*) FROM expected WHERE customer_id = 3 AND id > %s", (poison,)).fetchone()
+        (unsent,) = c.execute("SELECT array_agg(id ORDER BY id) FROM outbox WHERE sent_at IS NULL").fetchone()
+        (failed,) = c.execute("SELECT array_agg(id) FROM outbox_failed").fetchone()
+        check(v == 0 and logged == distinct, f"sql loop ({choice}): {v} order violations, {logged - distinct} repeats")
+        if choice == "wait":
+            check(logged == 400 - 1 - later and unsent[0] == poison and len(unsent) == 1 + later and failed is None,
+                  f"sql loop (wait): {logged} sent, unsent {unsent}, set aside {failed}")
+        else:
+            check(logged == 399 and unsent is None and failed == [poison],
+                  f"sql loop (set aside): {logged} sent, unsent {unsent}, set aside {failed}")
+        log(f"the SQL loop of docs/ordered.md ({choice}), 4 sessions: {logged} messages sent once each in order; "
+            + (f"customer 3 waits at message {poison} with {later} behind it" if choice == "wait"
+               else f"message {poison} set aside, customer 3's {later} later messages sent"))
+
+
 def main():
     signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(Failure(f"time limit of {TIME_LIMIT_S} s")))
     signal.alarm(TIME_LIMIT_S)
@@ -432,6 +499,7 @@ def main():
         session_run(c)
         check_checker(c)
         group_run(c)
+        sql_loop_run(c)
     with connect("postgres") as c:
         c.execute(f"DROP DATABASE {DB} WITH (FORCE)")
     log(f"ordered per key: every check passed in {time.monotonic() - started:.0f} s")
