@@ -1,6 +1,22 @@
 -- my_items (a version-1 C set-returning function, src/items/srf.rs),
--- slot_counts and slot_skew, written around the Rust functions
--- my_items_query and slot_counts_query.
+-- my_items_query and slot_counts_query (version-1 C functions, src/items.rs),
+-- and slot_counts and slot_skew, written around slot_counts_query.
+CREATE FUNCTION @extschema@.my_items_query(
+    rel oid, slot integer, n integer,
+    key text DEFAULT NULL, method text DEFAULT 'auto',
+    after text DEFAULT NULL, batch integer DEFAULT NULL, columns text[] DEFAULT NULL,
+    route text DEFAULT NULL, pending text DEFAULT NULL)
+RETURNS text
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'pg_claim_my_items_query';
+
+CREATE FUNCTION @extschema@.slot_counts_query(
+    rel oid, n integer, key text DEFAULT NULL, method text DEFAULT 'auto',
+    route text DEFAULT NULL)
+RETURNS text
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'pg_claim_slot_counts_query';
+
 CREATE FUNCTION @extschema@.my_items(
     rel anyelement, slot integer, n integer,
     key text DEFAULT NULL, method text DEFAULT 'auto',

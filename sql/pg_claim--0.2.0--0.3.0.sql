@@ -11,7 +11,11 @@
 -- my_items and my_items_query, `pending` (only the rows a boolean or
 -- nullable column marks as pending, so a partial index serves the share).
 -- A function's arguments are part of its identity: the old signatures are
--- dropped and the new ones created, with their comments.
+-- dropped and the new ones created, with their comments. my_items_query and
+-- slot_counts_query become version-1 C functions named pg_claim_<name>; the
+-- library still exports the C names 0.2.0 declared (my_items_query_wrapper,
+-- slot_counts_query_wrapper) and reads only the arguments a call passes, so
+-- a database still at 0.2.0 works with this library until it is updated.
 -- ---------------------------------------------------------------------------
 DROP FUNCTION @extschema@.slot_skew(regclass, integer, text, text);
 DROP FUNCTION @extschema@.slot_counts(regclass, integer, text, text);
@@ -19,32 +23,21 @@ DROP FUNCTION @extschema@.slot_counts_query(oid, integer, text, text);
 DROP FUNCTION @extschema@.my_items(anyelement, integer, integer, text, text, text, integer, text[]);
 DROP FUNCTION @extschema@.my_items_query(oid, integer, integer, text, text, text, integer, text[]);
 
-CREATE FUNCTION @extschema@."my_items_query"(
-	"rel" oid,
-	"slot" INT,
-	"n" INT,
-	"key" TEXT DEFAULT NULL,
-	"method" TEXT DEFAULT 'auto',
-	"after" TEXT DEFAULT NULL,
-	"batch" INT DEFAULT NULL,
-	"columns" TEXT[] DEFAULT NULL,
-	"route" TEXT DEFAULT NULL,
-	"pending" TEXT DEFAULT NULL
-) RETURNS TEXT
-STABLE
-LANGUAGE c
-AS 'MODULE_PATHNAME', 'my_items_query_wrapper';
+CREATE FUNCTION @extschema@.my_items_query(
+    rel oid, slot integer, n integer,
+    key text DEFAULT NULL, method text DEFAULT 'auto',
+    after text DEFAULT NULL, batch integer DEFAULT NULL, columns text[] DEFAULT NULL,
+    route text DEFAULT NULL, pending text DEFAULT NULL)
+RETURNS text
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'pg_claim_my_items_query';
 
-CREATE FUNCTION @extschema@."slot_counts_query"(
-	"rel" oid,
-	"n" INT,
-	"key" TEXT DEFAULT NULL,
-	"method" TEXT DEFAULT 'auto',
-	"route" TEXT DEFAULT NULL
-) RETURNS TEXT
-STABLE
-LANGUAGE c
-AS 'MODULE_PATHNAME', 'slot_counts_query_wrapper';
+CREATE FUNCTION @extschema@.slot_counts_query(
+    rel oid, n integer, key text DEFAULT NULL, method text DEFAULT 'auto',
+    route text DEFAULT NULL)
+RETURNS text
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'pg_claim_slot_counts_query';
 
 CREATE FUNCTION @extschema@.my_items(
     rel anyelement, slot integer, n integer,

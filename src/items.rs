@@ -6,7 +6,10 @@
 //! pure `plan`, cached per session in `cache`) and runs it through a plan
 //! kept for the session. `my_items_query` returns the same text;
 //! `slot_counts` is a PL/pgSQL wrapper that runs `slot_counts_query`'s text
-//! with `RETURN QUERY EXECUTE`. Identifiers come from the catalogs (the row
+//! with `RETURN QUERY EXECUTE`. All three are `pg_claim_fn!` functions that
+//! read their arguments by position (`arg`), so that an installation still
+//! at 0.2.0, whose SQL declarations have fewer arguments, keeps working with
+//! this library (under the C names 0.2.0 used) until it is updated. Identifiers come from the catalogs (the row
 //! type's relation, its columns), always quoted; argument values reach the
 //! queries only as parameters.
 
@@ -16,8 +19,10 @@ mod plan;
 mod srf;
 
 use crate::backend::error::{invalid_parameter, n_below_one, raise, N_HINT};
+use crate::pg_claim_fn;
 use pgrx::fcinfo::pg_getarg;
 use pgrx::prelude::*;
+use pgrx::FromDatum;
 use plan::{Method, ShareQuery};
 
 fn null_arg(name: &str) -> ! {
@@ -83,33 +88,42 @@ fn route_of(
     }
 }
 
-/// The query `my_items` runs for these arguments (parameters: $1 slot, $2 n,
-/// $3 after, $4 batch; n is also written into the slot expression so it
-/// matches an expression index in a cached, generic plan). Exposed so users
-/// can see and EXPLAIN it.
+/// Argument `num` of the current call, or None when it is NULL or the call
+/// has fewer arguments (a declaration of an earlier release: no `route`, no
+/// `pending`).
 ///
-/// Its arguments after `rel` are my_items' own, in the same positions:
-/// `share_query` reads both functions' from the call (the parameters here
-/// declare the SQL signature).
-#[pg_extern(stable)]
-#[allow(clippy::too_many_arguments, unused_variables)]
-fn my_items_query(
-    rel: Option<pg_sys::Oid>,
-    slot: Option<i32>,
-    n: Option<i32>,
-    key: default!(Option<&str>, "NULL"),
-    method: default!(Option<&str>, "'auto'"),
-    after: default!(Option<&str>, "NULL"),
-    batch: default!(Option<i32>, "NULL"),
-    columns: default!(Option<Vec<Option<String>>>, "NULL"),
-    route: default!(Option<&str>, "NULL"),
-    pending: default!(Option<&str>, "NULL"),
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> String {
-    let reltype = rel.unwrap_or_else(|| null_arg("rel"));
-    // SAFETY: this call's fcinfo, with my_items' arguments after rel
-    unsafe { share_query(fcinfo, reltype) }
+/// # Safety
+/// `fcinfo` is the current call's, and argument `num` (if passed) is a `T`.
+unsafe fn arg<T: FromDatum>(fcinfo: pg_sys::FunctionCallInfo, num: usize) -> Option<T> {
+    // SAFETY: as the caller promises; num is checked against nargs
+    unsafe {
+        if num < (*fcinfo).nargs as usize {
+            pg_getarg::<T>(fcinfo, num)
+        } else {
+            None
+        }
+    }
 }
+
+pg_claim_fn!(guarded
+/// `my_items_query(rel oid, slot, n, key, method, after, batch, columns,
+/// route, pending) RETURNS text`: the query `my_items` runs for these
+/// arguments (parameters: $1 slot, $2 n, $3 after, $4 batch; n is also
+/// written into the slot expression so it matches an expression index in a
+/// cached, generic plan). Exposed so users can see and EXPLAIN it. Its
+/// arguments after `rel` are my_items' own, in the same positions.
+///
+my_items_query, |fcinfo| {
+    // SAFETY: this call's fcinfo, declared in sql/items.sql
+    unsafe {
+        let reltype = arg::<pg_sys::Oid>(fcinfo, 0).unwrap_or_else(|| null_arg("rel"));
+        share_query(fcinfo, reltype)
+            .into_datum()
+            .unwrap_or_else(|| crate::backend::error::internal("return the query text", ""))
+    }
+});
+// the C name of 0.2.0's declaration (a pgrx wrapper then)
+pg_claim_fn!(alias my_items_query_wrapper => my_items_query);
 
 /// Validate the arguments of a my_items or my_items_query call (slot, n,
 /// key, method, after, batch, columns, route, pending, after the row type)
@@ -122,15 +136,15 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
     let (func, slot, n, key, method, after, batch, columns, route, pending) = unsafe {
         (
             catalog::calling_function(fcinfo),
-            pg_getarg::<i32>(fcinfo, 1),
-            pg_getarg::<i32>(fcinfo, 2),
-            pg_getarg::<&str>(fcinfo, 3),
-            pg_getarg::<&str>(fcinfo, 4),
-            pg_getarg::<&str>(fcinfo, 5).is_some(),
-            pg_getarg::<i32>(fcinfo, 6),
-            pg_getarg::<Vec<Option<String>>>(fcinfo, 7),
-            pg_getarg::<&str>(fcinfo, 8),
-            pg_getarg::<&str>(fcinfo, 9),
+            arg::<i32>(fcinfo, 1),
+            arg::<i32>(fcinfo, 2),
+            arg::<&str>(fcinfo, 3),
+            arg::<&str>(fcinfo, 4),
+            arg::<&str>(fcinfo, 5).is_some(),
+            arg::<i32>(fcinfo, 6),
+            arg::<Vec<Option<String>>>(fcinfo, 7),
+            arg::<&str>(fcinfo, 8),
+            arg::<&str>(fcinfo, 9),
         )
     };
     let columns = columns.map(|c| {
@@ -236,16 +250,40 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
 /// the most `claim_slot` hands out.
 const MAX_COUNTED_SLOTS: i32 = crate::claim::MAX_N;
 
-/// The query `slot_counts` runs (parameter: $1 n): rows per slot of the
-/// route column (the key unless `route` names another).
-#[pg_extern(stable)]
-fn slot_counts_query(
+pg_claim_fn!(guarded
+/// `slot_counts_query(rel oid, n, key, method, route) RETURNS text`: the
+/// query `slot_counts` runs (parameter: $1 n): rows per slot of the route
+/// column (the key unless `route` names another).
+///
+slot_counts_query, |fcinfo| {
+    // SAFETY: this call's fcinfo, declared in sql/items.sql
+    unsafe {
+        counts_query(
+            fcinfo,
+            arg::<pg_sys::Oid>(fcinfo, 0),
+            arg::<i32>(fcinfo, 1),
+            arg::<&str>(fcinfo, 2),
+            arg::<&str>(fcinfo, 3),
+            arg::<&str>(fcinfo, 4),
+        )
+        .into_datum()
+        .unwrap_or_else(|| crate::backend::error::internal("return the query text", ""))
+    }
+});
+// the C name of 0.2.0's declaration (a pgrx wrapper then)
+pg_claim_fn!(alias slot_counts_query_wrapper => slot_counts_query);
+
+/// The text of slot_counts_query.
+///
+/// # Safety
+/// `fcinfo` is the current call of slot_counts_query.
+unsafe fn counts_query(
+    fcinfo: pg_sys::FunctionCallInfo,
     rel: Option<pg_sys::Oid>,
     n: Option<i32>,
-    key: default!(Option<&str>, "NULL"),
-    method: default!(Option<&str>, "'auto'"),
-    route: default!(Option<&str>, "NULL"),
-    fcinfo: pg_sys::FunctionCallInfo,
+    key: Option<&str>,
+    method: Option<&str>,
+    route: Option<&str>,
 ) -> String {
     let relid = rel.unwrap_or_else(|| null_arg("rel"));
     let n = n.unwrap_or_else(|| null_arg("n"));
@@ -271,7 +309,7 @@ fn slot_counts_query(
         None => (table.key(key, "slot_counts"), "key"),
     };
     let mapping = slot_mapping(method, &route, route_arg);
-    // SAFETY: this call's fcinfo
+    // SAFETY: as the caller promises
     let ext = catalog::extension_schema(unsafe { catalog::calling_function(fcinfo) });
     plan::counts_sql(
         &table.quoted,
@@ -279,11 +317,7 @@ fn slot_counts_query(
     )
 }
 
-extension_sql_file!(
-    "../sql/items.sql",
-    name = "my_items_sql",
-    requires = [my_items_query, slot_counts_query]
-);
+extension_sql_file!("../sql/items.sql", name = "my_items_sql");
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]
