@@ -6,7 +6,7 @@
 #   - protocol: pgbench -M simple and -M prepared;
 #   - cache: hot (keys drawn from a 100,000-key window read before timing,
 #     so every page the batches touch is in shared_buffers) and cold (keys
-#     drawn from the whole table, whose heap and indexes are about three
+#     drawn from the whole table, whose heap and indexes are about 2.6
 #     times shared_buffers, so most batches read pages from outside
 #     shared_buffers; the operating system's page cache is not dropped);
 #   - index: the full slot index ((slot_of(id, 16)), id), and the pending
