@@ -6,7 +6,10 @@
 //! pure `plan`, cached per session in `cache`) and runs it through a plan
 //! kept for the session. `my_items_query` returns the same text;
 //! `slot_counts` is a PL/pgSQL wrapper that runs `slot_counts_query`'s text
-//! with `RETURN QUERY EXECUTE`. Identifiers come from the catalogs (the row
+//! with `RETURN QUERY EXECUTE`. All three are `pg_claim_fn!` functions that
+//! read their arguments by position (`arg`), so that an installation still
+//! at 0.2.0, whose SQL declarations have fewer arguments, keeps working with
+//! this library (under the C names 0.2.0 used) until it is updated. Identifiers come from the catalogs (the row
 //! type's relation, its columns), always quoted; argument values reach the
 //! queries only as parameters.
 
@@ -16,8 +19,10 @@ mod plan;
 mod srf;
 
 use crate::backend::error::{invalid_parameter, n_below_one, raise, N_HINT};
+use crate::pg_claim_fn;
 use pgrx::fcinfo::pg_getarg;
 use pgrx::prelude::*;
+use pgrx::FromDatum;
 use plan::{Method, ShareQuery};
 
 fn null_arg(name: &str) -> ! {
@@ -50,67 +55,96 @@ fn parse_method(method: Option<&str>) -> Method {
     })
 }
 
-/// The mapping expression for `method` on the resolved key, or an ERROR
-/// naming the key's type.
-fn slot_mapping(method: Method, key: &catalog::Key) -> plan::Mapping {
-    plan::mapping(method, key.kind).unwrap_or_else(|why| {
+/// The mapping expression for `method` on the resolved route column (the
+/// key unless `route` names another), or an ERROR naming its type. `arg` is
+/// the argument that named the column: "key" or "route".
+fn slot_mapping(method: Method, col: &catalog::Key, arg: &str) -> plan::Mapping {
+    plan::mapping(method, col.kind).unwrap_or_else(|why| {
         raise(
             PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
             format!(
-                "method \"{}\" cannot map key column {} of type {}",
+                "method \"{}\" cannot map {arg} column {} of type {}",
                 method.name(),
-                key.quoted,
-                key.type_name
+                col.quoted,
+                col.type_name
             ),
-            &format!("The {why}; use method => 'pg_hash', or key => a column of a supported type."),
+            &format!(
+                "The {why}; use method => 'pg_hash', or {arg} => a column of a supported type."
+            ),
         )
     })
 }
 
-/// The query `my_items` runs for these arguments (parameters: $1 slot, $2 n,
-/// $3 after, $4 batch; n is also written into the slot expression so it
-/// matches an expression index in a cached, generic plan). Exposed so users
-/// can see and EXPLAIN it.
-///
-/// Its arguments after `rel` are my_items' own, in the same positions:
-/// `share_query` reads both functions' from the call (the parameters here
-/// declare the SQL signature).
-#[pg_extern(stable)]
-#[allow(clippy::too_many_arguments, unused_variables)]
-fn my_items_query(
-    rel: Option<pg_sys::Oid>,
-    slot: Option<i32>,
-    n: Option<i32>,
-    key: default!(Option<&str>, "NULL"),
-    method: default!(Option<&str>, "'auto'"),
-    after: default!(Option<&str>, "NULL"),
-    batch: default!(Option<i32>, "NULL"),
-    columns: default!(Option<Vec<Option<String>>>, "NULL"),
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> String {
-    let reltype = rel.unwrap_or_else(|| null_arg("rel"));
-    // SAFETY: this call's fcinfo, with my_items' arguments after rel
-    unsafe { share_query(fcinfo, reltype) }
+/// The route column: `route` if given, else the key; and the argument that
+/// named it, for errors.
+fn route_of(
+    table: &catalog::Table,
+    key: &catalog::Key,
+    route: Option<&str>,
+) -> (catalog::Key, &'static str) {
+    match route {
+        Some(name) => (table.route(name), "route"),
+        None => (key.clone(), "key"),
+    }
 }
 
+/// Argument `num` of the current call, or None when it is NULL or the call
+/// has fewer arguments (a declaration of an earlier release: no `route`, no
+/// `pending`).
+///
+/// # Safety
+/// `fcinfo` is the current call's, and argument `num` (if passed) is a `T`.
+unsafe fn arg<T: FromDatum>(fcinfo: pg_sys::FunctionCallInfo, num: usize) -> Option<T> {
+    // SAFETY: as the caller promises; num is checked against nargs
+    unsafe {
+        if num < (*fcinfo).nargs as usize {
+            pg_getarg::<T>(fcinfo, num)
+        } else {
+            None
+        }
+    }
+}
+
+pg_claim_fn!(guarded
+/// `my_items_query(rel oid, slot, n, key, method, after, batch, columns,
+/// route, pending) RETURNS text`: the query `my_items` runs for these
+/// arguments (parameters: $1 slot, $2 n, $3 after, $4 batch; n is also
+/// written into the slot expression so it matches an expression index in a
+/// cached, generic plan). Exposed so users can see and EXPLAIN it. Its
+/// arguments after `rel` are my_items' own, in the same positions.
+///
+my_items_query, |fcinfo| {
+    // SAFETY: this call's fcinfo, declared in sql/items.sql
+    unsafe {
+        let reltype = arg::<pg_sys::Oid>(fcinfo, 0).unwrap_or_else(|| null_arg("rel"));
+        share_query(fcinfo, reltype)
+            .into_datum()
+            .unwrap_or_else(|| crate::backend::error::internal("return the query text", ""))
+    }
+});
+// the C name of 0.2.0's declaration (a pgrx wrapper then)
+pg_claim_fn!(alias my_items_query_wrapper => my_items_query);
+
 /// Validate the arguments of a my_items or my_items_query call (slot, n,
-/// key, method, after, batch, columns, after the row type) and return the
-/// query text for the share (cached per session).
+/// key, method, after, batch, columns, route, pending, after the row type)
+/// and return the query text for the share (cached per session).
 ///
 /// # Safety
 /// `fcinfo` is the current call of my_items or my_items_query.
 pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_sys::Oid) -> String {
     // SAFETY: as the caller promises
-    let (func, slot, n, key, method, after, batch, columns) = unsafe {
+    let (func, slot, n, key, method, after, batch, columns, route, pending) = unsafe {
         (
             catalog::calling_function(fcinfo),
-            pg_getarg::<i32>(fcinfo, 1),
-            pg_getarg::<i32>(fcinfo, 2),
-            pg_getarg::<&str>(fcinfo, 3),
-            pg_getarg::<&str>(fcinfo, 4),
-            pg_getarg::<&str>(fcinfo, 5).is_some(),
-            pg_getarg::<i32>(fcinfo, 6),
-            pg_getarg::<Vec<Option<String>>>(fcinfo, 7),
+            arg::<i32>(fcinfo, 1),
+            arg::<i32>(fcinfo, 2),
+            arg::<&str>(fcinfo, 3),
+            arg::<&str>(fcinfo, 4),
+            arg::<&str>(fcinfo, 5).is_some(),
+            arg::<i32>(fcinfo, 6),
+            arg::<Vec<Option<String>>>(fcinfo, 7),
+            arg::<&str>(fcinfo, 8),
+            arg::<&str>(fcinfo, 9),
         )
     };
     let columns = columns.map(|c| {
@@ -150,6 +184,8 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
         after,
         batch: batch.is_some(),
         columns: columns.clone(),
+        route: route.map(str::to_string),
+        pending: pending.map(str::to_string),
     };
     catalog::lock_row_type(reltype);
     if let Some(sql) = cache::get(&cache_key) {
@@ -158,7 +194,9 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
     let ext = catalog::extension_schema(func);
     let table = catalog::Table::from_row_type(reltype);
     let key = table.key(key, "my_items");
-    let mapping = slot_mapping(method, &key);
+    let (route, route_arg) = route_of(&table, &key, route);
+    let mapping = slot_mapping(method, &route, route_arg);
+    let pending = pending.map(|name| table.pending(name));
 
     let gt_op = if after {
         key.greater_than()
@@ -167,10 +205,11 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
     };
     let select_list = table.select_list(&key, columns.as_deref());
 
-    // A table hash-partitioned by the key with modulus n: the share is one
-    // partition, read directly, when that returns exactly the same rows.
+    // A table hash-partitioned by the route column with modulus n: the
+    // share is one partition, read directly, when that returns exactly the
+    // same rows.
     let partition = if method == Method::PgHash && table.is_partitioned() {
-        table.hash_partition_for(&key, n, slot)
+        table.hash_partition_for(&route, n, slot)
     } else {
         None
     };
@@ -182,7 +221,9 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
             key: &key.quoted,
             key_type: &key.type_name,
             gt_op: &gt_op,
-            key_not_null: filter.is_none() && !key.not_null,
+            route: &route.quoted,
+            route_not_null: filter.is_none() && !route.not_null,
+            pending: pending.as_ref().map(|p| p.sql.as_str()),
             filter,
             after,
             batch: batch.is_some(),
@@ -194,10 +235,10 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
             query(child, None)
         }
         None => {
-            table.advise_index(&key, &mapping, &ext, n);
+            table.advise_index(&key, &route, &mapping, &ext, n, pending.as_ref());
             query(
                 &table.quoted,
-                Some(mapping.expr(&ext.quoted, &key.quoted, &n.to_string())),
+                Some(mapping.expr(&ext.quoted, &route.quoted, &n.to_string())),
             )
         }
     };
@@ -209,14 +250,40 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
 /// the most `claim_slot` hands out.
 const MAX_COUNTED_SLOTS: i32 = crate::claim::MAX_N;
 
-/// The query `slot_counts` runs (parameter: $1 n).
-#[pg_extern(stable)]
-fn slot_counts_query(
+pg_claim_fn!(guarded
+/// `slot_counts_query(rel oid, n, key, method, route) RETURNS text`: the
+/// query `slot_counts` runs (parameter: $1 n): rows per slot of the route
+/// column (the key unless `route` names another).
+///
+slot_counts_query, |fcinfo| {
+    // SAFETY: this call's fcinfo, declared in sql/items.sql
+    unsafe {
+        counts_query(
+            fcinfo,
+            arg::<pg_sys::Oid>(fcinfo, 0),
+            arg::<i32>(fcinfo, 1),
+            arg::<&str>(fcinfo, 2),
+            arg::<&str>(fcinfo, 3),
+            arg::<&str>(fcinfo, 4),
+        )
+        .into_datum()
+        .unwrap_or_else(|| crate::backend::error::internal("return the query text", ""))
+    }
+});
+// the C name of 0.2.0's declaration (a pgrx wrapper then)
+pg_claim_fn!(alias slot_counts_query_wrapper => slot_counts_query);
+
+/// The text of slot_counts_query.
+///
+/// # Safety
+/// `fcinfo` is the current call of slot_counts_query.
+unsafe fn counts_query(
+    fcinfo: pg_sys::FunctionCallInfo,
     rel: Option<pg_sys::Oid>,
     n: Option<i32>,
-    key: default!(Option<&str>, "NULL"),
-    method: default!(Option<&str>, "'auto'"),
-    fcinfo: pg_sys::FunctionCallInfo,
+    key: Option<&str>,
+    method: Option<&str>,
+    route: Option<&str>,
 ) -> String {
     let relid = rel.unwrap_or_else(|| null_arg("rel"));
     let n = n.unwrap_or_else(|| null_arg("n"));
@@ -231,18 +298,26 @@ fn slot_counts_query(
     crate::backend::settings::apply_client_check(false);
     let method = parse_method(method);
     let table = catalog::Table::from_regclass(relid);
-    let key = table.key(key, "slot_counts");
-    let mapping = slot_mapping(method, &key);
-    // SAFETY: this call's fcinfo
+    // with route, the key plays no part in a count (a named one must exist)
+    let (route, route_arg) = match route {
+        Some(name) => {
+            if key.is_some() {
+                table.key(key, "slot_counts");
+            }
+            (table.route(name), "route")
+        }
+        None => (table.key(key, "slot_counts"), "key"),
+    };
+    let mapping = slot_mapping(method, &route, route_arg);
+    // SAFETY: as the caller promises
     let ext = catalog::extension_schema(unsafe { catalog::calling_function(fcinfo) });
-    plan::counts_sql(&table.quoted, &mapping.expr(&ext.quoted, &key.quoted, "$1"))
+    plan::counts_sql(
+        &table.quoted,
+        &mapping.expr(&ext.quoted, &route.quoted, "$1"),
+    )
 }
 
-extension_sql_file!(
-    "../sql/items.sql",
-    name = "my_items_sql",
-    requires = [my_items_query, slot_counts_query]
-);
+extension_sql_file!("../sql/items.sql", name = "my_items_sql");
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]

@@ -26,6 +26,8 @@ pub struct QueryKey {
     pub after: bool,
     pub batch: bool,
     pub columns: Option<Vec<String>>,
+    pub route: Option<String>,
+    pub pending: Option<String>,
 }
 
 struct Entry {

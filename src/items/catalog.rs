@@ -2,7 +2,7 @@
 //! or regclass, its key column, its hash partitions, and whether an index
 //! serves the slot filter. Names leave here quoted (`quote_identifier`).
 
-use super::plan::{self, ArgForm, KeyKind, Mapping};
+use super::plan::{self, ArgForm, KeyKind, Mapping, PendingForm};
 use crate::backend::catalog::{
     cstr_to_string, format_type_exact, namespace_name, qualified_rel_name, quote_ident, type_name,
 };
@@ -57,7 +57,9 @@ pub fn extension_schema(func: pg_sys::Oid) -> ExtSchema {
     }
 }
 
-/// The resolved key column.
+/// A resolved column the share is selected by: the key (paged on) or the
+/// route column (mapped to a slot; the key unless `route` names another).
+#[derive(Clone)]
 pub struct Key {
     pub attnum: i16,
     pub quoted: String,
@@ -149,6 +151,8 @@ fn relkind_word(kind: u8) -> &'static str {
 #[derive(Clone, Copy)]
 enum ColumnUse {
     Key,
+    Route,
+    Pending,
     Listed,
     All,
 }
@@ -402,6 +406,12 @@ impl Table {
                 ColumnUse::Key => format!(
                     "The share is selected by its key: GRANT SELECT ({q}) ON {t} to this role."
                 ),
+                ColumnUse::Route => format!(
+                    "The share is selected by its route column: GRANT SELECT ({q}) ON {t} to this role."
+                ),
+                ColumnUse::Pending => format!(
+                    "The pending rows are selected by this column: GRANT SELECT ({q}) ON {t} to this role."
+                ),
                 ColumnUse::Listed => {
                     format!("Leave {q} out of columns, or GRANT SELECT ({q}) ON {t} to this role.")
                 }
@@ -478,24 +488,60 @@ impl Table {
             }
         };
         self.check_column(&col, ColumnUse::Key);
+        key_of(&col)
+    }
+
+    /// The route column `name` (my_items' `route`): the column mapped to a
+    /// slot when it is not the key. An ERROR when it does not exist or the
+    /// caller may not read it.
+    pub fn route(&self, name: &str) -> Key {
+        let col = self
+            .columns()
+            .into_iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| self.no_such_column(name, "route"));
+        self.check_column(&col, ColumnUse::Route);
+        key_of(&col)
+    }
+
+    /// The pending column `name` (my_items' `pending`) and the predicate
+    /// that selects the pending rows: a boolean "done" flag gives `NOT
+    /// flag`, any other nullable column `column IS NULL`. An ERROR when it
+    /// does not exist, the caller may not read it, or it cannot say which
+    /// rows are pending (a non-boolean NOT NULL column).
+    pub fn pending(&self, name: &str) -> Pending {
+        let col = self
+            .columns()
+            .into_iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| self.no_such_column(name, "pending"));
+        self.check_column(&col, ColumnUse::Pending);
         // SAFETY: syscache look-up on an existing type
         let base = unsafe { pg_sys::getBaseType(col.type_oid) };
-        let kind = match base {
-            pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID => KeyKind::Int,
-            pg_sys::TEXTOID | pg_sys::VARCHAROID | pg_sys::BPCHAROID => KeyKind::Text,
-            pg_sys::BYTEAOID => KeyKind::Bytea,
-            pg_sys::UUIDOID => KeyKind::Uuid,
-            _ => KeyKind::Other,
+        let quoted = quote_ident(&col.name);
+        let form = if base == pg_sys::BOOLOID {
+            PendingForm::NotFlag
+        } else if !col.not_null {
+            PendingForm::IsNull
+        } else {
+            raise(
+                PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
+                format!(
+                    "pending column {quoted} of {} is of type {} and NOT NULL, so it cannot mark rows as pending",
+                    self.quoted,
+                    format_type_exact(col.type_oid, col.typmod)
+                ),
+                "Name a boolean column that is true once a row is done (pending rows: NOT done), \
+                 or a nullable column set when it is done (pending rows: sent_at IS NULL).",
+            )
         };
-        Key {
+        Pending {
+            sql: plan::pending_sql(form, &quoted),
+            form,
             attnum: col.attnum,
-            quoted: quote_ident(&col.name),
-            type_name: format_type_exact(col.type_oid, col.typmod),
-            type_oid: base,
-            decl_type: col.type_oid,
+            type_oid: col.type_oid,
+            typmod: col.typmod,
             collation: col.collation,
-            not_null: col.not_null,
-            kind,
         }
     }
 
@@ -622,20 +668,35 @@ impl Table {
     }
 
     /// On a large table with no index whose first column is the slot
-    /// expression, a NOTICE (once per session per table and expression)
-    /// with the CREATE INDEX that makes the share an index scan.
-    pub fn advise_index(&self, key: &Key, m: &Mapping, ext: &ExtSchema, n: i32) {
+    /// expression of the route column (and, with `pending`, whose predicate
+    /// if any the pending rows satisfy), a NOTICE (once per session per
+    /// table, expression and predicate) with the CREATE INDEX that makes the
+    /// share an index scan in key order: `((<mapping>(route, n)), key)`,
+    /// partial `WHERE <pending>` with `pending`.
+    pub fn advise_index(
+        &self,
+        key: &Key,
+        route: &Key,
+        m: &Mapping,
+        ext: &ExtSchema,
+        n: i32,
+        pending: Option<&Pending>,
+    ) {
         let Some(rows) = self.large() else { return };
-        let expr = m.expr(&ext.quoted, &key.quoted, &n.to_string());
-        let seen = (self.relid.to_u32(), expr.clone());
+        let expr = m.expr(&ext.quoted, &route.quoted, &n.to_string());
+        let pred = pending.map(|p| p.sql.as_str());
+        let seen = (
+            self.relid.to_u32(),
+            format!("{expr} WHERE {}", pred.unwrap_or("")),
+        );
         if ADVISED.with(|a| a.borrow().contains(&seen)) {
             return;
         }
-        if self.has_slot_index(key, m, ext, n) {
+        if self.has_slot_index(route, m, ext, n, pending) {
             return;
         }
         ADVISED.with(|a| a.borrow_mut().insert(seen));
-        let create = plan::create_index_sql(&self.quoted, &expr, &key.quoted);
+        let create = plan::create_index_sql(&self.quoted, &expr, &key.quoted, pred);
         ErrorReport::new(
             PgSqlErrorCode::ERRCODE_SUCCESSFUL_COMPLETION,
             format!(
@@ -648,9 +709,18 @@ impl Table {
         .report(PgLogLevel::NOTICE);
     }
 
-    /// Whether a valid, non-partial index has the slot expression
-    /// `<ext>.<func>(key, n)` as its first column.
-    fn has_slot_index(&self, key: &Key, m: &Mapping, ext: &ExtSchema, n: i32) -> bool {
+    /// Whether a valid index has the slot expression `<ext>.<func>(key, n)`
+    /// (`key` being the route column) as its first column, and is either not
+    /// partial or, with `pending`, partial with a predicate the pending rows
+    /// satisfy (the planner's own test, `predicate_implied_by`).
+    fn has_slot_index(
+        &self,
+        key: &Key,
+        m: &Mapping,
+        ext: &ExtSchema,
+        n: i32,
+        pending: Option<&Pending>,
+    ) -> bool {
         // the type of the mapping function's first argument
         let want_arg = match (m.arg, m.func, key.kind) {
             (ArgForm::KeyAsText, _, _) => pg_sys::TEXTOID,
@@ -674,8 +744,14 @@ impl Table {
                 if (*form).indkey.values.as_slice(1)[0] != 0 {
                     continue; // first column is a plain column
                 }
-                if !pg_sys::RelationGetIndexPredicate(idx.as_ptr()).is_null() {
-                    continue; // partial index
+                let pred = pg_sys::RelationGetIndexPredicate(idx.as_ptr());
+                if !pred.is_null() {
+                    // a partial index serves only a share of pending rows it holds
+                    let Some(p) = pending else { continue };
+                    let clauses = pg_sys::lappend(std::ptr::null_mut(), p.clause().cast());
+                    if !pg_sys::predicate_implied_by(pred, clauses, false) {
+                        continue;
+                    }
                 }
                 let exprs = PgList::<pg_sys::Node>::from_pg(pg_sys::RelationGetIndexExpressions(
                     idx.as_ptr(),
@@ -689,6 +765,92 @@ impl Table {
             }
         }
         false
+    }
+}
+
+/// A column resolved as the key or route: its quoted name, exact type and
+/// the mapping family of its base type.
+fn key_of(col: &Column) -> Key {
+    // SAFETY: syscache look-up on an existing type
+    let base = unsafe { pg_sys::getBaseType(col.type_oid) };
+    let kind = match base {
+        pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID => KeyKind::Int,
+        pg_sys::TEXTOID | pg_sys::VARCHAROID | pg_sys::BPCHAROID => KeyKind::Text,
+        pg_sys::BYTEAOID => KeyKind::Bytea,
+        pg_sys::UUIDOID => KeyKind::Uuid,
+        _ => KeyKind::Other,
+    };
+    Key {
+        attnum: col.attnum,
+        quoted: quote_ident(&col.name),
+        type_name: format_type_exact(col.type_oid, col.typmod),
+        type_oid: base,
+        decl_type: col.type_oid,
+        collation: col.collation,
+        not_null: col.not_null,
+        kind,
+    }
+}
+
+/// The column that says which rows are pending, and the predicate.
+pub struct Pending {
+    /// the predicate, `NOT done` or `sent_at IS NULL` (column quoted)
+    pub sql: String,
+    pub form: PendingForm,
+    pub attnum: i16,
+    pub type_oid: pg_sys::Oid,
+    pub typmod: i32,
+    pub collation: pg_sys::Oid,
+}
+
+impl Pending {
+    /// The predicate as a planner expression on the table's first range
+    /// table entry, as an index predicate reads (`RelationGetIndexPredicate`).
+    fn clause(&self) -> *mut pg_sys::Node {
+        // SAFETY: node constructors in the current memory context
+        unsafe {
+            let var = pg_sys::makeVar(
+                1,
+                self.attnum,
+                self.type_oid,
+                self.typmod,
+                self.collation,
+                0,
+            );
+            match self.form {
+                PendingForm::NotFlag => {
+                    // a domain over boolean is relabelled, as the parser does
+                    let arg: *mut pg_sys::Node = if self.type_oid == pg_sys::BOOLOID {
+                        var.cast()
+                    } else {
+                        pg_sys::makeRelabelType(
+                            var.cast(),
+                            pg_sys::BOOLOID,
+                            -1,
+                            pg_sys::InvalidOid,
+                            pg_sys::CoercionForm::COERCE_IMPLICIT_CAST,
+                        )
+                        .cast()
+                    };
+                    pg_sys::makeBoolExpr(
+                        pg_sys::BoolExprType::NOT_EXPR,
+                        pg_sys::lappend(std::ptr::null_mut(), arg.cast()),
+                        -1,
+                    )
+                    .cast()
+                }
+                PendingForm::IsNull => {
+                    let t: *mut pg_sys::NullTest =
+                        pgrx::PgBox::<pg_sys::NullTest>::alloc_node(pg_sys::NodeTag::T_NullTest)
+                            .into_pg();
+                    (*t).arg = var.cast();
+                    (*t).nulltesttype = pg_sys::NullTestType::IS_NULL;
+                    (*t).argisrow = false;
+                    (*t).location = -1;
+                    t.cast()
+                }
+            }
+        }
     }
 }
 

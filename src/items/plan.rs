@@ -127,10 +127,16 @@ pub struct ShareQuery<'a> {
     /// the slot filter `<expr> OPERATOR(pg_catalog.=) $1` (n written in as a
     /// literal); None when `from` is the share's own partition
     pub filter: Option<String>,
-    /// reading the share's own partition by a nullable key: leave out rows
-    /// whose key is NULL, which belong to no slot (PostgreSQL routes them to
-    /// one partition)
-    pub key_not_null: bool,
+    /// the route column (the column mapped to a slot; the key by default)
+    pub route: &'a str,
+    /// reading the share's own partition by a nullable route column: leave
+    /// out rows whose route is NULL, which belong to no slot (PostgreSQL
+    /// routes them to one partition)
+    pub route_not_null: bool,
+    /// which rows are pending (`NOT done`, `sent_at IS NULL`): the predicate
+    /// of the partial index that serves the share, written exactly as
+    /// `create_index_sql` writes it
+    pub pending: Option<&'a str>,
     pub after: bool,
     pub batch: bool,
 }
@@ -147,8 +153,11 @@ pub fn share_sql(q: &ShareQuery) -> String {
     if let Some(f) = &q.filter {
         conds.push(format!("{f} OPERATOR(pg_catalog.=) $1"));
     }
-    if q.key_not_null {
-        conds.push(format!("{} IS NOT NULL", q.key));
+    if q.route_not_null {
+        conds.push(format!("{} IS NOT NULL", q.route));
+    }
+    if let Some(p) = q.pending {
+        conds.push(p.to_string());
     }
     if q.after {
         conds.push(format!("{} {} $3::{}", q.key, q.gt_op, q.key_type));
@@ -179,9 +188,32 @@ pub fn counts_sql(rel: &str, slot_expr: &str) -> String {
     )
 }
 
-/// The index that makes a share an index range scan in key order.
-pub fn create_index_sql(rel: &str, slot_expr: &str, key: &str) -> String {
-    format!("CREATE INDEX ON {rel} (({slot_expr}), {key});")
+/// The index that makes a share an index range scan in key order; partial
+/// (`WHERE <pending>`) when the share is the pending rows.
+pub fn create_index_sql(rel: &str, slot_expr: &str, key: &str, pending: Option<&str>) -> String {
+    match pending {
+        Some(p) => format!("CREATE INDEX ON {rel} (({slot_expr}), {key}) WHERE {p};"),
+        None => format!("CREATE INDEX ON {rel} (({slot_expr}), {key});"),
+    }
+}
+
+/// How a pending column says which rows are pending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PendingForm {
+    /// a boolean "done" flag: pending while it is false (`NOT done`; NULL is
+    /// not pending, as in a partial index `WHERE NOT done`)
+    NotFlag,
+    /// a nullable column set when the row is done (`sent_at`): pending while
+    /// it is NULL
+    IsNull,
+}
+
+/// The predicate selecting pending rows by the (quoted) column `col`.
+pub fn pending_sql(form: PendingForm, col: &str) -> String {
+    match form {
+        PendingForm::NotFlag => format!("NOT {col}"),
+        PendingForm::IsNull => format!("{col} IS NULL"),
+    }
 }
 
 /// Parse a hash partition bound as `pg_get_expr(relpartbound, oid)` prints
@@ -272,7 +304,9 @@ mod tests {
             key_type: "pg_catalog.int8",
             gt_op: "OPERATOR(pg_catalog.>)",
             filter: Some("s.slot_of(id, $2)".into()),
-            key_not_null: false,
+            route: "id",
+            route_not_null: false,
+            pending: None,
             after: false,
             batch: false,
         };
@@ -298,13 +332,55 @@ mod tests {
             key_type: "pg_catalog.int8",
             gt_op: "OPERATOR(pg_catalog.>)",
             filter: None,
-            key_not_null: true,
+            route: "id",
+            route_not_null: true,
+            pending: None,
             after: false,
             batch: true,
         };
         assert_eq!(
             share_sql(&part),
             "SELECT id, \"a b\" FROM public.items_p3 WHERE id IS NOT NULL ORDER BY id LIMIT $4"
+        );
+        let pending = pending_sql(PendingForm::IsNull, "sent_at");
+        let routed = ShareQuery {
+            filter: Some("s.slot_of(customer_id, 8)".into()),
+            route: "customer_id",
+            pending: Some(&pending),
+            after: true,
+            batch: true,
+            ..base
+        };
+        assert_eq!(
+            share_sql(&routed),
+            "SELECT * FROM public.items WHERE s.slot_of(customer_id, 8) OPERATOR(pg_catalog.=) $1 \
+             AND sent_at IS NULL AND id OPERATOR(pg_catalog.>) $3::pg_catalog.int8 ORDER BY id LIMIT $4"
+        );
+        let routed_part = ShareQuery {
+            from: "public.items_p3",
+            filter: None,
+            route: "customer_id",
+            route_not_null: true,
+            pending: Some("NOT done"),
+            after: false,
+            batch: false,
+            ..base
+        };
+        assert_eq!(
+            share_sql(&routed_part),
+            "SELECT * FROM public.items_p3 WHERE customer_id IS NOT NULL AND NOT done"
+        );
+        assert_eq!(
+            create_index_sql("public.outbox", "s.slot_of(id, 8)", "id", Some(&pending)),
+            "CREATE INDEX ON public.outbox ((s.slot_of(id, 8)), id) WHERE sent_at IS NULL;"
+        );
+        assert_eq!(
+            create_index_sql("public.t", "s.slot_of(c, 8)", "id", None),
+            "CREATE INDEX ON public.t ((s.slot_of(c, 8)), id);"
+        );
+        assert_eq!(
+            pending_sql(PendingForm::NotFlag, "\"Done\""),
+            "NOT \"Done\""
         );
     }
 
