@@ -92,9 +92,12 @@ public class Worker {
     static void process(Connection c, Item it) throws SQLException {
         try {
             c.setAutoCommit(false);
-            try (PreparedStatement st = c.prepareStatement("UPDATE outbox SET sent_at = now() WHERE id = ?")) {
+            try (PreparedStatement st = c.prepareStatement("UPDATE outbox SET sent_at = now() WHERE id = ? AND sent_at IS NULL")) {
                 st.setLong(1, it.id());
-                st.executeUpdate();
+                if (st.executeUpdate() == 0) { // sent meanwhile by another kind of worker (docs/migrating.md)
+                    c.commit();
+                    return;
+                }
             }
             send(c, it.recipient(), it.body(), it.id());
             if (it.failure() != null) { // it failed before: forget that

@@ -45,7 +45,11 @@ const NEXT_RETRY = `
 async function processItem(client, { id, recipient, body, failure }) {
   try {
     await client.query("BEGIN");
-    await client.query("UPDATE outbox SET sent_at = now() WHERE id = $1", [id]);
+    const u = await client.query("UPDATE outbox SET sent_at = now() WHERE id = $1 AND sent_at IS NULL", [id]);
+    if (u.rowCount === 0) { // sent meanwhile by another kind of worker (docs/migrating.md)
+      await client.query("COMMIT");
+      return;
+    }
     await send(client, recipient, body, id);
     if (failure !== null) await client.query("SELECT clear_failure($1, $2)", [NAME, id]); // it failed before: forget that
     await client.query("COMMIT");

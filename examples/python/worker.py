@@ -61,7 +61,9 @@ def process(conn, item, recipient, body, failure):
     """Send one message and mark it sent in one transaction; record a failure."""
     try:
         with conn.transaction():
-            conn.execute("UPDATE outbox SET sent_at = now() WHERE id = %s", (item,))
+            if conn.execute("UPDATE outbox SET sent_at = now() WHERE id = %s AND sent_at IS NULL",
+                            (item,)).rowcount == 0:
+                return  # sent meanwhile by another kind of worker (docs/migrating.md)
             send(conn, recipient, body, item)
             if failure is not None:  # it failed before: forget that
                 conn.execute("SELECT clear_failure(%s, %s)", (NAME, str(item)))
