@@ -168,12 +168,12 @@ BEGIN
     INSERT INTO @extschema@.pg_claim_failures AS f
         (name, item, attempts, last_error, first_failed_at, last_failed_at, retry_at)
     VALUES (record_failure.name, record_failure.item, 1, pg_catalog.left(error, 10000), now_, now_,
-            CASE WHEN max_attempts > 1 THEN now_ + pg_catalog.least(backoff, interval '1 day') END)
+            CASE WHEN max_attempts > 1 THEN now_ + LEAST(backoff, interval '1 day') END)
     ON CONFLICT ON CONSTRAINT pg_claim_failures_pkey DO UPDATE
         SET attempts = f.attempts + 1, last_error = excluded.last_error, last_failed_at = now_,
             retry_at = CASE WHEN f.retry_at IS NOT NULL AND f.attempts + 1 < max_attempts
-                            THEN now_ + pg_catalog.least(
-                                backoff * pg_catalog.power(2, pg_catalog.least(f.attempts, 20))::float8,
+                            THEN now_ + LEAST(
+                                backoff * pg_catalog.power(2, LEAST(f.attempts, 20))::float8,
                                 interval '1 day') END
     RETURNING f.retry_at INTO retry_;
     RETURN CASE WHEN retry_ IS NULL THEN 'dead' ELSE 'retry' END;
@@ -198,19 +198,19 @@ COMMENT ON FUNCTION @extschema@.failure_due(text, text) IS
     'whether item of name may be processed now: no failure recorded, or not dead and its back-off over';
 
 CREATE FUNCTION @extschema@.failing_items(name text)
-RETURNS text[]
+RETURNS SETOF text
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM @extschema@.failure_check(name, '');
-    RETURN coalesce(
-        (SELECT pg_catalog.array_agg(f.item ORDER BY f.item) FROM @extschema@.pg_claim_failures f
-         WHERE f.name = failing_items.name
-           AND (f.retry_at IS NULL OR f.retry_at > pg_catalog.clock_timestamp())),
-        '{}');
+    RETURN QUERY
+    SELECT f.item FROM @extschema@.pg_claim_failures f
+    WHERE f.name = failing_items.name
+      AND (f.retry_at IS NULL OR f.retry_at > pg_catalog.clock_timestamp())
+    ORDER BY f.item;
 END $$;
 COMMENT ON FUNCTION @extschema@.failing_items(text) IS
-    'the items of name to skip now: set aside (dead) or waiting for their retry; use as key::text <> ALL ((SELECT failing_items(name)))';
+    'the items of name to skip now: set aside (dead) or waiting for their retry; use as key::text NOT IN (SELECT failing_items(name))';
 
 CREATE FUNCTION @extschema@.clear_failure(name text, VARIADIC items text[])
 RETURNS integer
