@@ -96,6 +96,7 @@ public class Worker {
                 st.setLong(1, it.id());
                 if (st.executeUpdate() == 0) { // sent meanwhile by another kind of worker (docs/migrating.md)
                     c.commit();
+                    say("skipped", it.id());
                     return;
                 }
             }

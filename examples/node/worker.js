@@ -48,6 +48,7 @@ async function processItem(client, { id, recipient, body, failure }) {
     const u = await client.query("UPDATE outbox SET sent_at = now() WHERE id = $1 AND sent_at IS NULL", [id]);
     if (u.rowCount === 0) { // sent meanwhile by another kind of worker (docs/migrating.md)
       await client.query("COMMIT");
+      say("skipped", id);
       return;
     }
     await send(client, recipient, body, id);

@@ -13,7 +13,7 @@ MAILER_MAX_ATTEMPTS), sleeps until a notification says a message arrived for
 one of its slots (or MAILER_POLL_S pass), reconnects with back-off when the
 connection or the server goes away, and exits on SIGTERM or SIGINT (after the
 message at hand), or with --exit-when-empty once its slots have nothing left.
-It prints one line per event: slots, failed, dead, waiting, woken,
+It prints one line per event: slots, skipped, failed, dead, waiting, woken,
 reconnecting, exit.
 """
 import os
@@ -63,7 +63,8 @@ def process(conn, item, recipient, body, failure):
         with conn.transaction():
             if conn.execute("UPDATE outbox SET sent_at = now() WHERE id = %s AND sent_at IS NULL",
                             (item,)).rowcount == 0:
-                return  # sent meanwhile by another kind of worker (docs/migrating.md)
+                say("skipped", item)  # sent meanwhile by another kind of worker (docs/migrating.md)
+                return
             send(conn, recipient, body, item)
             if failure is not None:  # it failed before: forget that
                 conn.execute("SELECT clear_failure(%s, %s)", (NAME, str(item)))

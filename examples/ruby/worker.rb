@@ -43,9 +43,11 @@ SQL
 # Send one message and mark it sent in one transaction; record a failure.
 def process(conn, item)
   conn.transaction do
-    # sent meanwhile by another kind of worker (docs/migrating.md): nothing to do
-    next if conn.exec_params("UPDATE outbox SET sent_at = now() WHERE id = $1 AND sent_at IS NULL",
-                             [item["id"]]).cmd_tuples.zero?
+    if conn.exec_params("UPDATE outbox SET sent_at = now() WHERE id = $1 AND sent_at IS NULL",
+                        [item["id"]]).cmd_tuples.zero?
+      say("skipped", item["id"]) # sent meanwhile by another kind of worker (docs/migrating.md)
+      next
+    end
     send_message(conn, item["recipient"], item["body"], item["id"])
     # it failed before: forget that
     conn.exec_params("SELECT clear_failure($1, $2)", [NAME, item["id"]]) if item["failure"]

@@ -22,6 +22,12 @@ fresh database with examples/schema.sql:
 
 Then every message but the bouncing one is in `deliveries` exactly once, the
 bouncing one never, and docs/workers.md shows each worker's loop verbatim.
+
+Then what docs/workers.md says about binding parameters from JDBC
+(JdbcBinding.java), and the cut-over of docs/migrating.md: 2 queue workers
+(FOR UPDATE SKIP LOCKED, queue_worker.py) and 2 pg_claim workers
+(examples/python/worker.py) send 3,000 messages at the same time, the queue
+workers are stopped half-way, and every message is sent exactly once.
 Exits non-zero on any failed check.
 """
 import os
@@ -115,7 +121,14 @@ class Worker:
                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                          stderr=err, env=env, text=True)
         self.lines = []
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def wait(self, timeout):
+        """The exit status, once the process has ended and its output is read."""
+        rc = self.proc.wait(timeout)
+        self.reader.join(5)
+        return rc
 
     def _read(self):
         for line in self.proc.stdout:
@@ -171,16 +184,27 @@ def stop_all(workers):
             w.proc.wait()
 
 
-def run_language(lang, classes, workdir):
+def fresh_database():
+    """A new database with examples/schema.sql; a connection to it."""
     with connect("postgres") as d:
         d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
         d.execute(f"CREATE DATABASE {DB}")
     d = connect()
     d.execute(open(os.path.join(EXAMPLES, "schema.sql"), encoding="utf-8").read())
+    return d
+
+
+def worker_env():
     env = dict(os.environ, PGHOST="127.0.0.1", PGDATABASE=DB, PGUSER="postgres",
                MAILER_POLL_S=str(POLL_S), MAILER_BACKOFF="200 milliseconds",
                MAILER_MAX_ATTEMPTS=str(MAX_ATTEMPTS))
     env.pop("PGSERVICE", None)
+    return env
+
+
+def run_language(lang, classes, workdir):
+    d = fresh_database()
+    env = worker_env()
     insert(d, ITEMS, poison_at=ITEMS // 2)
     (poison,) = d.execute("SELECT id FROM outbox WHERE recipient LIKE '%.invalid'").fetchone()
     workers = []
@@ -227,7 +251,7 @@ def run_language(lang, classes, workdir):
             w.proc.send_signal(signal.SIGTERM)
         for w in workers:
             try:
-                rc = w.proc.wait(15)
+                rc = w.wait(15)
             except subprocess.TimeoutExpired:
                 raise Failure(f"{w} did not exit within 15 s of SIGTERM: {w.lines[-3:]}") from None
             # the JVM exits with 128 + 15 after SIGTERM, the others with 0
@@ -240,7 +264,7 @@ def run_language(lang, classes, workdir):
                    for _ in range(WORKERS)]
         for w in workers:
             try:
-                rc = w.proc.wait(60)
+                rc = w.wait(60)
             except subprocess.TimeoutExpired:
                 raise Failure(f"{w} with --exit-when-empty did not exit: {w.lines[-3:]}") from None
             check(rc == 0 and w.lines[-1:] == ["exit nothing left"], f"{w} exited with {rc}:"
@@ -269,6 +293,55 @@ def run_language(lang, classes, workdir):
         f" (dead after {attempts} attempts)")
 
 
+def jdbc_binding(classes):
+    with fresh_database() as d:
+        insert(d, 100)
+    out = subprocess.run(["java", "-cp", f"{classes}:{JDBC_JAR}", "JdbcBinding",
+                          f"jdbc:postgresql://127.0.0.1:{os.environ['PGPORT']}/{DB}"],
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    check(out.returncode == 0, f"JDBC bindings differ from docs/workers.md:\n{out.stdout}{out.stderr}")
+    log(f"  jdbc: {len(out.stdout.splitlines())} bindings as docs/workers.md says"
+        " (a String for an interval and a long for after fail with 42883 unless cast)")
+
+
+def cut_over(workdir):
+    items = 3000
+    d = fresh_database()
+    insert(d, items)
+    env = worker_env()
+    queue = [Worker([sys.executable, os.path.join(HERE, "queue_worker.py")], env, workdir, "queue")
+             for _ in range(2)]
+    claim = [Worker(command("python", None), env, workdir, "python") for _ in range(2)]
+    try:
+        def both_sent():
+            kinds = dict(d.execute("SELECT split_part(worker, '-', 1), count(*) FROM deliveries GROUP BY 1"
+                                   ).fetchall())
+            return kinds if kinds.get("queue", 0) > 0 and kinds.get("python", 0) > 0 else None
+        poll(lambda: both_sent() and sent(d) >= items // 3, 60, "both kinds of worker to send")
+        for w in queue:
+            w.proc.send_signal(signal.SIGTERM)
+        for w in queue:
+            check(w.wait(15) == 0, f"{w} after SIGTERM: {w.stderr()}")
+        (queue_sent,) = d.execute("SELECT count(*) FROM deliveries WHERE worker LIKE 'queue-%'").fetchone()
+        poll(lambda: sent(d) == items, 60, f"all {items} messages sent")
+        for w in claim:
+            w.proc.send_signal(signal.SIGTERM)
+        for w in claim:
+            check(w.wait(15) == 0, f"{w} after SIGTERM: {w.stderr()}")
+    finally:
+        stop_all(queue + claim)
+    (rows, distinct, pending) = d.execute(
+        "SELECT count(*), count(DISTINCT outbox_id), (SELECT count(*) FROM outbox WHERE sent_at IS NULL)"
+        " FROM deliveries").fetchone()
+    check(rows == distinct == items and pending == 0,
+          f"cut-over: {rows} deliveries of {distinct} messages for {items}, {pending} unsent")
+    skipped = sum(len(w.said("skipped")) for w in claim)
+    d.close()
+    log(f"  cut-over: 2 queue workers sent {queue_sent} messages and 2 pg_claim workers {items - queue_sent},"
+        f" at the same time, then alone; each message once ({skipped} skipped by pg_claim workers"
+        " because a queue worker had sent them)")
+
+
 def main():
     def on_alarm(*_):
         raise Failure(f"the worker loops test did not finish within {TIME_LIMIT_S} s")
@@ -280,12 +353,17 @@ def main():
     try:
         check_docs()
         classes = os.path.join(workdir, "classes")
-        subprocess.run(["javac", "-cp", JDBC_JAR, "-d", classes, os.path.join(EXAMPLES, "java", "Worker.java")],
-                       check=True)
+        subprocess.run(["javac", "-cp", JDBC_JAR, "-d", classes, os.path.join(EXAMPLES, "java", "Worker.java"),
+                        os.path.join(HERE, "JdbcBinding.java")], check=True)
         logs = os.path.join(workdir, "stderr")
         os.mkdir(logs)
-        for lang in sys.argv[1:] or LANGUAGES:
-            run_language(lang, classes, logs)
+        for part in sys.argv[1:] or LANGUAGES + ("jdbc", "cut-over"):
+            if part == "jdbc":
+                jdbc_binding(classes)
+            elif part == "cut-over":
+                cut_over(logs)
+            else:
+                run_language(part, classes, logs)
         ok = True
     except Exception as e:  # noqa: BLE001 - any failure: report it with the workers' stderr
         if not isinstance(e, Failure):
