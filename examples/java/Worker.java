@@ -81,6 +81,7 @@ public class Worker {
         "SELECT o.id, o.recipient, o.body, o.sent_at IS NULL AS pending, f.state AS failure"
         + " FROM my_items(NULL::outbox, ?, ?, after => ?::text, batch => ?) o"
         + " LEFT JOIN item_failures(?) f ON f.item = o.id::text";
+    static final String CLAIM = "SELECT claim_slots(?, ?, ?, ?::interval)";
     // seconds until the first retry of a failed item of this session's slots; NULL: none
     static final String NEXT_RETRY =
         "SELECT extract(epoch FROM min(retry_at) - clock_timestamp())::float8 FROM item_failures(?)"
@@ -134,21 +135,13 @@ public class Worker {
         List<Integer> slots = new ArrayList<>();
         Map<Integer, Long> after = new HashMap<>();
         Set<Integer> busy = new HashSet<>(), quiet = new HashSet<>();
-        try (PreparedStatement claim = c.prepareStatement("SELECT claim_slots(?, ?, ?, ?::interval)");
+        try (PreparedStatement claim = c.prepareStatement(CLAIM);
              PreparedStatement fetch = c.prepareStatement(FETCH);
              PreparedStatement nextRetry = c.prepareStatement(NEXT_RETRY);
              Statement plain = c.createStatement()) {
             while (!stopping) {
                 // between batches: take unserved slots, give one back to a waiting newcomer
-                claim.setString(1, NAME);
-                claim.setInt(2, N);
-                claim.setInt(3, N);
-                claim.setString(4, "1 second");
-                List<Integer> held;
-                try (ResultSet r = claim.executeQuery()) {
-                    r.next();
-                    held = Arrays.asList((Integer[]) r.getArray(1).getArray());
-                }
+                List<Integer> held = claim(claim);
                 Set<Integer> changed = new TreeSet<>(slots);
                 changed.addAll(held);
                 for (int s : changed) { // LISTEN on the channels of the slots held
@@ -208,13 +201,31 @@ public class Worker {
                 }
                 if (retryIn == null && exitWhenEmpty) return false;
                 say("waiting");
-                if (waitForNotify(c, retryIn == null ? POLL_MS : Math.min(POLL_MS, (long) (Math.max(retryIn, 0) * 1000)))) {
-                    say("woken");
-                    quiet.clear();
+                long until = System.currentTimeMillis()
+                    + (retryIn == null ? POLL_MS : Math.min(POLL_MS, (long) (Math.max(retryIn, 0) * 1000)));
+                while (System.currentTimeMillis() < until && !stopping) {
+                    if (waitForNotify(c, Math.min(until - System.currentTimeMillis(), 1000))) {
+                        say("woken");
+                        quiet.clear();
+                        break;
+                    }
+                    // each second: claim again, as another worker may have given a slot up for this one
+                    if (!claim(claim).equals(slots)) break;
                 }
             }
         }
         return true;
+    }
+
+    static List<Integer> claim(PreparedStatement claim) throws SQLException {
+        claim.setString(1, NAME);
+        claim.setInt(2, N);
+        claim.setInt(3, N);
+        claim.setString(4, "1 second"); // a String: hence ?::interval
+        try (ResultSet r = claim.executeQuery()) {
+            r.next();
+            return Arrays.asList((Integer[]) r.getArray(1).getArray());
+        }
     }
     // docs/workers.md: end
 

@@ -36,6 +36,7 @@ const FETCH = `
   SELECT o.id, o.recipient, o.body, o.sent_at IS NULL AS pending, f.state AS failure
   FROM my_items(NULL::outbox, $1, $2, after => $3, batch => $4) o
   LEFT JOIN item_failures($5) f ON f.item = o.id::text`;
+const CLAIM = "SELECT claim_slots($1, $2, $3, '1 second') AS s";
 // seconds until the first retry of a failed item of this session's slots; NULL: none
 const NEXT_RETRY = `
   SELECT extract(epoch FROM min(retry_at) - clock_timestamp())::float8 AS s FROM item_failures($1)
@@ -69,7 +70,7 @@ async function serve(client) {
   const after = {}, busy = new Set();
   while (!stopping) {
     // between batches: take unserved slots, give one back to a waiting newcomer
-    const held = (await client.query("SELECT claim_slots($1, $2, $3, '1 second') AS s", [NAME, N, N])).rows[0].s;
+    const held = (await client.query(CLAIM, [NAME, N, N])).rows[0].s;
     for (const s of new Set([...slots, ...held])) { // LISTEN on the channels of the slots held
       if (slots.includes(s) === held.includes(s)) continue;
       const ch = (await client.query("SELECT slot_channel($1, $2) AS c", [NAME, s])).rows[0].c;
@@ -103,9 +104,15 @@ async function serve(client) {
     const retryIn = (await client.query(NEXT_RETRY, [NAME, N])).rows[0].s;
     if (retryIn === null && EXIT_WHEN_EMPTY) return false;
     say("waiting");
-    if (await wait(client, retryIn === null ? POLL_MS : Math.min(POLL_MS, Math.max(retryIn, 0) * 1000))) {
-      say("woken");
-      quiet = {};
+    const until = Date.now() + (retryIn === null ? POLL_MS : Math.min(POLL_MS, Math.max(retryIn, 0) * 1000));
+    while (Date.now() < until && !stopping) {
+      if (await wait(client, Math.min(until - Date.now(), 1000))) {
+        say("woken");
+        quiet = {};
+        break;
+      }
+      // each second: claim again, as another worker may have given a slot up for this one
+      if ((await client.query(CLAIM, [NAME, N, N])).rows[0].s.join() !== slots.join()) break;
     }
   }
   return true;

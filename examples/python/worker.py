@@ -51,6 +51,7 @@ FETCH = """
     SELECT o.id, o.recipient, o.body, o.sent_at IS NULL AS pending, f.state AS failure
     FROM my_items(NULL::outbox, %s, %s, after => %s, batch => %s) o
     LEFT JOIN item_failures(%s) f ON f.item = o.id::text"""
+CLAIM = "SELECT claim_slots(%s, %s, %s, '1 second')"
 # seconds until the first retry of a failed item of this session's slots; NULL: none
 NEXT_RETRY = """
     SELECT extract(epoch FROM min(retry_at) - clock_timestamp()) FROM item_failures(%s)
@@ -81,8 +82,7 @@ def serve(conn):
     slots, after, busy, quiet = [], {}, set(), {}
     while not STOP.is_set():
         # between batches: take unserved slots, give one back to a waiting newcomer
-        (held,) = conn.execute("SELECT claim_slots(%s, %s, %s, '1 second')",
-                               (NAME, N, N)).fetchone()
+        (held,) = conn.execute(CLAIM, (NAME, N, N)).fetchone()
         for s in set(slots) ^ set(held):  # LISTEN on the channels of the slots held
             (channel,) = conn.execute("SELECT slot_channel(%s, %s)", (NAME, s)).fetchone()
             verb = "LISTEN" if s in held else "UNLISTEN"
@@ -115,9 +115,15 @@ def serve(conn):
         if retry_in is None and EXIT_WHEN_EMPTY:
             return False
         say("waiting")
-        if wait(conn, POLL_S if retry_in is None else min(POLL_S, max(float(retry_in), 0))):
-            say("woken")
-            quiet = dict.fromkeys(slots, False)
+        until = time.monotonic() + (POLL_S if retry_in is None else min(POLL_S, max(float(retry_in), 0)))
+        while time.monotonic() < until and not STOP.is_set():
+            if wait(conn, min(until - time.monotonic(), 1)):
+                say("woken")
+                quiet = dict.fromkeys(slots, False)
+                break
+            # each second: claim again, as another worker may have given a slot up for this one
+            if conn.execute(CLAIM, (NAME, N, N)).fetchone()[0] != slots:
+                break
     return True
 # docs/workers.md: end
 

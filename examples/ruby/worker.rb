@@ -34,6 +34,7 @@ FETCH = <<~SQL
   FROM my_items(NULL::outbox, $1, $2, after => $3, batch => $4) o
   LEFT JOIN item_failures($5) f ON f.item = o.id::text
 SQL
+CLAIM = "SELECT claim_slots($1, $2, $3, '1 second')"
 # seconds until the first retry of a failed item of this session's slots; NULL: none
 NEXT_RETRY = <<~SQL
   SELECT extract(epoch FROM min(retry_at) - clock_timestamp())::float8 AS s FROM item_failures($1)
@@ -65,7 +66,7 @@ def serve(conn)
   slots, after, busy, quiet = [], {}, {}, {}
   until $stopping
     # between batches: take unserved slots, give one back to a waiting newcomer
-    held = conn.exec_params("SELECT claim_slots($1, $2, $3, '1 second')", [NAME, N, N]).getvalue(0, 0)
+    held = conn.exec_params(CLAIM, [NAME, N, N]).getvalue(0, 0)
     (slots | held).each do |s| # LISTEN on the channels of the slots held
       next if slots.include?(s) == held.include?(s)
       channel = conn.exec_params("SELECT slot_channel($1, $2)", [NAME, s]).getvalue(0, 0)
@@ -98,9 +99,15 @@ def serve(conn)
     retry_in = conn.exec_params(NEXT_RETRY, [NAME, N]).getvalue(0, 0)
     return false if retry_in.nil? && EXIT_WHEN_EMPTY
     say("waiting")
-    if wait(conn, retry_in.nil? ? POLL_S : [POLL_S, [retry_in, 0].max].min)
-      say("woken")
-      quiet = {}
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + (retry_in.nil? ? POLL_S : [POLL_S, [retry_in, 0].max].min)
+    until $stopping || (left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)) <= 0
+      if wait(conn, [left, 1].min)
+        say("woken")
+        quiet = {}
+        break
+      end
+      # each second: claim again, as another worker may have given a slot up for this one
+      break if conn.exec_params(CLAIM, [NAME, N, N]).getvalue(0, 0) != slots
     end
   end
   true
