@@ -206,12 +206,12 @@ public class Worker {
                 while (System.currentTimeMillis() < until && !stopping) {
                     if (waitForNotify(c, Math.min(until - System.currentTimeMillis(), 1000))) {
                         say("woken");
-                        quiet.clear();
                         break;
                     }
                     // each second: claim again, as another worker may have given a slot up for this one
                     if (!claim(claim).equals(slots)) break;
                 }
+                quiet.clear(); // woken or not: walk every share again
             }
         }
         return true;

@@ -108,12 +108,12 @@ async function serve(client) {
     while (Date.now() < until && !stopping) {
       if (await wait(client, Math.min(until - Date.now(), 1000))) {
         say("woken");
-        quiet = {};
         break;
       }
       // each second: claim again, as another worker may have given a slot up for this one
       if ((await client.query(CLAIM, [NAME, N, N])).rows[0].s.join() !== slots.join()) break;
     }
+    quiet = {}; // woken or not: walk every share again
   }
   return true;
 }

@@ -119,11 +119,11 @@ def serve(conn):
         while time.monotonic() < until and not STOP.is_set():
             if wait(conn, min(until - time.monotonic(), 1)):
                 say("woken")
-                quiet = dict.fromkeys(slots, False)
                 break
             # each second: claim again, as another worker may have given a slot up for this one
             if conn.execute(CLAIM, (NAME, N, N)).fetchone()[0] != slots:
                 break
+        quiet = dict.fromkeys(slots, False)  # woken or not: walk every share again
     return True
 # docs/workers.md: end
 

@@ -103,12 +103,12 @@ def serve(conn)
     until $stopping || (left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)) <= 0
       if wait(conn, [left, 1].min)
         say("woken")
-        quiet = {}
         break
       end
       # each second: claim again, as another worker may have given a slot up for this one
       break if conn.exec_params(CLAIM, [NAME, N, N]).getvalue(0, 0) != slots
     end
+    quiet = {} # woken or not: walk every share again
   end
   true
 end
