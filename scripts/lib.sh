@@ -321,6 +321,9 @@ pgc_pgbouncer_start() {
     {
         echo "[databases]"
         echo "* = host=$PGHOST port=$PGPORT"
+        # the database postgres in session mode with 2 server connections
+        # (tests/pooler/wake.py: LISTEN, and a pool smaller than the fleet)
+        echo "pg_claim_session = host=$PGHOST port=$PGPORT dbname=postgres pool_mode=session pool_size=2"
         echo "[pgbouncer]"
         echo "listen_addr = 127.0.0.1"
         echo "listen_port = $port"
