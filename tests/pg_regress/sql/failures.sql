@@ -1,7 +1,8 @@
 -- Failing items: attempts, back-off, set aside, clearing, the listing, bad
 -- input, privileges; and one poison item in a share of 10,000 walked by a
 -- session-mode worker: every other item done once, the poison one attempted
--- exactly max_attempts times and then set aside.
+-- exactly max_attempts times and then set aside; the same in lease mode with
+-- a back-off.
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pg_claim;
 DROP ROLE IF EXISTS fl_worker;
@@ -127,3 +128,57 @@ FROM (SELECT id, count(*) AS n FROM fl_attempts GROUP BY id) c;
 SELECT item = (SELECT id::text FROM fl_poison) AS is_poison, state, attempts,
        last_error = 'cannot deliver message ' || item AS error_recorded
 FROM item_failures('fl_walk');
+
+-- The same in lease mode (a claim_lease worker, each write fenced), with a
+-- back-off: a share of 2,000 (slot 0 of 2), a poison item, max_attempts 3.
+-- The walk goes on past the held-back item; when only held-back items are
+-- left it waits for the earliest retry_at (polled, with a deadline).
+CREATE TABLE fl_lease_outbox (id bigint PRIMARY KEY, sent_at timestamptz);
+INSERT INTO fl_lease_outbox (id)
+SELECT g FROM generate_series(1, 10000) g WHERE slot_of(g::bigint, 2) = 0 ORDER BY g LIMIT 2000;
+CREATE TABLE fl_lease_attempts (id bigint NOT NULL);
+CREATE TABLE fl_lease_poison AS SELECT id FROM fl_lease_outbox ORDER BY id OFFSET 1500 LIMIT 1;
+SELECT slot FROM claim_lease('fl_lease', 2, 'worker-1', '1 hour');
+DO $$
+DECLARE
+    r record;
+    fetched int;
+    tok bigint := (SELECT token FROM lease_holders('fl_lease') WHERE slot = 0);
+    deadline timestamptz := clock_timestamp() + interval '60 seconds';
+BEGIN
+    LOOP
+        fetched := 0;
+        FOR r IN SELECT id FROM fl_lease_outbox
+                 WHERE slot_of(id, 2) = 0 AND sent_at IS NULL
+                   AND id::text NOT IN (SELECT failing_items('fl_lease'))
+                 ORDER BY id LIMIT 300
+        LOOP
+            fetched := fetched + 1;
+            INSERT INTO fl_lease_attempts VALUES (r.id);
+            BEGIN
+                PERFORM fence('fl_lease', 0, tok);
+                IF r.id = (SELECT id FROM fl_lease_poison) THEN
+                    RAISE EXCEPTION 'cannot deliver message %', r.id;
+                END IF;
+                UPDATE fl_lease_outbox SET sent_at = now() WHERE id = r.id;
+            EXCEPTION WHEN OTHERS THEN
+                PERFORM record_failure('fl_lease', r.id::text, SQLERRM, 3, '20 milliseconds');
+            END;
+        END LOOP;
+        IF fetched = 0 THEN
+            -- nothing due: done unless an item waits for its retry
+            EXIT WHEN NOT EXISTS (SELECT 1 FROM item_failures('fl_lease') WHERE state <> 'dead');
+            IF clock_timestamp() > deadline THEN
+                RAISE EXCEPTION 'the retries did not come due';
+            END IF;
+            PERFORM pg_sleep(0.01);
+        END IF;
+    END LOOP;
+END $$;
+SELECT count(*) FILTER (WHERE n = 1) AS once, count(*) FILTER (WHERE n > 1) AS more,
+       (SELECT count(*) FROM fl_lease_outbox WHERE sent_at IS NULL) AS not_sent,
+       (SELECT count(*) FROM fl_lease_attempts WHERE id = (SELECT id FROM fl_lease_poison)) AS poison_attempts
+FROM (SELECT id, count(*) AS n FROM fl_lease_attempts GROUP BY id) c;
+SELECT item = (SELECT id::text FROM fl_lease_poison) AS is_poison, state, attempts,
+       last_failed_at - first_failed_at >= interval '60 milliseconds' AS backed_off
+FROM item_failures('fl_lease');
