@@ -487,6 +487,36 @@ fn take_free(key1: i32, n: i32, want: usize) -> Vec<i32> {
         .collect()
 }
 
+thread_local! {
+    /// The last count of live claimers per name key, and when it was read.
+    static CLAIMERS: RefCell<HashMap<i32, (Instant, usize)>> = RefCell::new(HashMap::new());
+}
+
+/// How long `claim_slots` reuses its count of live claimers while nobody
+/// wants a slot (the count only tells a worker below its fair share to say
+/// so; a standby that waits makes the next call read it afresh).
+const CLAIMERS_MAX_AGE: Duration = Duration::from_secs(1);
+
+/// How many sessions are live claimers of the name (holders and waiting
+/// standbys): read from the lock table when `fresh` or when the last count is
+/// older than `CLAIMERS_MAX_AGE`.
+fn claimers_cached(key1: i32, fresh: bool) -> usize {
+    let now = Instant::now();
+    if !fresh {
+        if let Some(live) = CLAIMERS.with(|c| {
+            c.borrow()
+                .get(&key1)
+                .filter(|(at, _)| now.duration_since(*at) < CLAIMERS_MAX_AGE)
+                .map(|&(_, live)| live)
+        }) {
+            return live;
+        }
+    }
+    let live = claimers(key1);
+    CLAIMERS.with(|c| c.borrow_mut().insert(key1, (now, live)));
+    live
+}
+
 /// How many sessions are live claimers of the name (holders and waiting
 /// standbys): one read of the lock table.
 fn claimers(key1: i32) -> usize {
@@ -525,11 +555,12 @@ fn claim_many(name: &str, n: i32, max: i32, wait_us: Option<i64>) -> Vec<i32> {
         let last = h.extra.pop().expect("more than one slot held");
         unlock(key1, last, EXCLUSIVE);
     }
-    let live = claimers(key1);
+    let waiting = others_waiting(key1);
+    let live = claimers_cached(key1, waiting);
     let fair = (n as usize).div_ceil(live);
     let floor = n as usize / live;
     let held = 1 + h.extra.len();
-    let target = if !others_waiting(key1) {
+    let target = if !waiting {
         max
     } else if held > fair {
         let last = h.extra.pop().expect("more than fair > 0 slots held");
