@@ -185,9 +185,21 @@ PY
     ) 8>"$PGC_CACHE/.lock"
 }
 
-# The drivers of the pooler test (tests/pooler): psycopg 3 for python3, and
-# node-postgres in tests/pooler/node_modules (git-ignored).
+# The drivers of the pooler test (tests/pooler) and of the example workers
+# (examples/, tests/loops): psycopg 3 for python3, node-postgres in
+# tests/pooler/node_modules and examples/node/node_modules (git-ignored), a
+# JDK with Debian's JDBC driver (/usr/share/java/postgresql.jar), and Ruby
+# with Debian's pg gem.
 pgc_ensure_clients() {
+    local p missing=()
+    for p in default-jdk-headless libpostgresql-jdbc-java ruby-pg; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    if ((${#missing[@]})); then
+        pgc_log "installing Debian packages: ${missing[*]}"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
     if ! python3 -c 'import psycopg' 2>/dev/null; then
         pgc_log "installing psycopg 3 for $(command -v python3)"
         python3 -m pip install --quiet --root-user-action=ignore "psycopg[binary]>=3.1,<4" </dev/null ||
@@ -197,6 +209,10 @@ pgc_ensure_clients() {
     if [ ! -f "$PGC_ROOT/tests/pooler/node_modules/pg/package.json" ]; then
         pgc_log "installing node-postgres into tests/pooler/node_modules"
         (cd "$PGC_ROOT/tests/pooler" && npm install --silent --no-audit --no-fund --no-package-lock </dev/null)
+    fi
+    if [ ! -f "$PGC_ROOT/examples/node/node_modules/pg/package.json" ]; then
+        pgc_log "installing node-postgres into examples/node/node_modules"
+        (cd "$PGC_ROOT/examples/node" && npm install --silent --no-audit --no-fund --no-package-lock </dev/null)
     fi
 }
 
@@ -305,6 +321,9 @@ pgc_pgbouncer_start() {
     {
         echo "[databases]"
         echo "* = host=$PGHOST port=$PGPORT"
+        # the database postgres in session mode with 2 server connections
+        # (tests/pooler/wake.py: LISTEN, and a pool smaller than the fleet)
+        echo "pg_claim_session = host=$PGHOST port=$PGPORT dbname=postgres pool_mode=session pool_size=2"
         echo "[pgbouncer]"
         echo "listen_addr = 127.0.0.1"
         echo "listen_port = $port"

@@ -21,7 +21,13 @@
 //!    first 64 slots, read the lock table once and try its free slots, lowest
 //!    first, then from a pid-derived offset (see `probe`);
 //! 3. standby (`wait`): if none was free, sleep on the process latch a few
-//!    milliseconds and go back to 2, until the deadline.
+//!    milliseconds and go back to 2, until the deadline. While it waits, the
+//!    standby holds the name's "waiters" lock (RowExclusive), which tells
+//!    `claim_slots` holders to give an extra slot back.
+//!
+//! `claim_slots` adds *extra* slots to a session's own one: free slots up to
+//! `max` while nobody wants one, and back one per call while a standby (or a
+//! holder below its fair share) does; see `claim_many`.
 
 mod probe;
 
@@ -29,13 +35,17 @@ use crate::backend::error::{internal, invalid_parameter, n_below_one, raise};
 use crate::backend::settings::{self, STANDBY_POLL_MAX};
 use crate::locks::{
     held_by_me, lock, locks_of, name_key, try_lock, unlock, CLAIMERS_KEY, CLAIM_MUTEX_KEY,
-    EXCLUSIVE, MAX_KEY_INDEX, N_RECORD_BASE, SHARE,
+    EXCLUSIVE, MAX_KEY_INDEX, N_RECORD_BASE, ROW_EXCLUSIVE, SHARE, WAITERS_KEY,
 };
 use pgrx::prelude::*;
 use pgrx::PgTryBuilder;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+// slot_status is SQL (it reads the lock table through pg_locks and the
+// leases through lease_holders, inside a PL/pgSQL body resolved when it runs).
+pgrx::extension_sql_file!("../sql/status.sql", name = "slot_status");
 
 /// The largest `n` accepted by `claim_slot`: the key layout's slot range.
 pub const MAX_N: i32 = MAX_KEY_INDEX;
@@ -44,8 +54,11 @@ pub const MAX_N: i32 = MAX_KEY_INDEX;
 #[derive(Debug, Clone)]
 struct Held {
     name: String,
+    /// The session's own slot (`my_slot`).
     slot: i32,
     n: i32,
+    /// Further slots taken by `claim_slots`, ascending.
+    extra: Vec<i32>,
 }
 
 thread_local! {
@@ -59,7 +72,16 @@ fn current_claim(key1: i32) -> Option<Held> {
     let h = HELD.with(|m| m.borrow().get(&key1).cloned())?;
     let rec = N_RECORD_BASE + h.n;
     if held_by_me(key1, h.slot, EXCLUSIVE) && held_by_me(key1, rec, SHARE) {
-        return Some(h);
+        if h.extra.iter().all(|&s| held_by_me(key1, s, EXCLUSIVE)) {
+            return Some(h);
+        }
+        let kept = HELD.with(|m| {
+            let mut m = m.borrow_mut();
+            let h = m.get_mut(&key1).expect("checked above");
+            h.extra.retain(|&s| held_by_me(key1, s, EXCLUSIVE));
+            h.clone()
+        });
+        return Some(kept);
     }
     forget(key1, &h);
     None
@@ -68,10 +90,32 @@ fn current_claim(key1: i32) -> Option<Held> {
 /// Drop the bookkeeping of a claim and release whatever is left of its locks.
 fn forget(key1: i32, h: &Held) {
     HELD.with(|m| m.borrow_mut().remove(&key1));
-    if held_by_me(key1, h.slot, EXCLUSIVE) {
-        unlock(key1, h.slot, EXCLUSIVE);
+    stop_waiting(key1);
+    for &slot in h.extra.iter().chain(std::iter::once(&h.slot)) {
+        if held_by_me(key1, slot, EXCLUSIVE) {
+            unlock(key1, slot, EXCLUSIVE);
+        }
     }
     leave(key1, h.n);
+}
+
+/// Stop announcing that this session waits for a slot of the name.
+fn stop_waiting(key1: i32) {
+    while held_by_me(key1, WAITERS_KEY, ROW_EXCLUSIVE) {
+        unlock(key1, WAITERS_KEY, ROW_EXCLUSIVE);
+    }
+}
+
+/// Whether some other session waits for a slot of the name. The test lock
+/// is Share, which conflicts with the waiters' RowExclusive holds only, so
+/// holders testing at the same moment do not see each other.
+fn others_waiting(key1: i32) -> bool {
+    if try_lock(key1, WAITERS_KEY, SHARE) {
+        unlock(key1, WAITERS_KEY, SHARE);
+        false
+    } else {
+        true
+    }
 }
 
 /// Release this session's n record and "claimers" holds of a name.
@@ -249,7 +293,9 @@ fn claim(name: &str, n: i32, wait_us: Option<i64>) -> Option<i32> {
         return Some(h.slot);
     }
 
-    crate::locks::ensure_room(CLAIM_LOCKS, || format!("claim_slot(\"{name}\", {n})"));
+    crate::locks::ensure_room(CLAIM_LOCKS + usize::from(wait_us.is_some()), || {
+        format!("claim_slot(\"{name}\", {n})")
+    });
     establish(name, key1, n);
     // A wait too long to add to the clock (centuries) has no deadline: the
     // standby waits until a slot frees or the statement is cancelled.
@@ -268,6 +314,11 @@ fn claim(name: &str, n: i32, wait_us: Option<i64>) -> Option<i32> {
             if !waits {
                 return None;
             }
+            // A standby: say so, for claim_slots holders (a holder's test
+            // lock may be in the way for a moment: try again next round).
+            if !held_by_me(key1, WAITERS_KEY, ROW_EXCLUSIVE) {
+                try_lock(key1, WAITERS_KEY, ROW_EXCLUSIVE);
+            }
             let remaining = match deadline {
                 None => i64::MAX,
                 Some(deadline) => {
@@ -285,10 +336,12 @@ fn claim(name: &str, n: i32, wait_us: Option<i64>) -> Option<i32> {
     })
     .catch_others(|cause| {
         // cancel, statement_timeout, termination: leave nothing behind.
+        stop_waiting(key1);
         leave(key1, n);
         cause.rethrow()
     })
     .execute();
+    stop_waiting(key1);
 
     match got {
         Some(slot) => {
@@ -299,6 +352,7 @@ fn claim(name: &str, n: i32, wait_us: Option<i64>) -> Option<i32> {
                         name: name.to_string(),
                         slot,
                         n,
+                        extra: Vec::new(),
                     },
                 )
             });
@@ -390,6 +444,200 @@ fn claim_slot_wait(
     let n = check_claim_n(n);
     let us = wait_micros(wait);
     claim(name, n, Some(us))
+}
+
+/// The hint of a NULL or bad `max` of `claim_slots`.
+const MAX_HINT: &str =
+    "The argument max is how many slots this worker serves at most, from 1 to n; pass n to serve every slot nobody else serves.";
+
+fn check_max(max: Option<i32>, n: i32) -> i32 {
+    match max {
+        None => raise(
+            PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+            "max must not be null".to_string(),
+            MAX_HINT,
+        ),
+        Some(m) if m < 1 || m > n => invalid_parameter(
+            format!("max must be between 1 and n = {n}, got {m}"),
+            MAX_HINT,
+        ),
+        Some(m) => m,
+    }
+}
+
+/// Up to `want` free slots of `0..n`, lowest first, now held by this session.
+fn take_free(key1: i32, n: i32, want: usize) -> Vec<i32> {
+    if want == 0 {
+        return Vec::new();
+    }
+    if n <= LINEAR_PROBES {
+        return (0..n).filter(|&s| try_slot(key1, s)).take(want).collect();
+    }
+    let mut held: Vec<i32> = locks_of(key1, 0, n)
+        .iter()
+        .filter(|l| l.granted)
+        .map(|l| l.key2)
+        .collect();
+    held.sort_unstable();
+    held.dedup();
+    (0..n)
+        .filter(|s| held.binary_search(s).is_err())
+        .filter(|&s| try_slot(key1, s))
+        .take(want)
+        .collect()
+}
+
+thread_local! {
+    /// The last count of live claimers per name key, and when it was read.
+    static CLAIMERS: RefCell<HashMap<i32, (Instant, usize)>> = RefCell::new(HashMap::new());
+}
+
+/// How long `claim_slots` reuses its count of live claimers while nobody
+/// wants a slot (the count only tells a worker below its fair share to say
+/// so; a standby that waits makes the next call read it afresh).
+const CLAIMERS_MAX_AGE: Duration = Duration::from_secs(1);
+
+/// How many sessions are live claimers of the name (holders and waiting
+/// standbys): read from the lock table when `fresh` or when the last count is
+/// older than `CLAIMERS_MAX_AGE`.
+fn claimers_cached(key1: i32, fresh: bool) -> usize {
+    let now = Instant::now();
+    if !fresh {
+        if let Some(live) = CLAIMERS.with(|c| {
+            c.borrow()
+                .get(&key1)
+                .filter(|(at, _)| now.duration_since(*at) < CLAIMERS_MAX_AGE)
+                .map(|&(_, live)| live)
+        }) {
+            return live;
+        }
+    }
+    let live = claimers(key1);
+    CLAIMERS.with(|c| c.borrow_mut().insert(key1, (now, live)));
+    live
+}
+
+/// How many sessions are live claimers of the name (holders and waiting
+/// standbys): one read of the lock table.
+fn claimers(key1: i32) -> usize {
+    let mut pids: Vec<i32> = locks_of(key1, CLAIMERS_KEY, CLAIMERS_KEY + 1)
+        .iter()
+        .filter(|l| l.granted && l.mode == SHARE)
+        .map(|l| l.pid)
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids.len().max(1)
+}
+
+/// `claim_slots`: the own slot (as `claim`), then the extra slots, by these
+/// rules (`fair` = ceil(n / live claimers), `floor` = n / live claimers):
+/// 1. never more than `max`;
+/// 2. while another session wants a slot (a waiting standby, or a holder
+///    below `floor`), a session above `fair` gives one extra slot back per
+///    call, one at or below `fair` takes free slots up to `fair`;
+/// 3. while nobody wants one, take free slots up to `max`;
+/// 4. a session below `floor` (and `max`) says it wants slots, so that
+///    holders above their fair share give some back.
+///
+/// So no free slot stays free while some caller holds fewer than `max`, and
+/// the slots even out over the fleet.
+fn claim_many(name: &str, n: i32, max: i32, wait_us: Option<i64>) -> Vec<i32> {
+    let key1 = name_key(name);
+    if claim(name, n, wait_us).is_none() {
+        return Vec::new();
+    }
+    let Some(mut h) = current_claim(key1) else {
+        internal("find the slot it just claimed", name)
+    };
+    let max = max as usize;
+    while 1 + h.extra.len() > max {
+        let last = h.extra.pop().expect("more than one slot held");
+        unlock(key1, last, EXCLUSIVE);
+    }
+    let waiting = others_waiting(key1);
+    let live = claimers_cached(key1, waiting);
+    let fair = (n as usize).div_ceil(live);
+    let floor = n as usize / live;
+    let held = 1 + h.extra.len();
+    let target = if !waiting {
+        max
+    } else if held > fair {
+        let last = h.extra.pop().expect("more than fair > 0 slots held");
+        unlock(key1, last, EXCLUSIVE);
+        0
+    } else {
+        fair.min(max)
+    };
+    if target > 1 + h.extra.len() {
+        let want = (target - 1 - h.extra.len()).min(crate::locks::room());
+        h.extra.extend(take_free(key1, n, want));
+        h.extra.sort_unstable();
+    }
+    let held = 1 + h.extra.len();
+    if held < floor.min(max) {
+        if !held_by_me(key1, WAITERS_KEY, ROW_EXCLUSIVE) && crate::locks::room() > 0 {
+            try_lock(key1, WAITERS_KEY, ROW_EXCLUSIVE);
+        }
+    } else {
+        stop_waiting(key1);
+    }
+    let mut all = h.extra.clone();
+    all.push(h.slot);
+    all.sort_unstable();
+    HELD.with(|m| m.borrow_mut().insert(key1, h));
+    all
+}
+
+/// Serve up to `max` slots of `name` in `0..n-1`: this session's own slot
+/// (claimed as by `claim_slot(name, n)` if it holds none) plus free ones, or
+/// one fewer while a standby waits. The slots held after the call, ascending.
+#[pg_extern(volatile, parallel_unsafe)]
+fn claim_slots(name: Option<&str>, n: Option<i32>, max: Option<i32>) -> Vec<i32> {
+    let name = require_name(name);
+    let n = check_claim_n(n);
+    let max = check_max(max, n);
+    claim_many(name, n, max, None)
+}
+
+/// As `claim_slots(name, n, max)`, but a session holding no slot waits up
+/// to `wait` for one (standby).
+#[pg_extern(volatile, parallel_unsafe, name = "claim_slots")]
+fn claim_slots_wait(
+    name: Option<&str>,
+    n: Option<i32>,
+    max: Option<i32>,
+    wait: Option<pgrx::datum::Interval>,
+) -> Vec<i32> {
+    let name = require_name(name);
+    let n = check_claim_n(n);
+    let max = check_max(max, n);
+    let us = wait_micros(wait);
+    claim_many(name, n, max, Some(us))
+}
+
+/// Every slot this session holds for `name`, ascending (empty when none).
+#[pg_extern(stable, strict, parallel_restricted)]
+fn my_slots(name: &str) -> Vec<i32> {
+    let key1 = name_key(name);
+    HELD.with(|m| {
+        let m = m.borrow();
+        let Some(h) = m.get(&key1) else {
+            return Vec::new();
+        };
+        if h.name != name || !held_by_me(key1, h.slot, EXCLUSIVE) {
+            return Vec::new();
+        }
+        let mut all: Vec<i32> = h
+            .extra
+            .iter()
+            .copied()
+            .filter(|&s| held_by_me(key1, s, EXCLUSIVE))
+            .collect();
+        all.push(h.slot);
+        all.sort_unstable();
+        all
+    })
 }
 
 /// Release this session's slot of `name`; false when it held none.

@@ -5,10 +5,13 @@
 //! and property tests, in a submodule:
 //! - `mapping`: key → slot functions (`slot_of`, `crc32`, `jump_slot`,
 //!   `pg_hash_slot`, `range_slot`); pure core `mapping::hashing`
-//! - `claim`:   `claim_slot`, `release_slot`, `my_slot`, `slot_holders`; pure core `claim::probe`
+//! - `claim`:   `claim_slot`, `claim_slots`, `release_slot`, `my_slot`, `my_slots`,
+//!   `slot_holders`, `slot_status` (SQL); pure core `claim::probe`
 //! - `items`:   `my_items`, `my_items_query`, `slot_counts`, `slot_skew`; pure core `items::plan`
 //! - `group`:   group membership, positions, `claim_partitions`; pure core `group::plan`
 //! - `lease`:   leases and fencing tokens (`claim_lease`, `fence`, `my_token`, ...), all in SQL
+//! - `failure`: failing items (`record_failure`, `failing_items`, ...), all in SQL
+//! - `wake`:    `slot_channel` and the trigger function `notify_slot`, all in SQL
 //! - `spread`:  `spread_agg`; pure core `spread::order`, `spread::groups`
 //!
 //! Shared by them: `locks` (the advisory lock key layout, lock primitives and
@@ -19,12 +22,14 @@
 
 mod backend;
 mod claim;
+mod failure;
 mod group;
 mod items;
 mod lease;
 mod locks;
 mod mapping;
 mod spread;
+mod wake;
 
 /// Called once when the library is loaded into a backend.
 #[pgrx::pg_guard]

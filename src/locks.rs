@@ -11,6 +11,7 @@
 //! | `name_key(name)` | `0x10000000` | "this session is a live claimer of `name`" (any `n`), shared |
 //! | `name_key(name)` | `0x10100001` | claim mutex of `name`, exclusive, held for microseconds |
 //! | `name_key(name)` | `0x10100002` | lease mutex of `name`: transaction-level, exclusive, held by `claim_lease` to the end of its transaction |
+//! | `name_key(name)` | `0x10100003` | "this session waits for a slot of `name`" (a standby in a wait form), RowExclusive; `claim_slots` holders probe it with a momentary Share lock |
 //! | `name_key(name)` | `0x20000000` | membership of group `name`, shared |
 //! | `name_key(name)` | `0x28000000 + P` | "this member uses `P` partitions", shared |
 //! | `name_key(name)` | `0x30000000 + p` | partition `p` of group `name`, exclusive |
@@ -68,6 +69,18 @@ pub fn ensure_room(adding: usize, what: impl FnOnce() -> String) {
     }
 }
 
+/// How many more locks this session may take through pg_claim without going
+/// over `pg_claim.max_locks_per_session` (never raises).
+pub fn room() -> usize {
+    let max = MAX_LOCKS_PER_SESSION.get().max(0) as usize;
+    let held = TAKEN.with(|t| {
+        let mut t = t.borrow_mut();
+        t.retain(|&(k1, k2, mode)| held_by_me(k1, k2, mode));
+        t.len()
+    });
+    max.saturating_sub(held)
+}
+
 fn taken(key1: i32, key2: i32, mode: pg_sys::LOCKMODE) {
     TAKEN.with(|t| t.borrow_mut().insert((key1, key2, mode)));
 }
@@ -87,6 +100,11 @@ pub const CLAIM_MUTEX_KEY: i32 = N_RECORD_BASE + MAX_KEY_INDEX + 1;
 /// number; a test checks the two agree.
 #[cfg(test)]
 pub const LEASE_MUTEX_KEY: i32 = CLAIM_MUTEX_KEY + 1;
+/// `key2` held in RowExclusive mode by every standby waiting for a slot of a
+/// name; holders of several slots (`claim_slots`) test it with a conditional
+/// Share lock, which conflicts with RowExclusive but not with other Share
+/// tests, and give an extra slot back when it is held.
+pub const WAITERS_KEY: i32 = CLAIM_MUTEX_KEY + 2;
 /// `key2` of a group's shared membership lock.
 pub const GROUP_MEMBER_KEY: i32 = 0x2000_0000;
 /// `key2` of the shared lock recording the partition count `P` a group
@@ -103,13 +121,14 @@ pub const MAX_PARTITIONS: i32 = 4096;
 // The key ranges of the table above do not overlap.
 const _: () = assert!(MAX_KEY_INDEX < N_RECORD_BASE);
 const _: () = assert!(N_RECORD_BASE + MAX_KEY_INDEX < CLAIM_MUTEX_KEY);
-const _: () = assert!(CLAIM_MUTEX_KEY + 1 < GROUP_MEMBER_KEY);
+const _: () = assert!(WAITERS_KEY < GROUP_MEMBER_KEY);
 const _: () = assert!(GROUP_MEMBER_KEY < PARTITION_COUNT_BASE);
 const _: () = assert!(PARTITION_COUNT_BASE + MAX_PARTITIONS < PARTITION_BASE);
 
 /// PostgreSQL's lock modes, as used for advisory locks.
 pub const SHARE: pg_sys::LOCKMODE = pg_sys::ShareLock as pg_sys::LOCKMODE;
 pub const EXCLUSIVE: pg_sys::LOCKMODE = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
+pub const ROW_EXCLUSIVE: pg_sys::LOCKMODE = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;
 
 /// `key1` for a name: its crc32 as a signed int4.
 #[inline]

@@ -23,7 +23,7 @@ pub fn check(
                       WHERE NOT EXISTS (SELECT 1 FROM processing_log l WHERE l.item_id = w.id)),
                     (SELECT count(*) FROM work_items WHERE NOT done),
                     (SELECT count(*) FROM processing_log WHERE slot <> slot_of(item_id, $1))",
-            &[&(cfg.workers as i32)],
+            &[&(cfg.slots as i32)],
         )
         .map_err(|e| format!("checking the log: {}", describe(&e)))?;
     let (items, logged, distinct, missing, not_done, wrong): (i64, i64, i64, i64, i64, i64) =

@@ -6,11 +6,12 @@ use std::time::Duration;
 /// The name the fleet claims its slots under.
 pub const NAME: &str = "demo";
 
-pub const USAGE: &str = "usage: scripts/demo [--items N] [--workers W] [--standbys S] [--batch B] \
+pub const USAGE: &str = "usage: scripts/demo [--items N] [--workers W] [--standbys S] [--slots N] [--batch B] \
      [--work-us U] [--kill-at F] [--kill-slot K] [--no-kill] [--timeout SECS]\n\
      [--resume-from-start: a deliberately wrong standby that ignores the log, to see the check fail]\n\
-     defaults: --items 200000 --workers 4 --standbys 2 --batch 500 --work-us 250 \
+     defaults: --items 200000 --workers 4 --standbys 2 --slots (= workers) --batch 500 --work-us 250 \
      --kill-at 0.4 --kill-slot 1 --timeout 240\n\
+     [--slots N above workers + standbys: a fleet that cannot serve every slot; the run shows the gap and fails]\n\
      lease mode (scripts/demo --pooler runs it through PgBouncer): --leases [--worker-dsn DSN] \
      [--ttl SECS] [--pause-at F] [--pause-slot K] [--pause SECS] [--no-pause]\n\
      defaults: --ttl 2 --pause-at 0.4 --pause-slot 1 --pause (2 x ttl); \
@@ -22,6 +23,8 @@ pub struct Config {
     pub items: i64,
     pub workers: usize,
     pub standbys: usize,
+    /// The n of the name (`--slots`, default: the number of workers).
+    pub slots: usize,
     pub batch: i64,
     pub work_us: u64,
     /// When and whom to strike: the holder of `kill_slot` once that slot is
@@ -56,10 +59,11 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, S
         return Ok(None);
     }
     // the options of both modes, of session mode only, of lease mode only
-    const COMMON: [&str; 9] = [
+    const COMMON: [&str; 10] = [
         "items",
         "workers",
         "standbys",
+        "slots",
         "batch",
         "work-us",
         "resume-from-start",
@@ -111,7 +115,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, S
     } else {
         ("kill-at", "kill-slot", "no-kill")
     };
-    let c = Config {
+    let mut c = Config {
         worker_dsn: o
             .get_str("worker-dsn")
             .map_or_else(|| dsn.clone(), str::to_string),
@@ -119,6 +123,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, S
         items: o.get("items", 200_000i64)?,
         workers: o.get("workers", 4usize)?,
         standbys: o.get("standbys", 2usize)?,
+        slots: o.get("slots", 0usize)?,
         batch: o.get("batch", 500i64)?,
         work_us: o.get("work-us", 250u64)?,
         kill_at: if o.flag(off) { 0.0 } else { o.get(at, 0.4f64)? },
@@ -129,11 +134,20 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, S
         ttl: Duration::from_secs_f64(ttl),
         pause: Duration::from_secs_f64(pause),
     };
+    if c.slots == 0 {
+        c.slots = c.workers;
+    }
     if c.items < 1 || c.workers < 1 || c.batch < 1 {
         return Err("--items, --workers and --batch must be at least 1".into());
     }
-    if c.workers > 256 || c.standbys > 256 {
-        return Err("--workers and --standbys are limited to 256 each".into());
+    if c.workers > 256 || c.standbys > 256 || c.slots > 256 {
+        return Err("--workers, --standbys and --slots are limited to 256 each".into());
+    }
+    if c.slots < c.workers {
+        return Err(format!(
+            "--slots {} is fewer than --workers {}: the extra workers would be standbys (use --standbys)",
+            c.slots, c.workers
+        ));
     }
     if !(0.0..1.0).contains(&c.kill_at) {
         return Err(format!(
@@ -142,7 +156,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, S
     }
     if c.kill_at > 0.0 && c.kill_slot >= c.workers {
         return Err(format!(
-            "--{slot} {} is not a slot of 0..{}",
+            "--{slot} {} is not a slot held by a worker, 0..{}",
             c.kill_slot,
             c.workers - 1
         ));

@@ -8,7 +8,7 @@ use crate::config::{Config, NAME};
 use crate::display::Display;
 use crate::lease_worker::lease_worker;
 use crate::state::{event, lock, SlotView, State};
-use crate::table::{print_holders, print_leases, setup, slot_totals};
+use crate::table::{print_holders, print_leases, print_status, setup, slot_totals, unserved};
 use crate::worker::worker;
 use pg_claim_support::{connect, describe, ms, poll, thousands, wait_until};
 use postgres::Client;
@@ -82,6 +82,7 @@ pub fn run(cfg: &Config) -> Result<bool, String> {
     } else {
         print_holders(&mut admin, "slot holders at the start")?;
     }
+    print_status(&mut admin, cfg)?;
     let standbys = spawn(
         cfg,
         &state,
@@ -99,6 +100,7 @@ pub fn run(cfg: &Config) -> Result<bool, String> {
     } else {
         print_holders(&mut admin, "slot holders at the end").ok();
     }
+    print_status(&mut admin, cfg).ok();
     // Waiting standbys leave first (within one claim round), then the holders.
     stop_standbys.store(true, Ordering::SeqCst);
     wait_until(Duration::from_secs(5), Duration::from_millis(10), || {
@@ -152,7 +154,7 @@ fn print_lease_mode(cfg: &Config) {
     let ttl = cfg.ttl.as_secs_f64();
     println!(
         "lease mode: claim_lease('{NAME}', {}, holder, ttl {ttl} s), renewed every {}, each batch written behind fence()",
-        cfg.workers,
+        cfg.slots,
         ms(cfg.ttl / 3)
     );
     println!("  workers and standbys connect to: {}", cfg.worker_dsn);
@@ -178,8 +180,42 @@ fn watch(
     let mut display = Display::new();
     let mut killed = cfg.kill_at == 0.0;
     let mut timed_out = false;
+    // A slot that slot_status shows unserved for this long has no standby
+    // left to take it: its items would never be done, so the run stops.
+    let gap_limit = Duration::from_secs(3).max(2 * cfg.ttl);
+    let mut gap_since: Option<Instant> = None;
+    let mut last_gap_check = Instant::now();
     loop {
         thread::sleep(Duration::from_millis(100));
+        if last_gap_check.elapsed() >= Duration::from_secs(1) {
+            last_gap_check = Instant::now();
+            let gap = unserved(admin, cfg)?;
+            let unfinished: Vec<i32> = {
+                let s = lock(state);
+                gap.into_iter()
+                    .filter(|&g| s.slots.get(g as usize).is_some_and(|v| !v.finished))
+                    .collect()
+            };
+            if unfinished.is_empty() {
+                gap_since = None;
+            } else if gap_since.get_or_insert_with(Instant::now).elapsed() >= gap_limit {
+                event(
+                    state,
+                    start,
+                    format!(
+                        "UNSERVED  slot_status('{NAME}', {}) shows slots {unfinished:?} unserved for {:.0} s and no standby took them: \
+                         {} workers + {} standbys cannot serve {} slots; stopping",
+                        cfg.slots,
+                        gap_limit.as_secs_f64(),
+                        cfg.workers,
+                        cfg.standbys,
+                        cfg.slots
+                    ),
+                );
+                timed_out = true;
+                break;
+            }
+        }
         let (all_done, victim) = {
             let mut s = lock(state);
             let all = s.slots.iter().all(|v| v.finished);

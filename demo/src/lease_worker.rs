@@ -108,7 +108,7 @@ fn claim(
     rejoined: bool,
     stop: &AtomicBool,
 ) -> Result<Option<Lease>, String> {
-    let n = cfg.workers as i32;
+    let n = cfg.slots as i32;
     let ttl = cfg.ttl.as_secs_f64();
     let mut try_claim = || -> Result<Option<Lease>, String> {
         let rows = c
@@ -260,7 +260,7 @@ fn walk(
 ) -> Result<End, String> {
     let (slot, token) = (lease.slot, lease.token);
     let su = slot as usize;
-    let n = cfg.workers as i32;
+    let n = cfg.slots as i32;
     let renew_every = cfg.ttl / 3;
     let mut renewed = Instant::now(); // the claim was one
     let mut share_done = false;

@@ -14,7 +14,7 @@ pub fn setup(c: &mut Client, cfg: &Config) -> Result<(), postgres::Error> {
              CREATE INDEX work_items_slot ON work_items ((slot_of(id, {n})), id);
              -- where a slot's share stands: max(item_id) of the slot
              CREATE INDEX processing_log_slot ON processing_log (slot, item_id);",
-        n = cfg.workers
+        n = cfg.slots
     );
     if cfg.leases {
         // Through a pooler, worker_pid is whichever server backend the pooler
@@ -34,9 +34,9 @@ pub fn setup(c: &mut Client, cfg: &Config) -> Result<(), postgres::Error> {
 pub fn slot_totals(c: &mut Client, cfg: &Config) -> Result<Vec<u64>, postgres::Error> {
     let rows = c.query(
         "SELECT slot, items FROM slot_counts('work_items'::regclass, $1) ORDER BY slot",
-        &[&(cfg.workers as i32)],
+        &[&(cfg.slots as i32)],
     )?;
-    let mut t = vec![0u64; cfg.workers];
+    let mut t = vec![0u64; cfg.slots];
     for r in rows {
         let slot: i32 = r.get(0);
         let items: i64 = r.get(1);
@@ -45,6 +45,34 @@ pub fn slot_totals(c: &mut Client, cfg: &Config) -> Result<Vec<u64>, postgres::E
         }
     }
     Ok(t)
+}
+
+/// The slots `slot_status` shows unserved.
+pub fn unserved(c: &mut Client, cfg: &Config) -> Result<Vec<i32>, String> {
+    let rows = c
+        .query(
+            "SELECT slot FROM slot_status($1, $2) WHERE state = 'unserved' ORDER BY slot",
+            &[&NAME, &(cfg.slots as i32)],
+        )
+        .map_err(|e| format!("slot_status: {}", describe(&e)))?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// One line from `slot_status`: how many slots are served, and which are not.
+pub fn print_status(c: &mut Client, cfg: &Config) -> Result<(), String> {
+    let gap = unserved(c, cfg)?;
+    println!(
+        "SELECT state FROM slot_status('{NAME}', {}): {} of {} slots served{}",
+        cfg.slots,
+        cfg.slots - gap.len(),
+        cfg.slots,
+        if gap.is_empty() {
+            String::new()
+        } else {
+            format!(", UNSERVED: {gap:?} (nobody works on their items)")
+        }
+    );
+    Ok(())
 }
 
 pub fn print_holders(c: &mut Client, title: &str) -> Result<(), String> {

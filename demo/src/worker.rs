@@ -136,7 +136,7 @@ fn claim(
     pid: i32,
     stop_standby: Option<&AtomicBool>,
 ) -> Result<Option<i32>, String> {
-    let n = cfg.workers as i32;
+    let n = cfg.slots as i32;
     let Some(stop) = stop_standby else {
         let r = c
             .query_one(
@@ -181,7 +181,7 @@ fn process_batch(
     work: Duration,
     state: &State,
 ) -> Result<Option<i64>, postgres::Error> {
-    let n = cfg.workers as i32;
+    let n = cfg.slots as i32;
     let mut tx = c.transaction()?;
     let ids: Vec<i64> = tx
         .query(

@@ -1,0 +1,279 @@
+// A pg_claim worker in Java (JDBC, pgjdbc) for the example schema
+// (examples/schema.sql): it sends the messages of `outbox`.
+//
+//     javac -cp /usr/share/java/postgresql.jar -d classes examples/java/Worker.java
+//     PGHOST=127.0.0.1 PGDATABASE=app java -cp classes:/usr/share/java/postgresql.jar Worker [--exit-when-empty]
+//
+// The same worker as examples/python/worker.py (its docstring says what it
+// does): claim_slots, my_items, a failure record per failed message, LISTEN on
+// the slots' channels with a fallback poll, reconnect with back-off, exit on
+// SIGTERM or SIGINT (status 143 or 130, the JVM's), or with --exit-when-empty
+// (status 0) once its slots have nothing left. It connects over TCP to
+// PGHOST:PGPORT (pgjdbc does not use Unix sockets), database PGDATABASE, as
+// PGUSER with PGPASSWORD.
+//
+// Parameters are bound as Java strings, longs and ints. pgjdbc sends a String
+// as `varchar`, which PostgreSQL casts to text but not to interval, and a long
+// as `bigint`, which it casts to neither: so every interval parameter is
+// written `?::interval`, and my_items' `after` (text) is written `?::text`,
+// which takes the last key as a long or as a String alike. (Or add
+// `stringtype=unspecified` to the URL: Strings are then typed by the server.)
+
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.sql.Types;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import java.util.TreeSet;
+import org.postgresql.PGConnection;
+
+public class Worker {
+    static final String NAME = "mailer";
+    static final int N = 8, BATCH = 50;
+    static final int MAX_ATTEMPTS = Integer.parseInt(env("MAILER_MAX_ATTEMPTS", "5"));
+    static final String BACKOFF = env("MAILER_BACKOFF", "10 seconds");
+    static final long POLL_MS = (long) (1000 * Double.parseDouble(env("MAILER_POLL_S", "30"))); // the fallback poll
+    static final String WORKER = "java-" + ProcessHandle.current().pid();
+    static boolean exitWhenEmpty;
+    static volatile boolean stopping;
+
+    static String env(String name, String otherwise) {
+        String v = System.getenv(name);
+        return v == null || v.isEmpty() ? otherwise : v;
+    }
+
+    static void say(Object... words) {
+        StringBuilder b = new StringBuilder();
+        for (Object w : words) b.append(b.length() > 0 ? " " : "").append(w);
+        System.out.println(b);
+        System.out.flush();
+    }
+
+    // A lost connection (the server restarted, the network failed, ...), not a failed message.
+    static boolean lost(SQLException e) {
+        String s = e.getSQLState();
+        return s != null && (s.startsWith("08") || s.startsWith("57P0"));
+    }
+
+    // Deliver one message. Here: a row in `deliveries`, in the caller's
+    // transaction; the reserved domain .invalid stands for a bounce.
+    static void send(Connection c, String recipient, String body, long item) throws Exception {
+        if (recipient.endsWith(".invalid")) throw new Exception("550 no such mailbox: " + recipient);
+        try (PreparedStatement st = c.prepareStatement("INSERT INTO deliveries (outbox_id, worker) VALUES (?, ?)")) {
+            st.setLong(1, item);
+            st.setString(2, WORKER);
+            st.executeUpdate();
+        }
+    }
+
+    // docs/workers.md: begin
+    static final String FETCH =
+        "SELECT o.id, o.recipient, o.body, o.sent_at IS NULL AS pending, f.state AS failure"
+        + " FROM my_items(NULL::outbox, ?, ?, after => ?::text, batch => ?) o"
+        + " LEFT JOIN item_failures(?) f ON f.item = o.id::text";
+    static final String CLAIM = "SELECT claim_slots(?, ?, ?, ?::interval)";
+    // seconds until the first retry of a failed item of this session's slots; NULL: none
+    static final String NEXT_RETRY =
+        "SELECT extract(epoch FROM min(retry_at) - clock_timestamp())::float8 FROM item_failures(?)"
+        + " WHERE state <> 'dead' AND slot_of(item::bigint, ?) = ANY (my_slots(?))";
+
+    record Item(long id, String recipient, String body, String failure) {}
+
+    // Send one message and mark it sent in one transaction; record a failure.
+    static void process(Connection c, Item it) throws SQLException {
+        try {
+            c.setAutoCommit(false);
+            try (PreparedStatement st = c.prepareStatement("UPDATE outbox SET sent_at = now() WHERE id = ? AND sent_at IS NULL")) {
+                st.setLong(1, it.id());
+                if (st.executeUpdate() == 0) { // sent meanwhile by another kind of worker (docs/migrating.md)
+                    c.commit();
+                    say("skipped", it.id());
+                    return;
+                }
+            }
+            send(c, it.recipient(), it.body(), it.id());
+            if (it.failure() != null) { // it failed before: forget that
+                try (PreparedStatement st = c.prepareStatement("SELECT clear_failure(?, ?::text)")) {
+                    st.setString(1, NAME);
+                    st.setLong(2, it.id());
+                    st.executeQuery().close();
+                }
+            }
+            c.commit();
+        } catch (Exception e) {
+            if (e instanceof SQLException q && lost(q)) throw q;
+            c.rollback();
+            c.setAutoCommit(true);
+            try (PreparedStatement st = c.prepareStatement("SELECT record_failure(?, ?::text, ?, ?, ?::interval)")) {
+                st.setString(1, NAME);
+                st.setLong(2, it.id());
+                st.setString(3, e.getMessage());
+                st.setInt(4, MAX_ATTEMPTS);
+                st.setString(5, BACKOFF);
+                try (ResultSet r = st.executeQuery()) {
+                    r.next();
+                    say(r.getString(1).equals("retry") ? "failed" : "dead", it.id(), e.getMessage());
+                }
+            }
+        } finally {
+            c.setAutoCommit(true);
+        }
+    }
+
+    // Work until told to stop (true) or the share is empty (false).
+    static boolean serve(Connection c) throws SQLException {
+        List<Integer> slots = new ArrayList<>();
+        Map<Integer, Long> after = new HashMap<>();
+        Set<Integer> busy = new HashSet<>(), quiet = new HashSet<>();
+        try (PreparedStatement claim = c.prepareStatement(CLAIM);
+             PreparedStatement fetch = c.prepareStatement(FETCH);
+             PreparedStatement nextRetry = c.prepareStatement(NEXT_RETRY);
+             Statement plain = c.createStatement()) {
+            while (!stopping) {
+                // between batches: take unserved slots, give one back to a waiting newcomer
+                List<Integer> held = claim(claim);
+                Set<Integer> changed = new TreeSet<>(slots);
+                changed.addAll(held);
+                for (int s : changed) { // LISTEN on the channels of the slots held
+                    if (slots.contains(s) == held.contains(s)) continue;
+                    try (ResultSet r = plain.executeQuery("SELECT slot_channel('" + NAME + "', " + s + ")")) {
+                        r.next();
+                        String channel = "\"" + r.getString(1).replace("\"", "\"\"") + "\"";
+                        plain.execute((held.contains(s) ? "LISTEN " : "UNLISTEN ") + channel);
+                    }
+                    after.remove(s);
+                    busy.remove(s);
+                    quiet.remove(s);
+                }
+                if (!held.equals(slots)) say("slots", String.join(" ", held.stream().map(String::valueOf).toList()));
+                slots = held;
+                for (int s : slots) { // one batch of each slot's share
+                    fetch.setInt(1, s);
+                    fetch.setInt(2, N);
+                    if (after.containsKey(s)) fetch.setLong(3, after.get(s)); else fetch.setNull(3, Types.BIGINT);
+                    fetch.setInt(4, BATCH);
+                    fetch.setString(5, NAME);
+                    List<Item> due = new ArrayList<>();
+                    int rows = 0;
+                    long last = 0;
+                    try (ResultSet r = fetch.executeQuery()) {
+                        while (r.next()) {
+                            rows++;
+                            last = r.getLong(1);
+                            String failure = r.getString(5);
+                            if (r.getBoolean(4) && (failure == null || failure.equals("due")))
+                                due.add(new Item(last, r.getString(2), r.getString(3), failure));
+                        }
+                    }
+                    for (Item it : due) {
+                        if (stopping) return true;
+                        process(c, it);
+                    }
+                    if (!due.isEmpty()) {
+                        busy.add(s);
+                        quiet.remove(s);
+                    }
+                    if (rows < BATCH) { // the share is walked: quiet if nothing was due
+                        after.remove(s);
+                        if (!busy.remove(s)) quiet.add(s);
+                    } else {
+                        after.put(s, last);
+                    }
+                }
+                if (slots.isEmpty() || !quiet.containsAll(slots)) continue;
+                nextRetry.setString(1, NAME);
+                nextRetry.setInt(2, N);
+                nextRetry.setString(3, NAME);
+                Double retryIn;
+                try (ResultSet r = nextRetry.executeQuery()) {
+                    r.next();
+                    retryIn = r.getObject(1) == null ? null : r.getDouble(1);
+                }
+                if (retryIn == null && exitWhenEmpty) return false;
+                say("waiting");
+                long until = System.currentTimeMillis()
+                    + (retryIn == null ? POLL_MS : Math.min(POLL_MS, (long) (Math.max(retryIn, 0) * 1000)));
+                while (System.currentTimeMillis() < until && !stopping) {
+                    if (waitForNotify(c, Math.min(until - System.currentTimeMillis(), 1000))) {
+                        say("woken");
+                        break;
+                    }
+                    // each second: claim again, as another worker may have given a slot up for this one
+                    if (!claim(claim).equals(slots)) break;
+                }
+                quiet.clear(); // woken or not: walk every share again
+            }
+        }
+        return true;
+    }
+
+    static List<Integer> claim(PreparedStatement claim) throws SQLException {
+        claim.setString(1, NAME);
+        claim.setInt(2, N);
+        claim.setInt(3, N);
+        claim.setString(4, "1 second"); // a String: hence ?::interval
+        try (ResultSet r = claim.executeQuery()) {
+            r.next();
+            return Arrays.asList((Integer[]) r.getArray(1).getArray());
+        }
+    }
+    // docs/workers.md: end
+
+    // Until a notification arrives (true), `ms` pass or a signal comes.
+    static boolean waitForNotify(Connection c, long ms) throws SQLException {
+        PGConnection pg = c.unwrap(PGConnection.class);
+        long deadline = System.currentTimeMillis() + ms;
+        while (!stopping) {
+            long left = deadline - System.currentTimeMillis();
+            if (left <= 0) return false;
+            var notes = pg.getNotifications((int) Math.max(1, Math.min(left, 500)));
+            if (notes != null && notes.length > 0) return true;
+        }
+        return false;
+    }
+
+    static Connection connect() throws SQLException {
+        String url = "jdbc:postgresql://" + env("PGHOST", "localhost") + ":" + env("PGPORT", "5432") + "/"
+            + env("PGDATABASE", env("PGUSER", System.getProperty("user.name")));
+        Properties p = new Properties();
+        p.setProperty("user", env("PGUSER", System.getProperty("user.name")));
+        if (System.getenv("PGPASSWORD") != null) p.setProperty("password", System.getenv("PGPASSWORD"));
+        p.setProperty("ApplicationName", NAME);
+        return DriverManager.getConnection(url, p);
+    }
+
+    public static void main(String[] args) throws Exception {
+        exitWhenEmpty = Arrays.asList(args).contains("--exit-when-empty");
+        Thread main = Thread.currentThread();
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> { // SIGTERM, SIGINT: finish the message at hand
+            stopping = true;
+            try { main.join(10_000); } catch (InterruptedException e) { /* exit now */ }
+        }));
+        long pause = 100;
+        while (true) {
+            try (Connection c = connect()) {
+                pause = 100;
+                boolean told = serve(c);
+                say("exit", told ? "told to stop" : "nothing left");
+                return;
+            } catch (SQLException e) {
+                if (!lost(e)) throw e;
+                say("reconnecting", "in " + pause / 1000.0 + " s:", e.getMessage().lines().findFirst().orElse(""));
+                long until = System.currentTimeMillis() + pause;
+                while (!stopping && System.currentTimeMillis() < until) Thread.sleep(20);
+                if (stopping) { say("exit", "told to stop"); return; }
+                pause = Math.min(pause * 2, 5000);
+            }
+        }
+    }
+}

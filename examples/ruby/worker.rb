@@ -1,0 +1,149 @@
+#!/usr/bin/env ruby
+# A pg_claim worker in Ruby (the pg gem) for the example schema
+# (examples/schema.sql): it sends the messages of `outbox`.
+#
+#     PGHOST=... PGDATABASE=app ruby examples/ruby/worker.rb [--exit-when-empty]
+#
+# The same worker as examples/python/worker.py (its docstring says what it
+# does): claim_slots, my_items, a failure record per failed message, LISTEN on
+# the slots' channels with a fallback poll, reconnect with back-off, exit on
+# SIGTERM or SIGINT, or with --exit-when-empty once its slots have nothing left.
+require "pg"
+
+NAME, N, BATCH = "mailer", 8, 50
+MAX_ATTEMPTS = Integer(ENV.fetch("MAILER_MAX_ATTEMPTS", "5"))
+BACKOFF = ENV.fetch("MAILER_BACKOFF", "10 seconds")
+POLL_S = Float(ENV.fetch("MAILER_POLL_S", "30")) # the fallback poll
+EXIT_WHEN_EMPTY = ARGV.include?("--exit-when-empty")
+WORKER = "ruby-#{Process.pid}"
+$stopping = false
+$stdout.sync = true
+
+def say(*words) = puts(words.join(" "))
+
+# Deliver one message. Here: a row in `deliveries`, in the caller's
+# transaction; the reserved domain .invalid stands for a bounce.
+def send_message(conn, recipient, body, item)
+  raise "550 no such mailbox: #{recipient}" if recipient.end_with?(".invalid")
+  conn.exec_params("INSERT INTO deliveries (outbox_id, worker) VALUES ($1, $2)", [item, WORKER])
+end
+
+# docs/workers.md: begin
+FETCH = <<~SQL
+  SELECT o.id, o.recipient, o.body, o.sent_at IS NULL AS pending, f.state AS failure
+  FROM my_items(NULL::outbox, $1, $2, after => $3, batch => $4) o
+  LEFT JOIN item_failures($5) f ON f.item = o.id::text
+SQL
+CLAIM = "SELECT claim_slots($1, $2, $3, '1 second')"
+# seconds until the first retry of a failed item of this session's slots; NULL: none
+NEXT_RETRY = <<~SQL
+  SELECT extract(epoch FROM min(retry_at) - clock_timestamp())::float8 AS s FROM item_failures($1)
+  WHERE state <> 'dead' AND slot_of(item::bigint, $2) = ANY (my_slots($1))
+SQL
+
+# Send one message and mark it sent in one transaction; record a failure.
+def process(conn, item)
+  conn.transaction do
+    if conn.exec_params("UPDATE outbox SET sent_at = now() WHERE id = $1 AND sent_at IS NULL",
+                        [item["id"]]).cmd_tuples.zero?
+      say("skipped", item["id"]) # sent meanwhile by another kind of worker (docs/migrating.md)
+      next
+    end
+    send_message(conn, item["recipient"], item["body"], item["id"])
+    # it failed before: forget that
+    conn.exec_params("SELECT clear_failure($1, $2)", [NAME, item["id"]]) if item["failure"]
+  end
+rescue PG::ConnectionBad, PG::AdminShutdown, PG::UnableToSend
+  raise
+rescue StandardError => e
+  state = conn.exec_params("SELECT record_failure($1, $2, $3, $4, $5)",
+                           [NAME, item["id"], e.message, MAX_ATTEMPTS, BACKOFF]).getvalue(0, 0)
+  say(state == "retry" ? "failed" : "dead", item["id"], e.message)
+end
+
+# Work until told to stop (true) or the share is empty (false).
+def serve(conn)
+  slots, after, busy, quiet = [], {}, {}, {}
+  until $stopping
+    # between batches: take unserved slots, give one back to a waiting newcomer
+    held = conn.exec_params(CLAIM, [NAME, N, N]).getvalue(0, 0)
+    (slots | held).each do |s| # LISTEN on the channels of the slots held
+      next if slots.include?(s) == held.include?(s)
+      channel = conn.exec_params("SELECT slot_channel($1, $2)", [NAME, s]).getvalue(0, 0)
+      conn.exec("#{held.include?(s) ? "LISTEN" : "UNLISTEN"} #{conn.quote_ident(channel)}")
+      after.delete(s)
+      busy.delete(s)
+      quiet[s] = false
+    end
+    say("slots", *held) if held != slots
+    slots = held
+    slots.each do |s| # one batch of each slot's share
+      rows = conn.exec_params(FETCH, [s, N, after[s], BATCH, NAME]).to_a
+      due = rows.select { |r| r["pending"] && [nil, "due"].include?(r["failure"]) }
+      due.each do |item|
+        return true if $stopping
+        process(conn, item)
+      end
+      unless due.empty?
+        busy[s] = true
+        quiet[s] = false
+      end
+      if rows.size < BATCH # the share is walked: quiet if nothing was due
+        after.delete(s)
+        quiet[s] = !busy.delete(s)
+      else
+        after[s] = rows.last["id"]
+      end
+    end
+    next if slots.empty? || !slots.all? { |s| quiet[s] }
+    retry_in = conn.exec_params(NEXT_RETRY, [NAME, N]).getvalue(0, 0)
+    return false if retry_in.nil? && EXIT_WHEN_EMPTY
+    say("waiting")
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + (retry_in.nil? ? POLL_S : [POLL_S, [retry_in, 0].max].min)
+    until $stopping || (left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)) <= 0
+      if wait(conn, [left, 1].min)
+        say("woken")
+        break
+      end
+      # each second: claim again, as another worker may have given a slot up for this one
+      break if conn.exec_params(CLAIM, [NAME, N, N]).getvalue(0, 0) != slots
+    end
+    quiet = {} # woken or not: walk every share again
+  end
+  true
+end
+# docs/workers.md: end
+
+# Until a notification arrives (true), `seconds` pass or a signal comes.
+def wait(conn, seconds)
+  deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + seconds
+  until $stopping
+    left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    return false if left <= 0
+    return true if conn.wait_for_notify([left, 0.5].min)
+  end
+  false
+end
+
+%w[TERM INT].each { |sig| Signal.trap(sig) { $stopping = true } }
+pause = 0.1
+loop do
+  conn = PG.connect(application_name: NAME) # PGHOST, PGDATABASE, ... from the environment
+  # typed results: integers, booleans, arrays and floats instead of strings
+  conn.type_map_for_results = PG::BasicTypeMapForResults.new(conn)
+  pause = 0.1
+  told = serve(conn)
+  conn.close
+  say("exit", told ? "told to stop" : "nothing left")
+  break
+rescue PG::ConnectionBad, PG::AdminShutdown, PG::UnableToSend => e # the server restarted, the network failed, ...
+  conn&.close unless conn&.finished?
+  say("reconnecting", "in #{pause} s:", e.message.lines.first.to_s.strip)
+  deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + pause
+  sleep 0.02 until $stopping || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+  if $stopping
+    say("exit", "told to stop")
+    break
+  end
+  pause = [pause * 2, 5].min
+end

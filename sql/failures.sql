@@ -1,0 +1,157 @@
+-- Failing items (docs/failures.md): each failed attempt of an item recorded
+-- with its error, retries held back with exponential back-off on the
+-- server's clock, and the item set aside ("dead") after max_attempts, so a
+-- share goes on past a poison item. The table is written only through the
+-- SECURITY DEFINER functions below; each is one statement, so they work
+-- inside any transaction and through a transaction-mode pooler.
+
+CREATE TABLE @extschema@.pg_claim_failures (
+    name            text        NOT NULL,
+    item            text        NOT NULL,
+    attempts        integer     NOT NULL,
+    last_error      text        NOT NULL,
+    first_failed_at timestamptz NOT NULL,
+    last_failed_at  timestamptz NOT NULL,
+    -- when the item may be processed again; NULL: dead (set aside)
+    retry_at        timestamptz,
+    PRIMARY KEY (name, item)
+);
+REVOKE ALL ON @extschema@.pg_claim_failures FROM PUBLIC;
+COMMENT ON TABLE @extschema@.pg_claim_failures IS
+    'pg_claim''s failed items: attempts, last error, next retry or set aside; written only through record_failure and clear_failure';
+
+-- The checks every failure function shares.
+CREATE FUNCTION @extschema@.failure_check(name text, item text)
+RETURNS void LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'name must not be null' USING ERRCODE = '22004',
+            HINT = 'The name identifies the worker fleet, e.g. record_failure(''mailer'', id::text, error); a NULL name is usually an unset variable in the client.';
+    END IF;
+    IF item IS NULL THEN
+        RAISE EXCEPTION 'item must not be null' USING ERRCODE = '22004',
+            HINT = 'Pass the failing item''s key as text, e.g. id::text.';
+    END IF;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.failure_check(text, text) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.record_failure(
+    name text, item text, error text,
+    max_attempts integer DEFAULT 5, backoff interval DEFAULT '10 seconds')
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    now_ timestamptz := pg_catalog.clock_timestamp();
+    retry_ timestamptz;
+BEGIN
+    PERFORM @extschema@.failure_check(name, item);
+    IF error IS NULL THEN
+        RAISE EXCEPTION 'error must not be null' USING ERRCODE = '22004',
+            HINT = 'Pass the error text of the failed attempt (an empty string if there is none).';
+    END IF;
+    IF max_attempts IS NULL OR backoff IS NULL THEN
+        RAISE EXCEPTION '% must not be null', CASE WHEN max_attempts IS NULL THEN 'max_attempts' ELSE 'backoff' END
+            USING ERRCODE = '22004',
+            HINT = 'Leave the argument out for its default (5 attempts, 10 seconds), or pass a value.';
+    END IF;
+    IF max_attempts < 1 OR max_attempts > 1000 THEN
+        RAISE EXCEPTION 'max_attempts must be between 1 and 1000, got %', max_attempts
+            USING ERRCODE = '22023',
+            HINT = 'max_attempts counts every attempt, the first included: after that many failures the item is set aside.';
+    END IF;
+    IF backoff < interval '0' OR backoff > interval '1 day' THEN
+        RAISE EXCEPTION 'backoff must be between 0 and 1 day, got %', backoff USING ERRCODE = '22023',
+            HINT = 'The first retry waits backoff, each further one twice as long (at most 1 day), e.g. interval ''10 seconds''.';
+    END IF;
+    -- attempts k (after this failure) waits backoff * 2^(k-1), at most 1 day;
+    -- a dead item (retry_at NULL) stays dead
+    INSERT INTO @extschema@.pg_claim_failures AS f
+        (name, item, attempts, last_error, first_failed_at, last_failed_at, retry_at)
+    VALUES (record_failure.name, record_failure.item, 1, pg_catalog.left(error, 10000), now_, now_,
+            CASE WHEN max_attempts > 1 THEN now_ + LEAST(backoff, interval '1 day') END)
+    ON CONFLICT ON CONSTRAINT pg_claim_failures_pkey DO UPDATE
+        SET attempts = f.attempts + 1, last_error = excluded.last_error, last_failed_at = now_,
+            retry_at = CASE WHEN f.retry_at IS NOT NULL AND f.attempts + 1 < max_attempts
+                            THEN now_ + LEAST(
+                                backoff * pg_catalog.power(2, LEAST(f.attempts, 20))::float8,
+                                interval '1 day') END
+    RETURNING f.retry_at INTO retry_;
+    RETURN CASE WHEN retry_ IS NULL THEN 'dead' ELSE 'retry' END;
+END $$;
+COMMENT ON FUNCTION @extschema@.record_failure(text, text, text, integer, interval) IS
+    'record a failed attempt of item of name with its error: ''retry'' (held back with exponential back-off) or ''dead'' (set aside after max_attempts attempts)';
+
+CREATE FUNCTION @extschema@.failure_due(name text, item text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF name IS NULL OR item IS NULL THEN
+        PERFORM @extschema@.failure_check(name, item);
+    END IF;
+    RETURN NOT EXISTS (
+        SELECT 1 FROM @extschema@.pg_claim_failures f
+        WHERE f.name = failure_due.name AND f.item = failure_due.item
+          AND (f.retry_at IS NULL OR f.retry_at > pg_catalog.clock_timestamp()));
+END $$;
+COMMENT ON FUNCTION @extschema@.failure_due(text, text) IS
+    'whether item of name may be processed now: no failure recorded, or not dead and its back-off over';
+
+CREATE FUNCTION @extschema@.failing_items(name text)
+RETURNS SETOF text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM @extschema@.failure_check(name, '');
+    RETURN QUERY
+    SELECT f.item FROM @extschema@.pg_claim_failures f
+    WHERE f.name = failing_items.name
+      AND (f.retry_at IS NULL OR f.retry_at > pg_catalog.clock_timestamp())
+    ORDER BY f.item;
+END $$;
+COMMENT ON FUNCTION @extschema@.failing_items(text) IS
+    'the items of name to skip now: set aside (dead) or waiting for their retry; use as key::text NOT IN (SELECT failing_items(name))';
+
+CREATE FUNCTION @extschema@.clear_failure(name text, VARIADIC items text[])
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    removed integer;
+BEGIN
+    PERFORM @extschema@.failure_check(name, '');
+    IF items IS NULL OR pg_catalog.array_position(items, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION '%', CASE WHEN items IS NULL THEN 'items must not be null'
+                                  ELSE 'items must not contain null (element '
+                                       || pg_catalog.array_position(items, NULL) || ')' END
+            USING ERRCODE = '22004',
+            HINT = 'Pass the keys of the items as text, e.g. clear_failure(''mailer'', ''42'') or clear_failure(''mailer'', VARIADIC ids::text[]).';
+    END IF;
+    DELETE FROM @extschema@.pg_claim_failures f
+    WHERE f.name = clear_failure.name AND f.item = ANY (items);
+    GET DIAGNOSTICS removed = ROW_COUNT;
+    RETURN removed;
+END $$;
+COMMENT ON FUNCTION @extschema@.clear_failure(text, text[]) IS
+    'forget the failures of the given items of name (after a success, or to retry a dead item): how many records were removed';
+
+CREATE FUNCTION @extschema@.item_failures(name text)
+RETURNS TABLE (item text, state text, attempts integer, last_error text,
+               first_failed_at timestamptz, last_failed_at timestamptz, retry_at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM @extschema@.failure_check(name, '');
+    RETURN QUERY
+    SELECT f.item,
+           CASE WHEN f.retry_at IS NULL THEN 'dead'
+                WHEN f.retry_at > pg_catalog.clock_timestamp() THEN 'retry'
+                ELSE 'due' END,
+           f.attempts, f.last_error, f.first_failed_at, f.last_failed_at, f.retry_at
+    FROM @extschema@.pg_claim_failures f
+    WHERE f.name = item_failures.name
+    ORDER BY f.item;
+END $$;
+COMMENT ON FUNCTION @extschema@.item_failures(text) IS
+    'the failure records of name: item, state (retry, due or dead), attempts, last error, first and last failure, next retry';
