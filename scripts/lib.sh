@@ -200,28 +200,38 @@ pgc_ensure_clients() {
     fi
 }
 
-# Build the release extension and lay out the private installation.
-pgc_build_install() {
-    pgc_log "building pg_claim (release) and assembling a private PostgreSQL $PGC_PG_MAJOR installation"
+# The release build of the extension, laid out by `cargo pgrx package` under
+# $PGC_PKG at the installation's paths.
+pgc_build_package() {
     # a clean package: nothing left from a build of another version
     rm -rf "$PGC_PKG"
     (cd "$PGC_ROOT" && cargo pgrx package --pg-config "$PGC_PG_CONFIG" >/dev/null)
+}
+
+# pgc_copy_installation DEST: a copy of the selected PostgreSQL installation
+# at the same paths under DEST (replaced if it exists): Debian's two
+# directories, or the whole unpacked wheel (its binaries find their
+# libraries in a directory beside pginstall/). Its pg_config and postgres
+# report and use the copy's directories.
+pgc_copy_installation() {
+    local dest="$1" d dirs=("$PGC_PG_LIB" "$PGC_PG_SHARE")
+    [ -z "$PGC_PG_TREE" ] || dirs=("$PGC_PG_TREE")
+    rm -rf "$dest.tmp"
+    for d in "${dirs[@]}"; do
+        mkdir -p "$dest.tmp$(dirname "$d")"
+        cp -a "$d" "$dest.tmp$(dirname "$d")/"
+    done
+    rm -rf "$dest"
+    mv "$dest.tmp" "$dest"
+}
+
+# Build the release extension and lay out the private installation.
+pgc_build_install() {
+    pgc_log "building pg_claim (release) and assembling a private PostgreSQL $PGC_PG_MAJOR installation"
+    pgc_build_package
     mkdir -p "$PGC_WORK"
     chmod 755 "$PGC_WORK"
-    if [ ! -x "$PGC_BIN/postgres" ]; then
-        # the installation at the same paths under $PGC_INST: Debian's two
-        # directories, or the whole unpacked wheel (its binaries find their
-        # libraries in a directory beside pginstall/)
-        local d dirs=("$PGC_PG_LIB" "$PGC_PG_SHARE")
-        [ -z "$PGC_PG_TREE" ] || dirs=("$PGC_PG_TREE")
-        rm -rf "$PGC_INST.tmp"
-        for d in "${dirs[@]}"; do
-            mkdir -p "$PGC_INST.tmp$(dirname "$d")"
-            cp -a "$d" "$PGC_INST.tmp$(dirname "$d")/"
-        done
-        rm -rf "$PGC_INST"
-        mv "$PGC_INST.tmp" "$PGC_INST"
-    fi
+    [ -x "$PGC_BIN/postgres" ] || pgc_copy_installation "$PGC_INST"
     rm -f "$PGC_INST$PGC_PG_SHARE"/extension/pg_claim*
     cp "$PGC_PKG$PGC_PG_SHARE"/extension/pg_claim* "$PGC_INST$PGC_PG_SHARE/extension/"
     # the frozen install scripts of released versions, for upgrade tests
