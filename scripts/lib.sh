@@ -243,6 +243,60 @@ pgc_build_install() {
     chmod -R a+rX "$PGC_INST"
 }
 
+# Citus, for the Citus test layer and benchmark (docs/scale-out.md). No
+# package registry serves it, so pgc_build_citus builds it from its source, a
+# git repository (a URL, or a local clone or bare mirror, given as $1;
+# GitHub's by default), at tag $PGC_CITUS_TAG, outside the checkout, into
+# $(pgc_citus_dir): the installation's paths with Citus's files, to overlay
+# on a private copy of the installation. Citus 13 supports PostgreSQL 15 (of
+# the versions here) only. Once per machine; a few minutes.
+PGC_CITUS_TAG=v13.2.2
+pgc_citus_dir() { printf '%s\n' "$PGC_CACHE/citus-$PGC_CITUS_TAG-pg$PGC_PG_MAJOR"; }
+pgc_build_citus() {
+    local src="${1:-https://github.com/citusdata/citus.git}" dest tmp
+    if [ "$PGC_PG_MAJOR" != 15 ]; then
+        echo "pg_claim: Citus $PGC_CITUS_TAG supports PostgreSQL 15 of the versions here, not $PGC_PG_MAJOR" >&2
+        return 1
+    fi
+    dest="$(pgc_citus_dir)"
+    [ ! -f "$dest$PGC_PG_PKGLIB/citus.so" ] || return 0
+    local pkgs=(git libcurl4-openssl-dev liblz4-dev libzstd-dev libkrb5-dev libssl-dev libselinux1-dev
+        libxslt1-dev libpam0g-dev libreadline-dev zlib1g-dev libicu-dev) missing=() p
+    for p in "${pkgs[@]}"; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    if ((${#missing[@]})); then
+        pgc_log "installing Citus's build dependencies: ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+    mkdir -p "$PGC_CACHE"
+    tmp="$(mktemp -d "$PGC_CACHE/.citus.XXXXXX")"
+    pgc_log "building Citus $PGC_CITUS_TAG for PostgreSQL $PGC_PG_MAJOR from $src (a few minutes, once)"
+    if [ -d "$src" ]; then
+        mkdir "$tmp/src"
+        git --git-dir="$(git -C "$src" rev-parse --absolute-git-dir)" archive "$PGC_CITUS_TAG" | tar -x -C "$tmp/src"
+    else
+        git clone --quiet --depth 1 --branch "$PGC_CITUS_TAG" "$src" "$tmp/src"
+    fi
+    # Debian's PostgreSQL 15.20 declares have_createdb_privilege(), which
+    # Citus 13.2 also defines for 15: Citus's own copy under another name
+    sed -i 's/^have_createdb_privilege(void)$/#define have_createdb_privilege citus_have_createdb_privilege\n&/' \
+        "$tmp/src/src/include/pg_version_compat.h"
+    if ! (cd "$tmp/src" && ./configure --quiet PG_CONFIG="$PGC_PG_CONFIG" >"$tmp/build.log" 2>&1 &&
+        make -s -j"$(nproc)" >>"$tmp/build.log" 2>&1 && make -s install DESTDIR="$tmp/inst" >>"$tmp/build.log" 2>&1); then
+        tail -30 "$tmp/build.log" >&2
+        echo "pg_claim: the Citus build failed (log: $tmp/build.log)" >&2
+        return 1
+    fi
+    chmod -R a+rX "$tmp/inst"
+    rm -rf "$dest"
+    mv "$tmp/inst" "$dest"
+    rm -rf "$tmp"
+    pgc_log "Citus $PGC_CITUS_TAG built into $dest"
+}
+
 # The files of pg_claim in the system PostgreSQL installation, if any.
 pgc_system_files() {
     ls "$PGC_PG_SHARE"/extension/pg_claim* "$PGC_PG_PKGLIB"/pg_claim.so 2>/dev/null || true

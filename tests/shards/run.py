@@ -45,13 +45,19 @@ def check(cond, msg):
         sys.exit(f"shards: {msg}")
 
 
-def poll(fn, timeout, what):
+def poll(fn, timeout, what, fleet=None):
     deadline = time.monotonic() + timeout
     while True:
         v = fn()
         if v:
             return v
-        check(time.monotonic() < deadline, f"timed out waiting for {what}")
+        if time.monotonic() > deadline:
+            state = ""
+            if fleet:
+                state = "; workers: " + ", ".join(
+                    f"{i}: exit {p.poll()}, {[e['event'] for e in fleet.events() if e['proc'] == i][-3:]}"
+                    for i, p in enumerate(fleet.procs))
+            check(False, f"timed out waiting for {what}{state}")
         time.sleep(0.05)
 
 
@@ -121,13 +127,13 @@ def fleet():
             victim_slot = 1  # a foreign partition
             victim = poll(lambda: next((e["proc"] for e in f.events()
                                         if e["event"] == "claimed" and e["slot"] == victim_slot), None),
-                          30, f"a worker to claim slot {victim_slot}")
+                          60, f"a worker to claim slot {victim_slot}", f)
             share = ITEMS // N
             poll(lambda: any(e["event"] == "batch" and e["proc"] == victim and e["total"] >= share // 3
-                             for e in f.events()), 30, "the victim to process a third of its share")
+                             for e in f.events()), 60, "the victim to process a third of its share", f)
             f.procs[victim].send_signal(signal.SIGKILL)
             f.procs[victim].wait()
-            check(f.wait(time.monotonic() + 60), "the fleet did not finish within 60 s")
+            check(f.wait(time.monotonic() + 120), "the fleet did not finish within 120 s")
         finally:
             f.kill()
         failed = [i for i, p in enumerate(f.procs) if i != victim and p.returncode != 0]

@@ -16,8 +16,9 @@ A worker (`python3 shards.py worker`) claims a slot of n on the coordinator
 with claim_slot (a standby waits for one), walks the slot's share with
 `my_items(NULL::items, slot, n, method => 'pg_hash', ...)`, which reads only
 the slot's partition, and marks each batch done through the coordinator in
-one transaction with its processing-log rows. It walks its share once, then
-exits; a standby that gets no slot exits once no item is left to do.
+one transaction with its processing-log rows. It walks its share once,
+holds its slot until every slot's share is walked (table `finished`), and
+exits; a standby exits then too.
 """
 import json
 import os
@@ -84,6 +85,7 @@ def build(coord_port, shard_ports, db, n, items):
         c.execute("INSERT INTO items (id, payload) SELECT g, repeat('x', 100) FROM generate_series(1, %s) g",
                   (items,))
         c.execute(LOG_TABLE)
+        c.execute("CREATE TABLE finished (slot int PRIMARY KEY)")  # the slots whose share is walked
     for port in [coord_port, *shard_ports]:
         with connect(port, db) as c:
             c.execute("VACUUM ANALYZE")
@@ -117,17 +119,19 @@ def worker(port, db, n, batch, item_us, mode="fdw"):
     me = f"w{os.getpid()}"
 
     def emit(event, **kw):
-        print(json.dumps({"event": event, "worker": me, **kw}), flush=True)
+        print(json.dumps({"event": event, "worker": me, "t": time.time(), **kw}), flush=True)
 
     # no named prepared statements: every UPDATE is planned with its array,
     # so the planner prunes it to the partitions of its ids
+    def all_finished():
+        return conn.execute("SELECT count(*) FROM finished").fetchone()[0] >= n
+
     with connect(port, db, prepare_threshold=None) as conn:
         while True:
             (slot,) = conn.execute("SELECT claim_slot(%s, %s, interval '200 ms')", (FLEET, n)).fetchone()
             if slot is not None:
                 break
-            (left,) = conn.execute("SELECT EXISTS (SELECT FROM items WHERE NOT done)").fetchone()
-            if not left:
+            if all_finished():
                 emit("done", slot=None, fetches=0, marks=0, items=0, servers=[])
                 return
         emit("claimed", slot=slot)
@@ -156,6 +160,15 @@ def worker(port, db, n, batch, item_us, mode="fdw"):
             marks += 1
             count += len(todo)
             emit("batch", slot=slot, items=len(todo), total=count)
+        # the share is walked; the slot stays held until every share is, so
+        # that no other worker walks it again while a slot is left unclaimed
+        # (woken by the last one's NOTIFY; a check a second at most)
+        conn.execute("LISTEN shards_finished")
+        conn.execute("INSERT INTO finished VALUES (%s) ON CONFLICT DO NOTHING", (slot,))
+        while not all_finished():
+            for _ in conn.notifies(timeout=1.0, stop_after=1):
+                pass
+        conn.execute("NOTIFY shards_finished")
         # the shard servers this session ever read or wrote through
         servers = []
         if conn.execute("SELECT EXISTS (SELECT FROM pg_extension WHERE extname = 'postgres_fdw')").fetchone()[0]:
@@ -252,10 +265,9 @@ def bench(coord_port, shard_ports, db, items, batch, worker_counts, workdir, mod
         build(coord_port, shard_ports, db, w, items)
         wait_backends_gone(servers, db)
         cpu0 = [server_cpu(p) for p in servers]
-        t0 = time.monotonic()
+        t0 = time.time()
         fleet = Fleet(coord_port, db, w, batch, 0, w, 0, workdir, mode)
         ok = fleet.wait(time.monotonic() + 900)
-        elapsed = time.monotonic() - t0
         if not ok:
             fleet.kill()
             sys.exit(f"shards bench: W = {w} did not finish in 900 s")
@@ -263,6 +275,7 @@ def bench(coord_port, shard_ports, db, items, batch, worker_counts, workdir, mod
             sys.exit(f"shards bench: a worker failed at W = {w}")
         wait_backends_gone(servers, db)
         cpu = [server_cpu(p) - c0 for p, c0 in zip(servers, cpu0)]
+        elapsed = max(e["t"] for e in fleet.events() if e["event"] == "batch") - t0  # to the last batch
         ev = [e for e in fleet.events() if e["event"] == "done"]
         marks = sum(e["marks"] for e in ev)
         statements = sum(e["fetches"] + e["marks"] for e in ev)
