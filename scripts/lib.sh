@@ -297,6 +297,28 @@ pgc_build_citus() {
     pgc_log "Citus $PGC_CITUS_TAG built into $dest"
 }
 
+# pgc_citus_installed: whether Citus is built for the selected version.
+pgc_citus_installed() {
+    [ "$PGC_PG_MAJOR" = 15 ] && [ -f "$(pgc_citus_dir)$PGC_PG_PKGLIB/citus.so" ]
+}
+
+# pgc_citus_start NAME...: overlays the Citus build on the private
+# installation (pgc_build_install first), then starts one cluster per NAME
+# with Citus preloaded and its statement counters on (citus_stat_counters)
+# (pgc_cluster_start); their ports in PGC_CITUS_PORTS.
+pgc_citus_start() {
+    local d name
+    d="$(pgc_citus_dir)"
+    cp -a "$d$PGC_PG_PKGLIB"/. "$PGC_INST$PGC_PG_PKGLIB/"
+    cp -a "$d$PGC_PG_SHARE"/extension/. "$PGC_INST$PGC_PG_SHARE/extension/"
+    chmod -R a+rX "$PGC_INST"
+    PGC_CITUS_PORTS=()
+    for name in "$@"; do
+        pgc_cluster_start "$name" "shared_preload_libraries = 'citus'" "citus.enable_stat_counters = on" 2>/dev/null
+        PGC_CITUS_PORTS+=("$PGPORT")
+    done
+}
+
 # The files of pg_claim in the system PostgreSQL installation, if any.
 pgc_system_files() {
     ls "$PGC_PG_SHARE"/extension/pg_claim* "$PGC_PG_PKGLIB"/pg_claim.so 2>/dev/null || true

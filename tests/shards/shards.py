@@ -91,6 +91,58 @@ def build(coord_port, shard_ports, db, n, items):
             c.execute("VACUUM ANALYZE")
 
 
+def build_citus(coord_port, worker_ports, db, n, items):
+    """(Re)creates `db` on a Citus coordinator and its worker nodes (all on
+    127.0.0.1, Citus preloaded) with the layout of docs/scale-out.md
+    ("Citus"): items distributed by skey in n shards, slot_keys mapping slot
+    s of n to a key of the s-th shard in hash-range order, each row's skey
+    the key of its slot_of(id, n); the processing log and `finished` are
+    local tables of the coordinator."""
+    for port in [coord_port, *worker_ports]:
+        with connect(port, "postgres") as c:
+            c.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+            c.execute(f"CREATE DATABASE {db}")
+        with connect(port, db) as c:
+            c.execute("SET client_min_messages = warning")
+            c.execute("CREATE EXTENSION citus")
+            c.execute("CREATE EXTENSION pg_claim")
+    with connect(coord_port, db) as c:
+        c.execute("SET client_min_messages = warning")
+        c.execute("SELECT citus_set_coordinator_host('127.0.0.1', %s)", (coord_port,))
+        for port in worker_ports:
+            c.execute("SELECT citus_add_node('127.0.0.1', %s)", (port,))
+        # the shard key: the distribution column, a plain column (Citus does
+        # not distribute by a generated one), filled from slot_keys
+        c.execute("CREATE TABLE items (id bigint NOT NULL, skey int NOT NULL, done boolean NOT NULL DEFAULT false,"
+                  " payload text, PRIMARY KEY (skey, id))")
+        c.execute("SELECT create_distributed_table('items', 'skey', shard_count => %s)", (n,))
+        c.execute("""
+            CREATE TABLE slot_keys AS
+            SELECT (row_number() OVER (ORDER BY min(s.shardminvalue::int)) - 1)::int AS slot, min(k) AS key
+            FROM generate_series(0, 10000) k,
+                 LATERAL (SELECT get_shard_id_for_distribution_column('items', k) AS shardid) r
+                 JOIN pg_dist_shard s USING (shardid)
+            GROUP BY s.shardid""")
+        (keys,) = c.execute("SELECT count(*) FROM slot_keys").fetchone()
+        if keys != n:
+            sys.exit(f"citus: found keys for {keys} of the {n} shards")
+        c.execute("""
+            INSERT INTO items (id, skey, payload)
+            SELECT g, k.key, repeat('x', 100) FROM generate_series(1, %s) g JOIN slot_keys k ON k.slot = slot_of(g, %s)""",
+                  (items, n))
+        c.execute(LOG_TABLE)
+        c.execute("CREATE TABLE finished (slot int PRIMARY KEY)")
+        c.execute("VACUUM ANALYZE items")
+
+
+def citus_executions(c):
+    """Citus's counts of single-shard and multi-shard query executions in
+    the current database since the last citus_stat_counters_reset
+    (citus.enable_stat_counters = on)."""
+    return c.execute("SELECT query_execution_single_shard, query_execution_multi_shard FROM citus_stat_counters"
+                     " WHERE name = current_database()").fetchone()
+
+
 # The statements of a worker, also explained by the test.
 FETCH = "SELECT id, done FROM my_items(NULL::items, %s, %s, key => 'id', method => 'pg_hash', after => %s, batch => %s)"
 MARK = "UPDATE items SET done = true WHERE id = ANY(%s::bigint[])"
@@ -108,6 +160,12 @@ SHARD_OF = """
     WHERE ft.ftrelid = %s::regclass"""
 
 
+# citus mode (tests/citus/run.py): items distributed by skey, each slot's
+# rows under the key of one shard (slot_keys), one router query per statement
+FETCH_CITUS = "SELECT id, done FROM items WHERE skey = %s AND id > %s ORDER BY id LIMIT %s"
+MARK_CITUS = "UPDATE items SET done = true WHERE skey = %s AND id = ANY(%s::bigint[])"
+
+
 def worker(port, db, n, batch, item_us, mode="fdw"):
     """One worker process: prints JSON lines (claimed, batch, done) on stdout.
 
@@ -115,7 +173,9 @@ def worker(port, db, n, batch, item_us, mode="fdw"):
     routed to the partition). mode "direct": claim_slot on the coordinator,
     the batches on the server holding the slot's partition, which holds
     exactly the slot's rows (a keyset query on it; the processing log there,
-    in the batch's transaction)."""
+    in the batch's transaction). mode "citus": claim_slot on the Citus
+    coordinator, the slot's shard key from slot_keys, and every statement a
+    router query on that shard (tests/citus/run.py)."""
     me = f"w{os.getpid()}"
 
     def emit(event, **kw):
@@ -137,12 +197,18 @@ def worker(port, db, n, batch, item_us, mode="fdw"):
         emit("claimed", slot=slot)
         work, fetch, mark = conn, FETCH, MARK
         args = lambda after: (slot, n, after, batch)  # noqa: E731
+        mark_args = lambda todo: (todo,)  # noqa: E731
         if mode == "direct":
             row = conn.execute(SHARD_OF, (f"items_p{slot}", f"items_p{slot}")).fetchone()
             if row:  # a foreign partition: its server (same PGHOST)
                 work = connect(int(row[0]), db, prepare_threshold=None)
             fetch, mark = FETCH_DIRECT.format(slot=slot), MARK_DIRECT.format(slot=slot)
             args = lambda after: (int(after or 0), batch)  # noqa: E731
+        elif mode == "citus":
+            (key,) = conn.execute("SELECT key FROM slot_keys WHERE slot = %s", (slot,)).fetchone()
+            fetch, mark = FETCH_CITUS, MARK_CITUS
+            args = lambda after: (key, int(after or 0), batch)  # noqa: E731
+            mark_args = lambda todo: (key, todo)  # noqa: E731
         after, fetches, marks, count = None, 0, 0, 0
         while True:
             rows = work.execute(fetch, args(after)).fetchall()
@@ -155,7 +221,7 @@ def worker(port, db, n, batch, item_us, mode="fdw"):
                 continue
             time.sleep(item_us * len(todo) / 1e6)  # the work on the batch
             with work.transaction():
-                work.execute(mark, (todo,))
+                work.execute(mark, mark_args(todo))
                 work.execute(LOG, (todo, slot, me, fetches))
             marks += 1
             count += len(todo)
