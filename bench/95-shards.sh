@@ -7,17 +7,19 @@
 # shard servers started here from the same installation), with every batch
 # through the coordinator (my_items, the UPDATE routed by it) or, "direct",
 # claim_slot on the coordinator and each batch on the server that holds the
-# slot's partition (a keyset query on it), for W = 4, 8, 16, 32 workers:
-# items/s; the CPU time each server spends per batch (a server's
-# postmaster collects the CPU time of its exited backends: read from /proc
-# before and after the drain), the cost of a batch, which the servers sharing
-# the CPUs of one machine does not change; and the statements that touched
-# more than one shard server, read from each worker's session
-# (postgres_fdw_get_connections: a bound, target 0). Every item is checked to
-# be processed exactly once. On one machine the three servers and the workers
-# share the CPUs (and the other load on it): items/s does not show what
-# separate shard machines would add; the CPU per batch and the shard-touch
-# count do.
+# slot's partition (a keyset query on it); and on Citus where it is built
+# (scripts/build-citus: a coordinator and two worker nodes, the layout of
+# tests/citus/run.py). For W = 4, 8, 16, 32 workers: items/s; the CPU time
+# each server spends per batch (a server's postmaster collects the CPU time
+# of its exited backends: read from /proc before and after the drain), the
+# cost of a batch, which the servers sharing the CPUs of one machine does not
+# change; and the statements that touched more than one shard server, read
+# from each worker's session (postgres_fdw_get_connections: a bound, target
+# 0) or, on Citus, its counts of multi-shard executions
+# (citus_stat_counters). Every item is checked to be processed exactly once.
+# On one machine the servers and the workers share the CPUs (and the other
+# load on it): items/s does not show what separate shard machines would add;
+# the CPU per batch and the shard-touch count do.
 #
 # Options (environment):
 #   BENCH_SHARDS_ITEMS    items per drain  (default 40000)
@@ -51,4 +53,12 @@ drain "${ports[*]}" direct
 for p in "$coord" "${ports[@]}"; do
     psql -X -q -p "$p" -d postgres -c "DROP DATABASE IF EXISTS pg_claim_bench_shards WITH (FORCE)"
 done
-echo "citus: skipped, Citus is not installed (docs/scale-out.md)"
+if pgc_citus_installed; then
+    # a Citus coordinator and two worker nodes (claims on the coordinator)
+    pgc_citus_start bench-citus-coordinator bench-citus-worker-1 bench-citus-worker-2
+    export PGPORT="$coord"
+    python3 tests/shards/shards.py bench "${PGC_CITUS_PORTS[0]}" "${PGC_CITUS_PORTS[*]:1}" pg_claim_bench_shards \
+        "$ITEMS" "$BATCH" "$WORKERS" "$BENCH_TMP" citus
+else
+    echo "citus: skipped, Citus is not installed for PostgreSQL $major (scripts/build-citus builds it for 15)"
+fi

@@ -309,8 +309,9 @@ pgc_citus_installed() {
 pgc_citus_start() {
     local d name
     d="$(pgc_citus_dir)"
-    cp -a "$d$PGC_PG_PKGLIB"/. "$PGC_INST$PGC_PG_PKGLIB/"
-    cp -a "$d$PGC_PG_SHARE"/extension/. "$PGC_INST$PGC_PG_SHARE/extension/"
+    # new files, not rewritten ones: a running server keeps the library it mapped
+    cp -a --remove-destination "$d$PGC_PG_PKGLIB"/. "$PGC_INST$PGC_PG_PKGLIB/"
+    cp -a --remove-destination "$d$PGC_PG_SHARE"/extension/. "$PGC_INST$PGC_PG_SHARE/extension/"
     chmod -R a+rX "$PGC_INST"
     PGC_CITUS_PORTS=()
     for name in "$@"; do

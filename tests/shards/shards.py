@@ -299,11 +299,14 @@ def server_cpu(port):
 
 
 def wait_backends_gone(ports, db, timeout=30):
-    """Waits until no session is connected to `db` on any of `ports`."""
+    """Waits until no client session is connected to `db` on any of `ports`
+    (Citus's maintenance daemon and its connections stay)."""
     deadline = time.monotonic() + timeout
     for port in ports:
         with connect(port, "postgres") as c:
-            while c.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (db,)).fetchone()[0]:
+            while c.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+                            " AND backend_type = 'client backend'"
+                            " AND application_name NOT LIKE 'citus\\_internal gpid=99999999%%'", (db,)).fetchone()[0]:
                 if time.monotonic() > deadline:
                     sys.exit(f"shards bench: sessions of {db} still connected to port {port}")
                 time.sleep(0.05)
@@ -319,8 +322,11 @@ def bench(coord_port, shard_ports, db, items, batch, worker_counts, workdir, mod
     touched another server only if the session connected to a server other
     than its slot's; the statements of such a session are counted (a bound),
     and 0 means none. In mode "direct" a worker's batches run on one server
-    by construction."""
-    if not shard_ports:
+    by construction; in mode "citus" (the ports: a Citus coordinator and its
+    worker nodes) Citus counts single- and multi-shard executions."""
+    if mode == "citus":
+        layout = f"Citus coordinator + {len(shard_ports)} nodes"
+    elif not shard_ports:
         layout = "one server"
     elif mode == "fdw":
         layout = f"coordinator + {len(shard_ports)} shards, fdw"
@@ -328,8 +334,11 @@ def bench(coord_port, shard_ports, db, items, batch, worker_counts, workdir, mod
         layout = f"coordinator + {len(shard_ports)} shards, direct"
     servers = [coord_port, *shard_ports]
     for w in worker_counts:
-        build(coord_port, shard_ports, db, w, items)
+        (build_citus if mode == "citus" else build)(coord_port, shard_ports, db, w, items)
         wait_backends_gone(servers, db)
+        if mode == "citus":
+            with connect(coord_port, db) as c:
+                c.execute("SELECT citus_stat_counters_reset(0)")
         cpu0 = [server_cpu(p) for p in servers]
         t0 = time.time()
         fleet = Fleet(coord_port, db, w, batch, 0, w, 0, workdir, mode)
@@ -346,12 +355,18 @@ def bench(coord_port, shard_ports, db, items, batch, worker_counts, workdir, mod
         marks = sum(e["marks"] for e in ev)
         statements = sum(e["fetches"] + e["marks"] for e in ev)
         logged = []
-        for port in servers:  # in mode direct, each server logs its partitions' items
+        # in mode direct, each server logs its partitions' items; Citus's
+        # worker nodes have no log (it is a local table of the coordinator)
+        for port in [coord_port] if mode == "citus" else servers:
             with connect(port, db) as c:
                 logged += [r[0] for r in c.execute("SELECT item FROM processing_log")]
         if len(logged) != items or len(set(logged)) != items or sum(e["items"] for e in ev) != items:
             sys.exit(f"shards bench: W = {w}: {len(set(logged))} of {items} items logged, in {len(logged)} rows")
-        if mode == "direct":
+        if mode == "citus":
+            with connect(coord_port, db) as c:
+                single, multi = citus_executions(c)
+            touched = f"{multi} of {single + multi} (citus_stat_counters)"
+        elif mode == "direct":
             touched = "0 (by construction)"
         elif shard_ports:
             multi = sum(e["fetches"] + e["marks"] for e in ev
@@ -359,7 +374,8 @@ def bench(coord_port, shard_ports, db, items, batch, worker_counts, workdir, mod
             touched = f"{multi} of {statements}"
         else:
             touched = "- (one server)"
-        names = ["coordinator", "shard 0", "shard 1"] if shard_ports else ["server"]
+        names = ["coordinator", "node 1", "node 2"] if mode == "citus" else \
+            ["coordinator", "shard 0", "shard 1"] if shard_ports else ["server"]
         per_batch = ", ".join(f"{name} {c / marks * 1000:.2f}" for name, c in zip(names, cpu))
         print(f"{layout:30s} W={w:2d} {items / elapsed:6.0f} items/s; server CPU ms per batch: {per_batch};"
               f" statements on more than one shard: {touched}", flush=True)
@@ -371,7 +387,7 @@ if __name__ == "__main__":
         port, db, n, batch, item_us, mode = sys.argv[2:8]
         worker(int(port), db, int(n), int(batch), float(item_us), mode)
     elif cmd == "bench":
-        # bench COORD_PORT "SHARD_PORTS" DB ITEMS BATCH "W1 W2 ..." WORKDIR fdw|direct
+        # bench COORD_PORT "SHARD_PORTS" DB ITEMS BATCH "W1 W2 ..." WORKDIR fdw|direct|citus
         coord, shard_ports, db, items, batch, ws, workdir, mode = sys.argv[2:10]
         bench(int(coord), [int(p) for p in shard_ports.split()], db, int(items), int(batch),
               [int(x) for x in ws.split()], workdir, mode)
