@@ -125,9 +125,9 @@ def fleet():
         f = shards.Fleet(COORD, DB, N, BATCH, ITEM_US, 4, 2, work)
         try:
             victim_slot = 1  # a foreign partition
-            victim = poll(lambda: next((e["proc"] for e in f.events()
-                                        if e["event"] == "claimed" and e["slot"] == victim_slot), None),
-                          60, f"a worker to claim slot {victim_slot}", f)
+            (victim,) = poll(lambda: next(((e["proc"],) for e in f.events()  # a tuple: proc 0 is falsy
+                                           if e["event"] == "claimed" and e["slot"] == victim_slot), None),
+                             60, f"a worker to claim slot {victim_slot}", f)
             share = ITEMS // N
             poll(lambda: any(e["event"] == "batch" and e["proc"] == victim and e["total"] >= share // 3
                              for e in f.events()), 60, "the victim to process a third of its share", f)
