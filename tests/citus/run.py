@@ -11,8 +11,9 @@ with shared_preload_libraries = 'citus', as scripts/test starts them. Checks:
    shard holds the rows of exactly one slot, and every row is under its
    slot_of(id, 4);
 2. every slot's batch and the batch's UPDATE are router queries: EXPLAIN shows
-   one task on one node, the node holding that slot's shard; slot_counts on
-   the distributed table gives each slot's count;
+   one task on one node, the node holding that slot's shard; my_items on the
+   distributed table gives the same batch; slot_counts gives each slot's
+   count;
 3. claim_slot runs on the coordinator: a fleet of 4 workers and 2 standbys
    (tests/shards/shards.py, mode citus) drains the table while one worker is
    killed with SIGKILL a third into its share; a standby takes its slot
@@ -87,6 +88,11 @@ def router(c):
             WHERE p.shardid = get_shard_id_for_distribution_column('items', %s)""", (key,)).fetchone()
         ids = [r[0] for r in c.execute(shards.FETCH_CITUS, (key, 0, BATCH)).fetchall()]
         check(len(ids) == BATCH, f"slot {slot}: a batch of {len(ids)} rows")
+        # my_items on the distributed table (a custom plan per batch, which
+        # Citus can plan: a multi-shard query) gives the same batch
+        got = [r[0] for r in c.execute("SELECT id FROM my_items(NULL::items, %s, %s, key => 'id', batch => %s)",
+                                       (slot, N, BATCH)).fetchall()]
+        check(got == ids, f"slot {slot}: my_items gives {got[:5]}..., the router query {ids[:5]}...")
         for what, sql, params in (("batch", shards.FETCH_CITUS, (key, 500, BATCH)),
                                   ("UPDATE", shards.MARK_CITUS, (key, ids))):
             plan = explain(c, sql, params)
@@ -142,7 +148,7 @@ def main():
         with shards.connect(port, "postgres") as c:
             c.execute(f"DROP DATABASE {DB} WITH (FORCE)")
     print(f"citus (coordinator + {len(WORKERS)} worker nodes, n = {N}): each slot's share is one whole shard, every"
-          f" batch and UPDATE one task on its shard's node; slot_counts agrees; {ITEMS} items processed exactly once"
+          f" batch and UPDATE one task on its shard's node; my_items and slot_counts agree; {ITEMS} items processed exactly once"
           f" after SIGKILL of a worker and a standby's takeover, in {single} single-shard and 0 multi-shard queries")
 
 
