@@ -216,28 +216,38 @@ pgc_ensure_clients() {
     fi
 }
 
-# Build the release extension and lay out the private installation.
-pgc_build_install() {
-    pgc_log "building pg_claim (release) and assembling a private PostgreSQL $PGC_PG_MAJOR installation"
+# The release build of the extension, laid out by `cargo pgrx package` under
+# $PGC_PKG at the installation's paths.
+pgc_build_package() {
     # a clean package: nothing left from a build of another version
     rm -rf "$PGC_PKG"
     (cd "$PGC_ROOT" && cargo pgrx package --pg-config "$PGC_PG_CONFIG" >/dev/null)
+}
+
+# pgc_copy_installation DEST: a copy of the selected PostgreSQL installation
+# at the same paths under DEST (replaced if it exists): Debian's two
+# directories, or the whole unpacked wheel (its binaries find their
+# libraries in a directory beside pginstall/). Its pg_config and postgres
+# report and use the copy's directories.
+pgc_copy_installation() {
+    local dest="$1" d dirs=("$PGC_PG_LIB" "$PGC_PG_SHARE")
+    [ -z "$PGC_PG_TREE" ] || dirs=("$PGC_PG_TREE")
+    rm -rf "$dest.tmp"
+    for d in "${dirs[@]}"; do
+        mkdir -p "$dest.tmp$(dirname "$d")"
+        cp -a "$d" "$dest.tmp$(dirname "$d")/"
+    done
+    rm -rf "$dest"
+    mv "$dest.tmp" "$dest"
+}
+
+# Build the release extension and lay out the private installation.
+pgc_build_install() {
+    pgc_log "building pg_claim (release) and assembling a private PostgreSQL $PGC_PG_MAJOR installation"
+    pgc_build_package
     mkdir -p "$PGC_WORK"
     chmod 755 "$PGC_WORK"
-    if [ ! -x "$PGC_BIN/postgres" ]; then
-        # the installation at the same paths under $PGC_INST: Debian's two
-        # directories, or the whole unpacked wheel (its binaries find their
-        # libraries in a directory beside pginstall/)
-        local d dirs=("$PGC_PG_LIB" "$PGC_PG_SHARE")
-        [ -z "$PGC_PG_TREE" ] || dirs=("$PGC_PG_TREE")
-        rm -rf "$PGC_INST.tmp"
-        for d in "${dirs[@]}"; do
-            mkdir -p "$PGC_INST.tmp$(dirname "$d")"
-            cp -a "$d" "$PGC_INST.tmp$(dirname "$d")/"
-        done
-        rm -rf "$PGC_INST"
-        mv "$PGC_INST.tmp" "$PGC_INST"
-    fi
+    [ -x "$PGC_BIN/postgres" ] || pgc_copy_installation "$PGC_INST"
     rm -f "$PGC_INST$PGC_PG_SHARE"/extension/pg_claim*
     cp "$PGC_PKG$PGC_PG_SHARE"/extension/pg_claim* "$PGC_INST$PGC_PG_SHARE/extension/"
     # the frozen install scripts of released versions, for upgrade tests
@@ -247,6 +257,38 @@ pgc_build_install() {
     cp "$PGC_PKG$PGC_PG_PKGLIB"/pg_claim.so "$PGC_INST$PGC_PG_PKGLIB/pg_claim.so.new"
     mv "$PGC_INST$PGC_PG_PKGLIB/pg_claim.so.new" "$PGC_INST$PGC_PG_PKGLIB/pg_claim.so"
     chmod -R a+rX "$PGC_INST"
+}
+
+# Citus, for the Citus test layer and benchmark (docs/scale-out.md). No
+# package registry serves it and the project does not contain or build it:
+# the layer and the benchmark run where Citus 13 (the release line for
+# PostgreSQL 15) is installed into $(pgc_citus_dir) the way its own
+# `make install DESTDIR=...` lays it out (the installation's paths with
+# Citus's files), which they overlay on a private copy of the installation.
+# PGC_CITUS_DIR chooses another directory.
+pgc_citus_dir() { printf '%s\n' "${PGC_CITUS_DIR:-$PGC_CACHE/citus-pg$PGC_PG_MAJOR}"; }
+
+# pgc_citus_installed: whether Citus is installed for the selected version.
+pgc_citus_installed() {
+    [ "$PGC_PG_MAJOR" = 15 ] && [ -f "$(pgc_citus_dir)$PGC_PG_PKGLIB/citus.so" ]
+}
+
+# pgc_citus_start NAME...: overlays the Citus build on the private
+# installation (pgc_build_install first), then starts one cluster per NAME
+# with Citus preloaded and its statement counters on (citus_stat_counters)
+# (pgc_cluster_start); their ports in PGC_CITUS_PORTS.
+pgc_citus_start() {
+    local d name
+    d="$(pgc_citus_dir)"
+    # new files, not rewritten ones: a running server keeps the library it mapped
+    cp -a --remove-destination "$d$PGC_PG_PKGLIB"/. "$PGC_INST$PGC_PG_PKGLIB/"
+    cp -a --remove-destination "$d$PGC_PG_SHARE"/extension/. "$PGC_INST$PGC_PG_SHARE/extension/"
+    chmod -R a+rX "$PGC_INST"
+    PGC_CITUS_PORTS=()
+    for name in "$@"; do
+        pgc_cluster_start "$name" "shared_preload_libraries = 'citus'" "citus.enable_stat_counters = on" 2>/dev/null
+        PGC_CITUS_PORTS+=("$PGPORT")
+    done
 }
 
 # The files of pg_claim in the system PostgreSQL installation, if any.

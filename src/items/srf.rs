@@ -34,10 +34,29 @@ thread_local! {
     static PLANS: RefCell<HashMap<String, usize>> = RefCell::new(HashMap::new());
 }
 
+/// How the share query is planned: always the generic plan (the query's
+/// shape is fixed, n is a literal in the slot expression, so the expression
+/// index matches, and a generic plan costs no planning per batch), except in
+/// a database with Citus: Citus cannot plan a distributed query whose
+/// parameters have no values, so there each batch gets a custom plan, with
+/// the argument values.
+unsafe fn plan_options() -> i32 {
+    // SAFETY: a catalog lookup inside a transaction
+    let citus = unsafe { pg_sys::get_extension_oid(c"citus".as_ptr(), true) } != pg_sys::InvalidOid;
+    if citus {
+        pg_sys::CURSOR_OPT_CUSTOM_PLAN as i32
+    } else {
+        pg_sys::CURSOR_OPT_GENERIC_PLAN as i32
+    }
+}
+
 /// The kept plan for `sql` (parameters int4, int4, text, int4), prepared
-/// once per session. Call only while connected to SPI.
+/// once per session and planning option. Call only while connected to SPI.
 unsafe fn plan_for(sql: &str) -> pg_sys::SPIPlanPtr {
-    if let Some(p) = PLANS.with(|p| p.borrow().get(sql).copied()) {
+    // SAFETY: connected to SPI, inside a transaction
+    let options = unsafe { plan_options() };
+    let key = format!("{options} {sql}");
+    if let Some(p) = PLANS.with(|p| p.borrow().get(&key).copied()) {
         return p as pg_sys::SPIPlanPtr;
     }
     let text = CString::new(sql).expect("query text has no NUL");
@@ -49,14 +68,11 @@ unsafe fn plan_for(sql: &str) -> pg_sys::SPIPlanPtr {
     ];
     // SAFETY: connected to SPI; the argument array outlives the call
     unsafe {
-        // Always the generic plan: the query's shape is fixed, n is a literal
-        // in the slot expression (so the expression index matches), and a
-        // generic plan costs no planning per batch.
         let plan = pg_sys::SPI_prepare_cursor(
             text.as_ptr(),
             types.len() as i32,
             types.as_mut_ptr(),
-            pg_sys::CURSOR_OPT_GENERIC_PLAN as i32,
+            options,
         );
         if plan.is_null() {
             crate::backend::error::internal("prepare the share query", sql);
@@ -69,7 +85,7 @@ unsafe fn plan_for(sql: &str) -> pg_sys::SPIPlanPtr {
                     pg_sys::SPI_freeplan(old as pg_sys::SPIPlanPtr);
                 }
             }
-            p.insert(sql.to_string(), plan as usize);
+            p.insert(key, plan as usize);
         });
         plan
     }

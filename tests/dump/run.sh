@@ -8,6 +8,15 @@
 # results from the same queries as in the original database.
 #
 # Runs against PGHOST/PGPORT with the client programs in $PGC_BIN (or PATH).
+#
+# Across versions: with PGC_DUMP_FROM_PORT and PGC_DUMP_FROM_BIN (the older
+# version's client programs), the original database is on that server (same
+# PGHOST), an older major version, dumped with its own pg_dump and restored
+# with the newer pg_restore and psql of $PGC_BIN into PGPORT's server. Not the
+# newer pg_dump, the usual advice: PostgreSQL 15.20 stores a `pg_attver`
+# attribute option on every column, which its own pg_dump leaves out, but
+# which 18.6's pg_dump copies into the dump as `ALTER COLUMN ... SET
+# (pg_attver=...)`, and 18.6 rejects that (unrecognized parameter "pg_attver").
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 bin="${PGC_BIN:+$PGC_BIN/}"
@@ -15,16 +24,20 @@ q() { "${bin}psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
 value() { "${bin}psql" -X -At -v ON_ERROR_STOP=1 "$@"; }
 export PGOPTIONS="-c search_path=public,claim -c client_min_messages=warning"
 src=pg_claim_dump_src
+from_port="${PGC_DUMP_FROM_PORT:-$PGPORT}"
+from_bin="${PGC_DUMP_FROM_BIN:+$PGC_DUMP_FROM_BIN/}"
+[ -n "${PGC_DUMP_FROM_PORT:-}" ] || from_bin="$bin"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-fresh_db() { q -d postgres -c "DROP DATABASE IF EXISTS $1" -c "CREATE DATABASE $1"; }
-fresh_db $src
-q -d $src -c "CREATE SCHEMA claim" -c "CREATE EXTENSION pg_claim SCHEMA claim"
-q -d $src -f ../fixtures/objects.sql
-q -d $src -v phase=before -f ../fixtures/results.sql
-"${bin}pg_dump" -Fc -d $src -f "$work/db.dump"
-"${bin}pg_dump" -Fp -d $src -f "$work/db.sql"
+fresh_db() { q -p "${2:-$PGPORT}" -d postgres -c "DROP DATABASE IF EXISTS $1" -c "CREATE DATABASE $1"; }
+fresh_db $src "$from_port"
+q -p "$from_port" -d $src -c "CREATE SCHEMA claim" -c "CREATE EXTENSION pg_claim SCHEMA claim"
+q -p "$from_port" -d $src -f ../fixtures/objects.sql
+q -p "$from_port" -d $src -v phase=before -f ../fixtures/results.sql
+from_version=$(value -p "$from_port" -d $src -c "SHOW server_version")
+"${from_bin}pg_dump" -p "$from_port" -Fc -d $src -f "$work/db.dump"
+"${from_bin}pg_dump" -p "$from_port" -Fp -d $src -f "$work/db.sql"
 
 # check DB FORMAT: the restored database gives the original's results, and
 # the planner uses the slot index for a share
@@ -54,7 +67,9 @@ q -1 -d pg_claim_dump_plain -f "$work/db.sql" >/dev/null
 check pg_claim_dump_plain plain
 
 checked=$(value -d pg_claim_dump_plain -c "SELECT count(*) FROM up_results WHERE phase = 'after'")
-for db in $src pg_claim_dump_custom pg_claim_dump_plain; do
+to_version=$(value -d pg_claim_dump_plain -c "SHOW server_version")
+q -p "$from_port" -d postgres -c "DROP DATABASE $src WITH (FORCE)"
+for db in pg_claim_dump_custom pg_claim_dump_plain; do
     q -d postgres -c "DROP DATABASE $db WITH (FORCE)"
 done
-echo "dump and restore (custom and plain formats, extension in schema claim): no error, $checked results unchanged, indexes valid and used"
+echo "dump from PostgreSQL $from_version, restore into $to_version (custom and plain formats, extension in schema claim): no error, $checked results unchanged, indexes valid and used"
