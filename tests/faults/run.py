@@ -38,7 +38,6 @@ failed check. Every wait polls with a deadline; no timing is asserted.
 """
 import argparse
 import collections
-import json
 import os
 import random
 import signal
@@ -52,6 +51,8 @@ import traceback
 import psycopg
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "pylib"))
+from fleet_driver import Failure, WorkerProcess, check, poll  # noqa: E402
 DB = "pg_claim_faults"
 N = 4
 SESSION_WORKERS = 6  # 4 holders + 2 standbys
@@ -72,32 +73,11 @@ PGC_BIN = os.environ.get("PGC_BIN", "")
 DATA0 = os.environ.get("FAULTS_DATA", "")
 
 
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-
-
 T_START = time.monotonic()
 
 
 def log(msg):
     print(f"[{time.monotonic() - T_START:5.1f}] {msg}", flush=True)
-
-
-def poll(fn, timeout, what, interval=0.05):
-    """fn() until it returns something true; Failure after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        r = fn()
-        if r:
-            return r
-        if time.monotonic() > deadline:
-            raise Failure(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
 
 
 def as_postgres(*cmd, check_rc=True):
@@ -227,7 +207,7 @@ class Net:
 
     def start_proxy(self, target_file):
         self.proxy = subprocess.Popen(
-            ["ip", "netns", "exec", self.ns, sys.executable, os.path.join(HERE, "proxy.py"),
+            ["setpriv", "--pdeathsig", "KILL", "--", "ip", "netns", "exec", self.ns, sys.executable, os.path.join(HERE, "proxy.py"),
              self.ns_addr, str(self.proxy_port), target_file],
             stdout=subprocess.PIPE, stderr=open(os.path.join(self.workdir, "proxy.err"), "w"), text=True)
         check(self.proxy.stdout.readline().strip() == "listening", "the proxy did not start")
@@ -258,42 +238,18 @@ NET = None
 # --------------------------------------------------------------------------
 # The fleet
 
-class Worker:
+class Worker(WorkerProcess):
     def __init__(self, mode, workdir, dsn_file, lifetime, holder=None, item_ms=ITEM_MS):
         self.mode = mode
-        self.events = []
-        self.err_path = os.path.join(workdir, f"{mode}-{len(os.listdir(workdir))}.err")
         env = dict(os.environ, FAULT_DSN_FILE=dsn_file, FAULT_MODE=mode, FAULT_N=str(N),
                    FAULT_NAME=f"fleet_{mode}", FAULT_TABLE=f"items_{mode}", FAULT_TTL_S=str(TTL_S),
                    FAULT_RENEW_S=str(RENEW_S), FAULT_BATCH=str(BATCH), FAULT_ITEM_MS=str(item_ms),
                    FAULT_LIFETIME_S=str(lifetime), FAULT_HOLDER=holder or "")
         for k in ("PGHOST", "PGPORT", "PGSERVICE"):
             env.pop(k, None)
-        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "worker.py")], env=env,
-                                     stdout=subprocess.PIPE, stderr=open(self.err_path, "w"), text=True)
-        self.pid = self.proc.pid
+        super().__init__([sys.executable, os.path.join(HERE, "worker.py")], env,
+                         os.path.join(workdir, f"{mode}-{len(os.listdir(workdir))}.err"))
         self.holder = holder or f"{mode}-{self.pid}"
-        self.lock = threading.Lock()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            try:
-                e = json.loads(line)
-            except ValueError:
-                e = {"event": "garbage", "line": line}
-            with self.lock:
-                self.events.append(e)
-
-    def last(self, kinds, since=0):
-        with self.lock:
-            for e in reversed(self.events[since:]):
-                if e["event"] in kinds:
-                    return e
-        return None
-
-    def wait_event(self, kinds, since, timeout, what=None):
-        return poll(lambda: self.last(kinds, since), timeout, what or f"{self} to report {kinds}")
 
     def claim(self):
         """(slot, token, backend pid) of its current claim, or None."""
@@ -629,7 +585,10 @@ def fault_sigstop(fleet, rng=None, mode=None, where=None):
          f"a standby to take {mode} slot {slot} over from a worker frozen {state}")
     moved = fleet.moved_since(t0, {(tbl, slot)})
     os.kill(w.pid, signal.SIGCONT)
-    e = w.wait_event(("lost", "disconnected"), since, 30)
+    try:
+        e = w.wait_event(("lost", "disconnected"), since, 30)
+    except Failure as f:
+        raise Failure(f"{f}; its last events: {w.events[-4:]}") from None
     check(e["event"] == "disconnected" or e["token"] == token, f"{w}: {e}")
     why = e.get("why") or "its session was ended (idle_in_transaction_session_timeout)"
     return f"{mode}, frozen {state}: slot {slot} taken over {moved:.2f} s after SIGSTOP; resumed: {why}", moved
@@ -714,6 +673,8 @@ def fault_partition(fleet, ws, out):
             time.sleep(0.5)
         else:
             raise Failure("could not cut the session workers while idle")
+    log(f"  partition at t = 0: proxy silent and link down (session slots {sd_slot} with the defaults,"
+        f" {sr_slot} with the recommended settings, both idle; lease slot {ld_slot} in the middle of a batch)")
     def lease_taken():
         with fleet.cluster.connect() as c:
             r = c.execute("SELECT holder, token FROM lease_holders('fleet_lease') WHERE slot = %s"
@@ -741,7 +702,7 @@ def fault_partition(fleet, ws, out):
         " (the kernel's keepalive default: 2 hours idle)")
     th = time.time()
     NET.heal()
-    ld.wait_event(("lost",), ld_since, 60, "the partitioned lease worker to find its lease lost")
+    ld.wait_event("lost", ld_since, 60)
     e = ld.last(("rejected", "wrote"), ld_since)
     check(e and e["event"] == "rejected" and e["token"] == ld_token,
           f"the partitioned lease worker's late write was not rejected: {e}, {ld.events[ld_since:]}")
@@ -892,6 +853,27 @@ def cancels_and_timeouts(cluster):
                            + ", ".join(f"{k[0]} holding {k[1]}: {v}" for k, v in sorted(outcomes.items()))
                            + "; always exactly what my_partitions reports")
         victim.execute("RESET pg_claim.max_locks_per_session")
+
+    # without idle_in_transaction_session_timeout: a lease holder idle (or frozen)
+    # inside its fenced transaction keeps its expired lease from changing hands
+    with cluster.connect() as h, cluster.connect() as standby:
+        (_, token) = h.execute("SELECT slot, token FROM claim_lease('iz', 1, 'h', '500 ms')").fetchone()
+        h.execute("BEGIN")
+        h.execute("SELECT fence('iz', 0, %s)", (token,))
+        t0 = time.monotonic()
+        while time.monotonic() < t0 + 3:
+            expired, got = standby.execute(
+                "SELECT (SELECT expired FROM lease_holders('iz')),"
+                " (SELECT token FROM claim_lease('iz', 1, 's', '500 ms'))").fetchone()
+            check(got is None, f"a standby took the lease of a holder inside its fenced transaction: {got}")
+            time.sleep(0.1)
+        check(expired, "the lease did not expire")
+        h.execute("COMMIT")
+        got = standby.execute("SELECT token FROM claim_lease('iz', 1, 's', '500 ms')").fetchone()
+        check(got and got[0] > token, f"the standby's claim after the commit: {got}")
+        results.append("without idle_in_transaction_session_timeout: a lease holder idle inside its fenced"
+                       " transaction kept its expired lease (ttl 0.5 s) from every standby for 3 s, until it"
+                       " committed; then the standby took it with a greater token")
 
     # idle_in_transaction_session_timeout on a holder, in each mode
     with cluster.connect() as obs:
@@ -1081,8 +1063,11 @@ def run_soak(workdir, minutes, seed):
     try:
         fleet.start()
         fleet.wait_full()
+        order = []
         while time.monotonic() < end:
-            kind = rng.choice(sorted(SOAK_FAULTS))
+            if not order:  # every kind once per round, in a random order
+                order = rng.sample(sorted(SOAK_FAULTS), len(SOAK_FAULTS))
+            kind = order.pop()
             _, moved = SOAK_FAULTS[kind](fleet, rng)
             kinds[kind] += 1
             if moved > slowest[0]:

@@ -50,6 +50,10 @@ class Lost(Exception):
     """The claim is gone (lease lost, fence raised PC001): claim again."""
 
 
+class ConnectionLost(Exception):
+    """The connection broke, and the claim with it: reconnect and claim again."""
+
+
 def claim(conn):
     """(slot, token) of a new claim; None while a standby."""
     if MODE == "session":
@@ -103,30 +107,42 @@ def work(conn, slot, token):
         after = str(rows[-1][0])
 
 
+def session(conn):
+    """Claim and work on one connection until it breaks."""
+    emit("connected", port=conn.info.port, pid=conn.info.backend_pid)
+    while True:
+        got = claim(conn)
+        if got is None:
+            continue
+        emit("claimed", slot=got[0], token=got[1], pid=conn.info.backend_pid)
+        try:
+            work(conn, *got)
+        except Lost as e:
+            emit("lost", slot=got[0], token=got[1], why=str(e))
+            if MODE == "session":
+                conn.execute("SELECT release_slot(%s)", (NAME,))
+
+
 def main():
     backoff = BACKOFF_MIN_S
     while True:
         try:
             dsn = open(DSN_FILE, encoding="utf-8").read()  # rewritten by the driver after a failover
             with psycopg.connect(dsn, autocommit=True, application_name=HOLDER) as conn:
-                emit("connected", port=conn.info.port, pid=conn.info.backend_pid)
                 backoff = BACKOFF_MIN_S
-                while True:
-                    got = claim(conn)
-                    if got is None:
-                        continue
-                    emit("claimed", slot=got[0], token=got[1], pid=conn.info.backend_pid)
-                    try:
-                        work(conn, *got)
-                    except Lost as e:
-                        emit("lost", slot=got[0], token=got[1], why=str(e))
-                        if MODE == "session":
-                            conn.execute("SELECT release_slot(%s)", (NAME,))
-        except (psycopg.OperationalError, psycopg.InterfaceError) as e:
-            # server gone, backend killed, statement cancelled, partition:
-            # the claim is lost with the connection; reconnect and claim again
-            emit("disconnected", error=f"{type(e).__name__}: {str(e).strip()[:200]}")
-            time.sleep(backoff * (1 + random.random()))
+                try:
+                    session(conn)
+                except psycopg.Error as e:
+                    # server gone, backend killed, statement cancelled, session
+                    # ended by idle_in_transaction_session_timeout (25P03),
+                    # partition: the claim is lost with the connection. Any
+                    # other error on a live connection is a bug: fatal.
+                    if not (isinstance(e, (psycopg.OperationalError, psycopg.InterfaceError)) or conn.broken):
+                        raise
+                    raise ConnectionLost(f"{type(e).__name__}: {str(e).strip()[:200]}") from e
+        except (psycopg.OperationalError, ConnectionLost) as e:  # a failed connect, or the above
+            emit("disconnected", error=str(e).strip()[:200])
+            time.sleep(backoff * (1 + random.random()))  # reconnect and claim again
             backoff = min(backoff * 2, BACKOFF_MAX_S)
 
 
