@@ -529,7 +529,8 @@ def fault_failover(fleet, rng=None):
 
 def freeze(fleet, rng, mode, where):
     """SIGSTOP a holder of `mode` whose backend then is `where` ('idle', 'idle in
-    transaction', None: either). (worker, slot, token, backend pid, state, t0)."""
+    transaction' after its fence, None: either). (worker, slot, token, backend
+    pid, state, t0)."""
     with fleet.cluster.connect() as c:
         for _ in range(400):
             slot, w = rng.choice(sorted(fleet.holders(mode).items()))
@@ -538,10 +539,12 @@ def freeze(fleet, rng, mode, where):
             os.kill(w.pid, signal.SIGSTOP)
 
             def settled():
-                r = c.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
-                return ("gone",) if r is None else (r if r[0] != "active" else None)
-            (state,) = poll(settled, 10, f"the frozen {mode} worker's backend to settle", interval=0.005)
-            if state in ("idle", "idle in transaction") and where in (None, state):
+                r = c.execute("SELECT state, query FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+                return ("gone", "") if r is None else (r if r[0] != "active" else None)
+            state, query = poll(settled, 10, f"the frozen {mode} worker's backend to settle", interval=0.005)
+            # inside the transaction: after its fence (not right after BEGIN)
+            fenced = state == "idle in transaction" and not query.lstrip().upper().startswith("BEGIN")
+            if (state == "idle" or fenced) and where in (None, state):
                 return w, slot, token, pid, state, t0
             os.kill(w.pid, signal.SIGCONT)
             time.sleep(rng.uniform(0, 0.03))
