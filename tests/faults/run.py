@@ -279,9 +279,13 @@ class Fleet:
         self.threads = [threading.Thread(target=self._produce, daemon=True),
                         threading.Thread(target=self._monitor, daemon=True)]
 
-    def start(self, session=SESSION_WORKERS, lease=LEASE_WORKERS):
+    def start_monitors(self):
+        """The producer and the holder history."""
         for t in self.threads:
             t.start()
+
+    def start(self, session=SESSION_WORKERS, lease=LEASE_WORKERS):
+        self.start_monitors()
         modes = ["session"] * session + ["lease"] * lease
         for m in sorted(modes, key=lambda m: random.random()):
             self.add(m)
@@ -340,9 +344,6 @@ class Fleet:
                     last[key] = (holder, token)
                     self.history[key].append((now, holder, token))
         self._loop(body, 0.05)
-
-    def max_token(self):
-        return max((h[-1][2] for h in self.history.values() if h), default=0)
 
     def holders(self, mode):
         """{slot: worker} of the live claims the workers report."""
@@ -993,8 +994,7 @@ def run_suite(workdir):
     fleet = Fleet(cluster, workdir, lifetime=400)
     results = {}
     try:
-        fleet.threads[0].start()
-        fleet.threads[1].start()
+        fleet.start_monitors()
         ws = start_partition_workers(fleet)
         for i in range(SESSION_WORKERS - 2):
             fleet.add("session")
@@ -1003,8 +1003,6 @@ def run_suite(workdir):
         fleet.wait_full()
         log(f"fleet: {len(fleet.workers)} workers (session and lease mode, n = {N} each, ttl {TTL_S:g} s,"
             f" renew every {RENEW_S:g} s), {PRODUCE_PER_S} new items per table and second")
-        with cluster.connect() as c:
-            c.execute("SELECT 1")
         rng = random.Random(1)
         log("silent partition between three workers and the server (a proxy in its own network namespace):")
         fault_partition(fleet, ws, results)
