@@ -108,7 +108,7 @@ pgc_ensure_deps() {
     # Debian's PostgreSQL 15 whatever the version selected: its client
     # programs (psql) serve every version
     local pkgs=(postgresql-15 postgresql-server-dev-15 libclang-dev clang sudo
-        postgresql-15-pgq3 pgbouncer)
+        postgresql-15-pgq3 pgbouncer iproute2)
     local missing=()
     for p in "${pkgs[@]}"; do
         dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -336,6 +336,18 @@ pgc_cluster_start() {
         { cat "$PGC_WORK/pg/server-$name.log" >&2; return 1; }
     export PGHOST="$PGC_SOCKDIR" PGPORT="$port" PGUSER=postgres
     pgc_log "cluster '$name' running on port $port (data $data)"
+}
+
+# pgc_faults_cluster_start NAME: the cluster of the fault tests (tests/faults):
+# listening on every address (the partition fault reaches it from a network
+# namespace; tests/faults/run.py admits only that subnet in pg_hba.conf),
+# commits flushed before they return (a crash must not lose a committed
+# claim), and a small lock table (the lock-table fault fills it). Exports
+# FAULTS_DATA (its data directory) and PGC_BIN for tests/faults/run.py.
+pgc_faults_cluster_start() {
+    pgc_cluster_start "$1" "listen_addresses = '*'" "synchronous_commit = on" \
+        "max_locks_per_transaction = 64"
+    export FAULTS_DATA="$PGC_WORK/pg/data-$1" PGC_BIN
 }
 
 pgc_cluster_stop_dir() {

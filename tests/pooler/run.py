@@ -25,7 +25,6 @@ Every wait polls with a deadline; the whole run is bounded by an alarm, and
 no worker outlives it (they also exit by themselves when the driver is gone).
 Exits non-zero on any failed check.
 """
-import json
 import os
 import re
 import shutil
@@ -41,6 +40,8 @@ import psycopg
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "pylib"))
+from fleet_driver import Failure, WorkerProcess, check, log, poll  # noqa: E402
 DB = "pg_claim_pooler"
 NAME = "fleet"
 ITEMS = 3000
@@ -57,19 +58,6 @@ if "PGC_POOLER_PORT" not in os.environ:
 POOLER_PORT = int(os.environ["PGC_POOLER_PORT"])
 POOL = int(os.environ.get("PGC_POOLER_POOL", "4"))
 DIRECT_APP = "pg_claim pooler test (direct)"
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-
-
-def log(msg):
-    print(msg, flush=True)
 
 
 def direct(dbname=DB):
@@ -105,18 +93,6 @@ def check_pooler():
     if any(r["database"] == DB for r in admin("SHOW SERVERS")):
         admin(f"KILL {DB}")
         admin(f"RESUME {DB}")
-
-
-def poll(fn, timeout, what, interval=0.05):
-    """fn() until it returns something true; Failure after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        r = fn()
-        if r:
-            return r
-        if time.monotonic() > deadline:
-            raise Failure(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
 
 
 # --------------------------------------------------------------------------
@@ -249,59 +225,13 @@ def claim_slot_through_pooler():
 # --------------------------------------------------------------------------
 # 2. the fleets
 
-class Worker:
-    cond = threading.Condition()
-
+class Worker(WorkerProcess):
     def __init__(self, lang, workdir, env):
-        # setpriv: the kernel kills the worker if the driver dies, even a stopped one
-        cmd = ["setpriv", "--pdeathsig", "KILL", "--"] + (
-            [sys.executable, os.path.join(HERE, "fleet.py")] if lang == "python"
-            else ["node", os.path.join(HERE, "fleet.js")])
+        cmd = ([sys.executable, os.path.join(HERE, "fleet.py")] if lang == "python"
+               else ["node", os.path.join(HERE, "fleet.js")])
         self.lang = lang
-        self.err_path = os.path.join(workdir, f"{lang}-{len(os.listdir(workdir))}.err")
-        with open(self.err_path, "w") as err:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=err, env=env, text=True)
-        self.pid = self.proc.pid
+        super().__init__(cmd, env, os.path.join(workdir, f"{lang}-{len(os.listdir(workdir))}.err"))
         self.holder = f"{'py' if lang == 'python' else 'js'}-{self.pid}"
-        self.events = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                ev = {"event": "garbage", "line": line}
-            ev["seen"] = time.time()
-            with Worker.cond:
-                self.events.append(ev)
-                Worker.cond.notify_all()
-
-    def count(self, kind, since=0):
-        with Worker.cond:
-            return sum(1 for e in self.events[since:] if e["event"] == kind)
-
-    def wait_event(self, kind, since, timeout):
-        """The first event of `kind` (a string, or a tuple of them) from event `since` on."""
-        kinds = (kind,) if isinstance(kind, str) else kind
-        deadline = time.monotonic() + timeout
-        with Worker.cond:
-            while True:
-                for e in self.events[since:]:
-                    if e["event"] in kinds:
-                        return e
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise Failure(f"timed out after {timeout:g} s waiting for {self} to report '{kind}'")
-                Worker.cond.wait(min(left, 0.1))
-
-    def state(self):
-        try:
-            with open(f"/proc/{self.pid}/stat") as f:
-                return f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return None
 
     def __str__(self):
         return self.holder

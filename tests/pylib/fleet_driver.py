@@ -1,0 +1,94 @@
+"""What the drivers of worker fleets share (tests/pooler/run.py,
+tests/faults/run.py): failures and checks, polling with a deadline, and
+worker processes that report events as JSON lines on stdout."""
+import json
+import subprocess
+import threading
+import time
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def poll(fn, timeout, what, interval=0.05):
+    """fn() until it returns something true; Failure after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = fn()
+        if r:
+            return r
+        if time.monotonic() > deadline:
+            raise Failure(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+class WorkerProcess:
+    """A worker process whose stdout is one JSON object per event ({"event":
+    kind, ...}), read into `events` by a thread. The kernel kills it when the
+    driver dies (setpriv --pdeathsig), even while it is stopped."""
+    cond = threading.Condition()
+
+    def __init__(self, cmd, env, err_path):
+        self.err_path = err_path
+        with open(err_path, "w") as err:
+            self.proc = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "--"] + cmd,
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=err, env=env, text=True)
+        self.pid = self.proc.pid
+        self.events = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                ev = {"event": "garbage", "line": line}
+            ev["seen"] = time.time()
+            with WorkerProcess.cond:
+                self.events.append(ev)
+                WorkerProcess.cond.notify_all()
+
+    def count(self, kind, since=0):
+        with WorkerProcess.cond:
+            return sum(1 for e in self.events[since:] if e["event"] == kind)
+
+    def last(self, kinds, since=0):
+        """The latest event of one of `kinds` from event `since` on, or None."""
+        with WorkerProcess.cond:
+            for e in reversed(self.events[since:]):
+                if e["event"] in kinds:
+                    return e
+        return None
+
+    def wait_event(self, kind, since, timeout):
+        """The first event of `kind` (a string, or a tuple of them) from event `since` on."""
+        kinds = (kind,) if isinstance(kind, str) else kind
+        deadline = time.monotonic() + timeout
+        with WorkerProcess.cond:
+            while True:
+                for e in self.events[since:]:
+                    if e["event"] in kinds:
+                        return e
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Failure(f"timed out after {timeout:g} s waiting for {self} to report '{kind}'")
+                WorkerProcess.cond.wait(min(left, 0.1))
+
+    def state(self):
+        """The process state letter of /proc (T: stopped), or None when it is gone."""
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return None
