@@ -10,123 +10,6 @@
 -- lease_check now refuses it with 22023 and a hint, and my_token checks its
 -- name the same way. (The bodies are those of sql/leases.sql.)
 CREATE OR REPLACE FUNCTION @extschema@.lease_check(name text, slot integer, token bigint, ttl interval)
-
--- ---------------------------------------------------------------------------
--- Fleets smaller than n, failing items, wake-up (docs/claiming.md "Fleet size",
--- docs/failures.md, docs/wake.md): claim_slots, my_slots, slot_status,
--- the failure table and its functions, slot_channel and notify_slot.
-
-CREATE FUNCTION @extschema@."claim_slots"(
-	"name" TEXT,
-	"n" INT,
-	"max" INT
-) RETURNS INT[]
-VOLATILE PARALLEL UNSAFE
-LANGUAGE c
-AS 'MODULE_PATHNAME', 'claim_slots_wrapper';
-
-CREATE FUNCTION @extschema@."claim_slots"(
-	"name" TEXT,
-	"n" INT,
-	"max" INT,
-	"wait" interval
-) RETURNS INT[]
-VOLATILE PARALLEL UNSAFE
-LANGUAGE c
-AS 'MODULE_PATHNAME', 'claim_slots_wait_wrapper';
-
-CREATE FUNCTION @extschema@."my_slots"(
-	"name" TEXT
-) RETURNS INT[]
-STRICT STABLE PARALLEL RESTRICTED
-LANGUAGE c
-AS 'MODULE_PATHNAME', 'my_slots_wrapper';
-
--- slot_status (docs/claiming.md): every slot of a name, served or not, in
--- every mode. Session claims come from the lock table (as slot_holders), leases
--- and my_token's records from lease_holders (SECURITY DEFINER); the function
--- itself runs with the caller's rights, so pg_stat_activity's privacy rules
--- apply to the holders' backend_start.
-CREATE FUNCTION @extschema@.slot_status(name text, n integer)
-RETURNS TABLE (slot integer, state text, holder text, token bigint, since timestamptz)
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF name IS NULL THEN
-        RAISE EXCEPTION 'name must not be null' USING ERRCODE = '22004',
-            HINT = 'The name identifies the worker fleet, e.g. slot_status(''mailer'', 8).';
-    END IF;
-    IF n IS NULL THEN
-        RAISE EXCEPTION 'n must not be null' USING ERRCODE = '22004',
-            HINT = 'Pass the n the workers of the name use, e.g. slot_status(''mailer'', 8).';
-    END IF;
-    IF n < 1 OR n > 1048576 THEN
-        RAISE EXCEPTION 'n must be between 1 and 1048576, got %', n USING ERRCODE = '22023',
-            HINT = 'Pass the n the workers of the name use, e.g. slot_status(''mailer'', 8).';
-    END IF;
-    RETURN QUERY
-    WITH sessions AS (
-        SELECT DISTINCT l.objid::bigint::integer AS slot, l.pid
-        FROM pg_catalog.pg_locks l
-        WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted
-          AND l.mode = 'ExclusiveLock'
-          AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
-                            WHERE d.datname = pg_catalog.current_database())
-          AND l.classid = @extschema@.crc32(slot_status.name)::oid
-          AND l.objid::bigint < slot_status.n
-    ),
-    records AS (
-        SELECT h.slot, h.holder, h.token, h.acquired_at, h.expires_at, h.expired
-        FROM @extschema@.lease_holders(slot_status.name) h
-        WHERE h.slot < slot_status.n
-    ),
-    held AS (
-        SELECT s.slot, 'session'::text AS state, 'pid ' || s.pid AS holder,
-               r.token, coalesce(r.acquired_at, a.backend_start) AS since
-        FROM sessions s
-        LEFT JOIN LATERAL pg_catalog.pg_stat_get_activity(s.pid) a ON true
-        LEFT JOIN records r ON r.slot = s.slot AND r.expires_at IS NULL
-             AND r.holder = 'session ' || s.pid || ' ' || extract(epoch FROM a.backend_start)
-        UNION ALL
-        SELECT r.slot, 'lease', r.holder, r.token, r.acquired_at
-        FROM records r
-        WHERE r.expires_at IS NOT NULL AND NOT r.expired
-    )
-    SELECT h.slot, h.state, h.holder, h.token, h.since FROM held h
-    UNION ALL
-    SELECT g, 'unserved', r.holder, r.token, r.expires_at
-    FROM pg_catalog.generate_series(0, slot_status.n - 1) g
-    LEFT JOIN records r ON r.slot = g AND r.expires_at IS NOT NULL AND r.expired
-    WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.slot = g)
-    ORDER BY 1, 2;
-END $$;
-COMMENT ON FUNCTION @extschema@.slot_status(text, integer) IS
-    'every slot 0 .. n-1 of name: held by a session, leased, or unserved (with the last lease''s expiry when known)';
-
--- Failing items (docs/failures.md): each failed attempt of an item recorded
--- with its error, retries held back with exponential back-off on the
--- server's clock, and the item set aside ("dead") after max_attempts, so a
--- share goes on past a poison item. The table is written only through the
--- SECURITY DEFINER functions below; each is one statement, so they work
--- inside any transaction and through a transaction-mode pooler.
-
-CREATE TABLE @extschema@.pg_claim_failures (
-    name            text        NOT NULL,
-    item            text        NOT NULL,
-    attempts        integer     NOT NULL,
-    last_error      text        NOT NULL,
-    first_failed_at timestamptz NOT NULL,
-    last_failed_at  timestamptz NOT NULL,
-    -- when the item may be processed again; NULL: dead (set aside)
-    retry_at        timestamptz,
-    PRIMARY KEY (name, item)
-);
-REVOKE ALL ON @extschema@.pg_claim_failures FROM PUBLIC;
-COMMENT ON TABLE @extschema@.pg_claim_failures IS
-    'pg_claim''s failed items: attempts, last error, next retry or set aside; written only through record_failure and clear_failure';
-
--- The checks every failure function shares.
-CREATE FUNCTION @extschema@.failure_check(name text, item text)
 RETURNS void LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF name IS NULL THEN
@@ -290,6 +173,126 @@ $body$;
 COMMENT ON FUNCTION @extschema@.slot_skew(regclass, integer, text, text, text) IS
     'how even a split is: smallest, largest and mean slot, and largest / mean';
 
+-- ---------------------------------------------------------------------------
+-- Fleets smaller than n, failing items, wake-up (docs/claiming.md "Fleet size",
+-- docs/failures.md, docs/wake.md): claim_slots, my_slots, slot_status,
+-- the failure table and its functions, slot_channel and notify_slot.
+
+CREATE FUNCTION @extschema@."claim_slots"(
+	"name" TEXT,
+	"n" INT,
+	"max" INT
+) RETURNS INT[]
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'claim_slots_wrapper';
+
+CREATE FUNCTION @extschema@."claim_slots"(
+	"name" TEXT,
+	"n" INT,
+	"max" INT,
+	"wait" interval
+) RETURNS INT[]
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'claim_slots_wait_wrapper';
+
+CREATE FUNCTION @extschema@."my_slots"(
+	"name" TEXT
+) RETURNS INT[]
+STRICT STABLE PARALLEL RESTRICTED
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'my_slots_wrapper';
+
+-- slot_status (docs/claiming.md): every slot of a name, served or not, in
+-- every mode. Session claims come from the lock table (as slot_holders), leases
+-- and my_token's records from lease_holders (SECURITY DEFINER); the function
+-- itself runs with the caller's rights, so pg_stat_activity's privacy rules
+-- apply to the holders' backend_start.
+CREATE FUNCTION @extschema@.slot_status(name text, n integer)
+RETURNS TABLE (slot integer, state text, holder text, token bigint, since timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'name must not be null' USING ERRCODE = '22004',
+            HINT = 'The name identifies the worker fleet, e.g. slot_status(''mailer'', 8).';
+    END IF;
+    IF n IS NULL THEN
+        RAISE EXCEPTION 'n must not be null' USING ERRCODE = '22004',
+            HINT = 'Pass the n the workers of the name use, e.g. slot_status(''mailer'', 8).';
+    END IF;
+    IF n < 1 OR n > 1048576 THEN
+        RAISE EXCEPTION 'n must be between 1 and 1048576, got %', n USING ERRCODE = '22023',
+            HINT = 'Pass the n the workers of the name use, e.g. slot_status(''mailer'', 8).';
+    END IF;
+    RETURN QUERY
+    WITH sessions AS (
+        SELECT DISTINCT l.objid::bigint::integer AS slot, l.pid
+        FROM pg_catalog.pg_locks l
+        WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted
+          AND l.mode = 'ExclusiveLock'
+          AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                            WHERE d.datname = pg_catalog.current_database())
+          AND l.classid = @extschema@.crc32(slot_status.name)::oid
+          AND l.objid::bigint < slot_status.n
+    ),
+    records AS (
+        SELECT h.slot, h.holder, h.token, h.acquired_at, h.expires_at, h.expired
+        FROM @extschema@.lease_holders(slot_status.name) h
+        WHERE h.slot < slot_status.n
+    ),
+    held AS (
+        SELECT s.slot, 'session'::text AS state, 'pid ' || s.pid AS holder,
+               r.token, coalesce(r.acquired_at, a.backend_start) AS since
+        FROM sessions s
+        LEFT JOIN LATERAL pg_catalog.pg_stat_get_activity(s.pid) a ON true
+        LEFT JOIN records r ON r.slot = s.slot AND r.expires_at IS NULL
+             AND r.holder = 'session ' || s.pid || ' ' || extract(epoch FROM a.backend_start)
+        UNION ALL
+        SELECT r.slot, 'lease', r.holder, r.token, r.acquired_at
+        FROM records r
+        WHERE r.expires_at IS NOT NULL AND NOT r.expired
+    )
+    SELECT h.slot, h.state, h.holder, h.token, h.since FROM held h
+    UNION ALL
+    SELECT g, 'unserved', r.holder, r.token, r.expires_at
+    FROM pg_catalog.generate_series(0, slot_status.n - 1) g
+    LEFT JOIN records r ON r.slot = g AND r.expires_at IS NOT NULL AND r.expired
+    WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.slot = g)
+    ORDER BY 1, 2;
+END $$;
+COMMENT ON FUNCTION @extschema@.slot_status(text, integer) IS
+    'every slot 0 .. n-1 of name: held by a session, leased, or unserved (with the last lease''s expiry when known)';
+
+-- Failing items (docs/failures.md): each failed attempt of an item recorded
+-- with its error, retries held back with exponential back-off on the
+-- server's clock, and the item set aside ("dead") after max_attempts, so a
+-- share goes on past a poison item. The table is written only through the
+-- SECURITY DEFINER functions below; each is one statement, so they work
+-- inside any transaction and through a transaction-mode pooler.
+
+CREATE TABLE @extschema@.pg_claim_failures (
+    name            text        NOT NULL,
+    item            text        NOT NULL,
+    attempts        integer     NOT NULL,
+    last_error      text        NOT NULL,
+    first_failed_at timestamptz NOT NULL,
+    last_failed_at  timestamptz NOT NULL,
+    -- when the item may be processed again; NULL: dead (set aside)
+    retry_at        timestamptz,
+    PRIMARY KEY (name, item)
+);
+REVOKE ALL ON @extschema@.pg_claim_failures FROM PUBLIC;
+COMMENT ON TABLE @extschema@.pg_claim_failures IS
+    'pg_claim''s failed items: attempts, last error, next retry or set aside; written only through record_failure and clear_failure';
+
+-- The checks every failure function shares.
+CREATE FUNCTION @extschema@.failure_check(name text, item text)
+RETURNS void LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'name must not be null' USING ERRCODE = '22004',
             HINT = 'The name identifies the worker fleet, e.g. record_failure(''mailer'', id::text, error); a NULL name is usually an unset variable in the client.';
     END IF;
     IF item IS NULL THEN
@@ -496,3 +499,4 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION @extschema@.notify_slot() IS
     'row trigger notify_slot(name, n, column [, mapping]): NOTIFY slot_channel(name, mapping(NEW.column, n)) for each new row';
+
