@@ -299,6 +299,20 @@ BEGIN
         RAISE EXCEPTION 'item must not be null' USING ERRCODE = '22004',
             HINT = 'Pass the failing item''s key as text, e.g. id::text.';
     END IF;
+    -- both are the key of pg_claim_failures' primary key, whose entries must
+    -- fit in a third of a page
+    IF pg_catalog.octet_length(name) > 1024 THEN
+        RAISE EXCEPTION 'name must be at most 1024 bytes, got % bytes (starting "%")',
+            pg_catalog.octet_length(name), pg_catalog.left(name, 20)
+            USING ERRCODE = '22023',
+            HINT = 'The name identifies the worker fleet: use a short name such as ''mailer''.';
+    END IF;
+    IF pg_catalog.octet_length(item) > 1024 THEN
+        RAISE EXCEPTION 'item must be at most 1024 bytes, got % bytes (starting "%")',
+            pg_catalog.octet_length(item), pg_catalog.left(item, 20)
+            USING ERRCODE = '22023',
+            HINT = 'Pass the item''s key as text, e.g. id::text; record a longer key by a digest of it, e.g. md5(key).';
+    END IF;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.failure_check(text, text) FROM PUBLIC;
 

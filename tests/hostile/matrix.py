@@ -300,6 +300,8 @@ VALID_BY_NAME = {
     ("bounds", "anyarray"): "'{10,20}'::integer[]",
     ("method", "text"): "'auto'::text",
     ("after", "text"): "NULL::text",
+    ("route", "text"): "NULL::text",
+    ("pending", "text"): "NULL::text",
     ("batch", "integer"): "10",
     ("columns", "text[]"): "NULL::text[]",
     ("token", "bigint"): "1",

@@ -48,6 +48,8 @@ SELECT count(*) AS left_over FROM item_failures('fl');
 SELECT pc_try($$SELECT record_failure(NULL, '1', 'e')$$) AS null_name;
 SELECT pc_try($$SELECT record_failure('fl', NULL, 'e')$$) AS null_item;
 SELECT pc_try($$SELECT record_failure('fl', '1', NULL)$$) AS null_error;
+SELECT pc_try($$SELECT record_failure(repeat('n', 1025), '1', 'e')$$) AS long_name;
+SELECT pc_try($$SELECT record_failure('fl', repeat('7', 70000), 'e')$$) AS long_item;
 SELECT pc_try($$SELECT record_failure('fl', '1', 'e', NULL)$$) AS null_max;
 SELECT pc_try($$SELECT record_failure('fl', '1', 'e', 3, NULL)$$) AS null_backoff;
 SELECT pc_try($$SELECT record_failure('fl', '1', 'e', 0)$$) AS zero_max;
