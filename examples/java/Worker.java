@@ -79,7 +79,7 @@ public class Worker {
     // docs/workers.md: begin
     static final String FETCH =
         "SELECT o.id, o.recipient, o.body, o.sent_at IS NULL AS pending, f.state AS failure"
-        + " FROM my_items(NULL::outbox, ?, ?, after => ?::text, batch => ?) o"
+        + " FROM my_items(NULL::outbox, ?, ?, after => ?::text, pending => 'sent_at', batch => ?) o"
         + " LEFT JOIN item_failures(?) f ON f.item = o.id::text";
     static final String CLAIM = "SELECT claim_slots(?, ?, ?, ?::interval)";
     // seconds until the first retry of a failed item of this session's slots; NULL: none

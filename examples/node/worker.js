@@ -34,7 +34,7 @@ async function send(client, recipient, body, item) {
 // docs/workers.md: begin
 const FETCH = `
   SELECT o.id, o.recipient, o.body, o.sent_at IS NULL AS pending, f.state AS failure
-  FROM my_items(NULL::outbox, $1, $2, after => $3, batch => $4) o
+  FROM my_items(NULL::outbox, $1, $2, after => $3, pending => 'sent_at', batch => $4) o
   LEFT JOIN item_failures($5) f ON f.item = o.id::text`;
 const CLAIM = "SELECT claim_slots($1, $2, $3, '1 second') AS s";
 // seconds until the first retry of a failed item of this session's slots; NULL: none

@@ -49,7 +49,7 @@ def send(conn, recipient, body, item):
 # docs/workers.md: begin
 FETCH = """
     SELECT o.id, o.recipient, o.body, o.sent_at IS NULL AS pending, f.state AS failure
-    FROM my_items(NULL::outbox, %s, %s, after => %s, batch => %s) o
+    FROM my_items(NULL::outbox, %s, %s, after => %s, pending => 'sent_at', batch => %s) o
     LEFT JOIN item_failures(%s) f ON f.item = o.id::text"""
 CLAIM = "SELECT claim_slots(%s, %s, %s, '1 second')"
 # seconds until the first retry of a failed item of this session's slots; NULL: none

@@ -31,7 +31,7 @@ end
 # docs/workers.md: begin
 FETCH = <<~SQL
   SELECT o.id, o.recipient, o.body, o.sent_at IS NULL AS pending, f.state AS failure
-  FROM my_items(NULL::outbox, $1, $2, after => $3, batch => $4) o
+  FROM my_items(NULL::outbox, $1, $2, after => $3, pending => 'sent_at', batch => $4) o
   LEFT JOIN item_failures($5) f ON f.item = o.id::text
 SQL
 CLAIM = "SELECT claim_slots($1, $2, $3, '1 second')"
