@@ -43,6 +43,10 @@ import time
 
 import psycopg
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pylib"))
+import fleet_driver  # noqa: E402
+from fleet_driver import Failure, check, log  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 EXAMPLES = os.path.join(ROOT, "examples")
@@ -59,36 +63,21 @@ for var in ("PGPORT", "PGC_DATA", "PGC_BIN"):
 DATA, BIN = os.environ["PGC_DATA"], os.environ["PGC_BIN"]
 
 
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-
-
-def log(msg):
-    print(msg, flush=True)
-
-
 def connect(dbname=DB):
     return psycopg.connect(host="127.0.0.1", dbname=dbname, user="postgres", autocommit=True)
 
 
-def poll(fn, timeout, what, interval=0.05):
-    """fn() until it returns something true; Failure after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
+def poll(fn, timeout, what):
+    """fleet_driver.poll, where a call that finds the server restarting counts
+    as not yet."""
+
+    def attempt():
         try:
-            r = fn()
+            return fn()
         except psycopg.OperationalError:
-            r = None  # the server restarting
-        if r:
-            return r
-        if time.monotonic() > deadline:
-            raise Failure(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
+            return None  # the server restarting
+
+    return fleet_driver.poll(attempt, timeout, what)
 
 
 def check_docs():

@@ -50,6 +50,9 @@ import traceback
 
 import psycopg
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pylib"))
+from fleet_driver import Failure, check, log, poll  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 DB = "pg_claim_ordered"
@@ -66,33 +69,8 @@ ITEM_MS = "1"      # simulated work per message
 TIME_LIMIT_S = 170
 
 
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-
-
-def log(msg):
-    print(msg, flush=True)
-
-
 def connect(dbname=DB):
     return psycopg.connect(dbname=dbname, autocommit=True, application_name="ordered driver")
-
-
-def poll(fn, timeout, what, interval=0.02):
-    """fn() until it returns something true; Failure after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        r = fn()
-        if r:
-            return r
-        if time.monotonic() > deadline:
-            raise Failure(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
 
 
 def check_docs_excerpt():

@@ -26,10 +26,12 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 
 import psycopg
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pylib"))
+from fleet_worker import run  # noqa: E402
 
 MODE = os.environ["ORDERED_MODE"]
 N = int(os.environ["ORDERED_N"])
@@ -157,14 +159,6 @@ def group_worker(conn, mailer):
 # docs/ordered.md: end
 
 
-def watchdog(lifetime_s):
-    """Exit when the driver is gone or the lifetime is over, whatever the loop does."""
-    parent, end = os.getppid(), time.monotonic() + lifetime_s
-    while os.getppid() == parent and time.monotonic() < end:
-        time.sleep(0.5)
-    os._exit(3)
-
-
 def main():
     def stop(_sig, _frame):
         global stopping
@@ -180,12 +174,4 @@ def main():
 
 
 if __name__ == "__main__":
-    threading.Thread(target=watchdog, args=(float(os.environ.get("ORDERED_LIFETIME_S", "170")),),
-                     daemon=True).start()
-    try:
-        main()
-    except BrokenPipeError:
-        os._exit(3)
-    except Exception as e:  # noqa: BLE001 - reported to the driver, then fatal
-        emit("error", error=f"{type(e).__name__}: {e}")
-        sys.exit(1)
+    run(main, emit, float(os.environ.get("ORDERED_LIFETIME_S", "170")))

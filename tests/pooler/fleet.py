@@ -14,10 +14,12 @@ import datetime
 import json
 import os
 import sys
-import threading
 import time
 
 import psycopg
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pylib"))
+from fleet_worker import run  # noqa: E402
 
 NAME = os.environ["FLEET_NAME"]
 N = int(os.environ["FLEET_N"])
@@ -91,21 +93,5 @@ def main():
 # docs/leases.md: end
 
 
-def watchdog(lifetime_s):
-    """Exit when the driver is gone or the lifetime is over, whatever the loop does."""
-    parent, end = os.getppid(), time.monotonic() + lifetime_s
-    while os.getppid() == parent and time.monotonic() < end:
-        time.sleep(0.5)
-    os._exit(3)
-
-
 if __name__ == "__main__":
-    threading.Thread(target=watchdog, args=(float(os.environ.get("FLEET_LIFETIME_S", "100")),),
-                     daemon=True).start()
-    try:
-        main()
-    except BrokenPipeError:
-        os._exit(3)
-    except Exception as e:  # noqa: BLE001 - reported to the driver, then fatal
-        emit("error", error=f"{type(e).__name__}: {e}")
-        sys.exit(1)
+    run(main, emit, float(os.environ.get("FLEET_LIFETIME_S", "100")))

@@ -1,5 +1,5 @@
 """What the drivers of worker fleets share (tests/pooler/run.py,
-tests/faults/run.py): failures and checks, polling with a deadline, and
+tests/faults/run.py, tests/ordered/run.py, tests/loops/run.py): failures and checks, polling with a deadline, and
 worker processes that report events as JSON lines on stdout."""
 import json
 import subprocess
