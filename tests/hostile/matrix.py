@@ -663,8 +663,15 @@ def scan_log(path, offset, failures):
     with open(path, "rb") as f:
         f.seek(offset)
         text = f.read().decode("utf-8", "replace")
+    # Only the log's own lines count (prefix '%m [%p] %e ', set by main):
+    # the text of a logged statement may contain anything, "XX000" included.
+    entry = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ \[\d+\] (\w{5}) ([A-Z]+):  (.*)")
     for line in text.splitlines():
-        if "terminated by signal" in line or "PANIC" in line or re.search(r"\bXX000\b", line):
+        m = entry.match(line)
+        if not m:
+            continue
+        state, level, message = m.groups()
+        if state == "XX000" or level == "PANIC" or (level == "LOG" and "terminated by signal" in message):
             fail(failures, f"server log: {line[:300]}")
 
 
