@@ -221,12 +221,12 @@ dump_across() {
 }
 
 # ALTER EXTENSION pg_claim UPDATE from the given earlier releases (default:
-# every one whose install script is kept in sql/), against a fresh install of
-# this version.
+# every one whose install script is kept), against a fresh install of
+# this version (tests/upgrade/releases).
 upgrades() {
     local v versions=("$@")
     if ((!${#versions[@]})); then
-        mapfile -t versions < <(ls sql | sed -n 's/^pg_claim--\([0-9.]*\)\.sql$/\1/p' | sort -V)
+        mapfile -t versions < <(ls tests/upgrade/releases | sed -n 's/^pg_claim--\([0-9.]*\)\.sql$/\1/p' | sort -V)
     fi
     for v in "${versions[@]}"; do
         pgc_log "upgrade from $v"

@@ -250,8 +250,8 @@ pgc_build_install() {
     [ -x "$PGC_BIN/postgres" ] || pgc_copy_installation "$PGC_INST"
     rm -f "$PGC_INST$PGC_PG_SHARE"/extension/pg_claim*
     cp "$PGC_PKG$PGC_PG_SHARE"/extension/pg_claim* "$PGC_INST$PGC_PG_SHARE/extension/"
-    # the frozen install scripts of released versions, for upgrade tests
-    cp "$PGC_ROOT"/sql/pg_claim--*.sql "$PGC_INST$PGC_PG_SHARE/extension/"
+    # the install scripts of released versions, for the upgrade test
+    cp "$PGC_ROOT"/tests/upgrade/releases/pg_claim--*.sql "$PGC_INST$PGC_PG_SHARE/extension/"
     # a new file renamed into place: a backend that has the old library
     # loaded keeps its copy instead of seeing it rewritten under it
     cp "$PGC_PKG$PGC_PG_PKGLIB"/pg_claim.so "$PGC_INST$PGC_PG_PKGLIB/pg_claim.so.new"

@@ -1,4 +1,5 @@
 -- pg_claim 0.1.0 -> 0.2.0, run by ALTER EXTENSION pg_claim UPDATE.
+-- History, append-only: a released step is never edited; a change goes in a new step.
 --
 -- What changed: my_items and my_items_query take a column list; slot_skew
 -- names its operators with their schema; the C functions of spread_agg

@@ -1,4 +1,5 @@
 -- pg_claim 0.2.0 -> 0.3.0, run by ALTER EXTENSION pg_claim UPDATE.
+-- History, append-only: a released step is never edited; a change goes in a new step.
 --
 -- Mapping values do not change: indexes, generated columns and partitions
 -- built on 0.2.0 stay valid.

@@ -1,4 +1,5 @@
 -- pg_claim 0.3.0 -> 0.4.0, run by ALTER EXTENSION pg_claim UPDATE.
+-- History, append-only: a released step is never edited; a change goes in a new step.
 --
 -- Mapping values do not change: indexes, generated columns and partitions
 -- built on 0.3.0 stay valid.

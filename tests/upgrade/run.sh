@@ -10,7 +10,7 @@
 #     the same, still valid indexes (no rebuild: mapping values never change);
 #   - the slot held across the update is still held.
 # Runs against PGHOST/PGPORT, a server whose installation has the frozen
-# install scripts of earlier versions (scripts/lib.sh puts sql/pg_claim--*.sql
+# install scripts of earlier versions (scripts/lib.sh puts tests/upgrade/releases/pg_claim--*.sql
 # there).
 #
 #   tests/upgrade/run.sh [OLD_VERSION]      default 0.1.0
