@@ -31,6 +31,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shards"))
 import shards  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pylib"))
+import fleet_driver  # noqa: E402
+from fleet_driver import check, poll  # noqa: E402
 
 DB = "pg_claim_citus"
 N = 4
@@ -39,21 +42,6 @@ BATCH = 50
 ITEM_US = 2000
 COORD = int(os.environ["PGPORT"])
 WORKERS = [int(p) for p in os.environ["PGC_CITUS_WORKERS"].split()]
-
-
-def check(cond, msg):
-    if not cond:
-        sys.exit(f"citus: {msg}")
-
-
-def poll(fn, timeout, what):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        check(time.monotonic() < deadline, f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def build():
@@ -153,4 +141,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    fleet_driver.run_main("citus", main)

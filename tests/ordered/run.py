@@ -51,6 +51,7 @@ import traceback
 import psycopg
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pylib"))
+import fleet_driver  # noqa: E402
 from fleet_driver import Failure, check, log, poll  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -70,7 +71,7 @@ TIME_LIMIT_S = 170
 
 
 def connect(dbname=DB):
-    return psycopg.connect(dbname=dbname, autocommit=True, application_name="ordered driver")
+    return fleet_driver.connect(dbname, application_name="ordered driver")
 
 
 def check_docs_excerpt():

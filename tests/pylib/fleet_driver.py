@@ -1,14 +1,32 @@
-"""What the drivers of worker fleets share (tests/pooler/run.py,
-tests/faults/run.py, tests/ordered/run.py, tests/loops/run.py): failures and checks, polling with a deadline, and
-worker processes that report events as JSON lines on stdout."""
+"""What the Python tests share (tests/pooler, tests/faults, tests/ordered,
+tests/loops, tests/shards, tests/citus, tests/security): connections, failures
+and checks, polling with a deadline, a main that reports a failure in one line,
+and worker processes that report events as JSON lines on stdout."""
 import json
 import subprocess
+import sys
 import threading
 import time
+
+import psycopg
 
 
 class Failure(Exception):
     pass
+
+
+def connect(dbname="postgres", **kw):
+    """An autocommit connection to the test server (PGHOST, PGPORT and PGUSER
+    as scripts/lib.sh sets them; keyword arguments override)."""
+    return psycopg.connect(dbname=dbname, autocommit=True, **kw)
+
+
+def run_main(name, main):
+    """main(); a Failure ends the process with exit 1 and the line 'name: why'."""
+    try:
+        main()
+    except Failure as e:
+        sys.exit(f"{name}: {e}")
 
 
 def check(cond, msg):

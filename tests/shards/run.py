@@ -30,6 +30,9 @@ import tempfile
 import time
 
 import shards
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pylib"))
+import fleet_driver  # noqa: E402
+from fleet_driver import Failure, check  # noqa: E402
 
 DB = "pg_claim_shards"
 N = 4
@@ -40,25 +43,16 @@ COORD = int(os.environ["PGPORT"])
 SHARDS = [int(p) for p in os.environ["PGC_SHARD_PORTS"].split()]
 
 
-def check(cond, msg):
-    if not cond:
-        sys.exit(f"shards: {msg}")
-
-
 def poll(fn, timeout, what, fleet=None):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            state = ""
-            if fleet:
-                state = "; workers: " + ", ".join(
-                    f"{i}: exit {p.poll()}, {[e['event'] for e in fleet.events() if e['proc'] == i][-3:]}"
-                    for i, p in enumerate(fleet.procs))
-            check(False, f"timed out waiting for {what}{state}")
-        time.sleep(0.05)
+    """fleet_driver.poll; on a time-out, the fleet's last events are in the failure."""
+    try:
+        return fleet_driver.poll(fn, timeout, what)
+    except Failure as e:
+        if not fleet:
+            raise
+        raise Failure(f"{e}; workers: " + ", ".join(
+            f"{i}: exit {p.poll()}, {[ev['event'] for ev in fleet.events() if ev['proc'] == i][-3:]}"
+            for i, p in enumerate(fleet.procs))) from None
 
 
 def explain(c, sql, params=()):
@@ -172,4 +166,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    fleet_driver.run_main("shards", main)

@@ -27,15 +27,17 @@ import subprocess
 import sys
 import time
 
-import psycopg
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "pylib"))
+import fleet_driver  # noqa: E402
+
 FLEET = "shards"  # the claim_slot name of the fleet
 
 
 def connect(port, dbname, **kw):
     """A connection to the server on `port` (PGHOST as for psql)."""
-    return psycopg.connect(port=port, dbname=dbname, autocommit=True, **kw)
+    return fleet_driver.connect(dbname, port=port, **kw)
 
 
 def partition_server(p, shards):
