@@ -18,6 +18,9 @@
 // written `?::interval`, and my_items' `after` (text) is written `?::text`,
 // which takes the last key as a long or as a String alike. (Or add
 // `stringtype=unspecified` to the URL: Strings are then typed by the server.)
+//
+// Like the Python worker, it refuses to work behind a pooler (status 2) unless
+// MAILER_SESSION_POOL=1 says the pool is in session mode.
 
 import java.sql.Connection;
 import java.sql.DriverManager;
@@ -44,6 +47,7 @@ public class Worker {
     static final String BACKOFF = env("MAILER_BACKOFF", "10 seconds");
     static final long POLL_MS = (long) (1000 * Double.parseDouble(env("MAILER_POLL_S", "30"))); // the fallback poll
     static final String WORKER = "java-" + ProcessHandle.current().pid();
+    static final boolean SESSION_POOL = "1".equals(System.getenv("MAILER_SESSION_POOL")); // a pooler in session mode is in between
     static boolean exitWhenEmpty;
     static volatile boolean stopping;
 
@@ -65,6 +69,11 @@ public class Worker {
         return s != null && (s.startsWith("08") || s.startsWith("57P0"));
     }
 
+    // The connection is not one server session: a pooler in between.
+    static class NotASession extends SQLException {
+        NotASession(String message) { super(message); }
+    }
+
     // Deliver one message. Here: a row in `deliveries`, in the caller's
     // transaction; the reserved domain .invalid stands for a bounce.
     static void send(Connection c, String recipient, String body, long item) throws Exception {
@@ -81,11 +90,14 @@ public class Worker {
         "SELECT o.id, o.recipient, o.body, o.sent_at IS NULL AS pending, f.state AS failure"
         + " FROM my_items(NULL::outbox, ?, ?, after => ?::text, pending => 'sent_at', batch => ?) o"
         + " LEFT JOIN item_failures(?) f ON f.item = o.id::text";
-    static final String CLAIM = "SELECT claim_slots(?, ?, ?, ?::interval)";
-    // seconds until the first retry of a failed item of this session's slots; NULL: none
+    static final String CLAIM = "SELECT claim_slots(?, ?, ?, ?::interval), pg_backend_pid()";
+    // seconds until the first retry of a failed, still unsent message of this
+    // session's slots; NULL: none (a record of a message sent meanwhile by
+    // another kind of worker does not count)
     static final String NEXT_RETRY =
-        "SELECT extract(epoch FROM min(retry_at) - clock_timestamp())::float8 FROM item_failures(?)"
-        + " WHERE state <> 'dead' AND slot_of(item::bigint, ?) = ANY (my_slots(?))";
+        "SELECT extract(epoch FROM min(f.retry_at) - clock_timestamp())::float8"
+        + " FROM item_failures(?) f JOIN outbox o ON o.id = f.item::bigint AND o.sent_at IS NULL"
+        + " WHERE f.state <> 'dead' AND slot_of(o.id, ?) = ANY (my_slots(?))";
 
     record Item(long id, String recipient, String body, String failure) {}
 
@@ -111,8 +123,9 @@ public class Worker {
             }
             c.commit();
         } catch (Exception e) {
-            if (e instanceof SQLException q && lost(q)) throw q;
-            c.rollback();
+            // the database's error, not the message's: never recorded as its failure
+            if (e instanceof SQLException q) throw q;
+            c.rollback(); // the delivery failed
             c.setAutoCommit(true);
             try (PreparedStatement st = c.prepareStatement("SELECT record_failure(?, ?::text, ?, ?, ?::interval)")) {
                 st.setString(1, NAME);
@@ -131,7 +144,7 @@ public class Worker {
     }
 
     // Work until told to stop (true) or the share is empty (false).
-    static boolean serve(Connection c) throws SQLException {
+    static boolean serve(Connection c, int server) throws SQLException {
         List<Integer> slots = new ArrayList<>();
         Map<Integer, Long> after = new HashMap<>();
         Set<Integer> busy = new HashSet<>(), quiet = new HashSet<>();
@@ -141,7 +154,7 @@ public class Worker {
              Statement plain = c.createStatement()) {
             while (!stopping) {
                 // between batches: take unserved slots, give one back to a waiting newcomer
-                List<Integer> held = claim(claim);
+                List<Integer> held = claim(claim, server);
                 Set<Integer> changed = new TreeSet<>(slots);
                 changed.addAll(held);
                 for (int s : changed) { // LISTEN on the channels of the slots held
@@ -202,14 +215,15 @@ public class Worker {
                 if (retryIn == null && exitWhenEmpty) return false;
                 say("waiting");
                 long until = System.currentTimeMillis()
-                    + (retryIn == null ? POLL_MS : Math.min(POLL_MS, (long) (Math.max(retryIn, 0) * 1000)));
+                    // at least 0.1 s: a retry due now is fetched by the next pass, not by a busy loop
+                    + (retryIn == null ? POLL_MS : Math.min(POLL_MS, (long) (Math.max(retryIn, 0.1) * 1000)));
                 while (System.currentTimeMillis() < until && !stopping) {
                     if (waitForNotify(c, Math.min(until - System.currentTimeMillis(), 1000))) {
                         say("woken");
                         break;
                     }
                     // each second: claim again, as another worker may have given a slot up for this one
-                    if (!claim(claim).equals(slots)) break;
+                    if (!claim(claim, server).equals(slots)) break;
                 }
                 quiet.clear(); // woken or not: walk every share again
             }
@@ -217,13 +231,17 @@ public class Worker {
         return true;
     }
 
-    static List<Integer> claim(PreparedStatement claim) throws SQLException {
+    // This session's slots, claimed again: its own plus unserved ones.
+    static List<Integer> claim(PreparedStatement claim, int server) throws SQLException {
         claim.setString(1, NAME);
         claim.setInt(2, N);
         claim.setInt(3, N);
         claim.setString(4, "1 second"); // a String: hence ?::interval
         try (ResultSet r = claim.executeQuery()) {
             r.next();
+            if (r.getInt(2) != server) // a transaction-mode pooler: the claim stays with another connection
+                throw new NotASession("claim_slots ran in server process " + r.getInt(2) + ", not " + server
+                    + ": the pool is not in session mode");
             return Arrays.asList((Integer[]) r.getArray(1).getArray());
         }
     }
@@ -252,6 +270,22 @@ public class Worker {
         return DriverManager.getConnection(url, p);
     }
 
+    // The server process of this connection; refuses one behind a pooler.
+    static int checkSession(Connection c) throws SQLException {
+        int opened = c.unwrap(PGConnection.class).getBackendPID();
+        try (Statement st = c.createStatement(); ResultSet r = st.executeQuery("SELECT pg_backend_pid()")) {
+            r.next();
+            int pid = r.getInt(1);
+            if (pid != opened && !SESSION_POOL)
+                throw new NotASession("the server process (pid " + pid + ") is not the one the connection was opened"
+                    + " with (pid " + opened + "): a connection pooler is in between. This worker holds its slots"
+                    + " with session locks and LISTENs, which need one server session per connection: connect to"
+                    + " PostgreSQL directly, or through a pool in session mode and set MAILER_SESSION_POOL=1."
+                    + " Behind a transaction-mode pooler use leases (docs/leases.md).");
+            return pid;
+        }
+    }
+
     public static void main(String[] args) throws Exception {
         exitWhenEmpty = Arrays.asList(args).contains("--exit-when-empty");
         Thread main = Thread.currentThread();
@@ -263,9 +297,12 @@ public class Worker {
         while (true) {
             try (Connection c = connect()) {
                 pause = 100;
-                boolean told = serve(c);
+                boolean told = serve(c, checkSession(c));
                 say("exit", told ? "told to stop" : "nothing left");
                 return;
+            } catch (NotASession e) {
+                say("exit", "refused:", e.getMessage());
+                Runtime.getRuntime().halt(2); // not System.exit: the shutdown hook waits for this thread
             } catch (SQLException e) {
                 if (!lost(e)) throw e;
                 say("reconnecting", "in " + pause / 1000.0 + " s:", e.getMessage().lines().findFirst().orElse(""));

@@ -15,6 +15,14 @@ connection or the server goes away, and exits on SIGTERM or SIGINT (after the
 message at hand), or with --exit-when-empty once its slots have nothing left.
 It prints one line per event: slots, skipped, failed, dead, waiting, woken,
 reconnecting, exit.
+
+It needs its connection to be one server session: its claims are session
+locks and it LISTENs. At start it compares the server process of its first
+statement with the one the connection was opened with (behind a pooler
+these differ: the pooler answers the start-up itself), and checks it again
+with every claim; behind a pooler it refuses to work (status 2) unless
+MAILER_SESSION_POOL=1 says the pool is in session mode. Behind a
+transaction-mode pooler use leases instead (docs/leases.md).
 """
 import os
 import signal
@@ -30,12 +38,17 @@ MAX_ATTEMPTS = int(os.environ.get("MAILER_MAX_ATTEMPTS", "5"))
 BACKOFF = os.environ.get("MAILER_BACKOFF", "10 seconds")
 POLL_S = float(os.environ.get("MAILER_POLL_S", "30"))  # the fallback poll
 EXIT_WHEN_EMPTY = "--exit-when-empty" in sys.argv[1:]
+SESSION_POOL = os.environ.get("MAILER_SESSION_POOL") == "1"  # a pooler in session mode is in between
 WORKER = f"python-{os.getpid()}"
 STOP = threading.Event()
 
 
 def say(*words):
     print(*words, flush=True)
+
+
+class NotASession(Exception):
+    """The connection is not one server session: a pooler in between."""
 
 
 def send(conn, recipient, body, item):
@@ -51,11 +64,23 @@ FETCH = """
     SELECT o.id, o.recipient, o.body, o.sent_at IS NULL AS pending, f.state AS failure
     FROM my_items(NULL::outbox, %s, %s, after => %s, pending => 'sent_at', batch => %s) o
     LEFT JOIN item_failures(%s) f ON f.item = o.id::text"""
-CLAIM = "SELECT claim_slots(%s, %s, %s, '1 second')"
-# seconds until the first retry of a failed item of this session's slots; NULL: none
+CLAIM = "SELECT claim_slots(%s, %s, %s, '1 second'), pg_backend_pid()"
+# seconds until the first retry of a failed, still unsent message of this
+# session's slots; NULL: none (a record of a message sent meanwhile by another
+# kind of worker does not count)
 NEXT_RETRY = """
-    SELECT extract(epoch FROM min(retry_at) - clock_timestamp()) FROM item_failures(%s)
-    WHERE state <> 'dead' AND slot_of(item::bigint, %s) = ANY (my_slots(%s))"""
+    SELECT extract(epoch FROM min(f.retry_at) - clock_timestamp())
+    FROM item_failures(%s) f JOIN outbox o ON o.id = f.item::bigint AND o.sent_at IS NULL
+    WHERE f.state <> 'dead' AND slot_of(o.id, %s) = ANY (my_slots(%s))"""
+
+
+def claim(conn, server):
+    """This session's slots, claimed again: its own plus unserved ones."""
+    held, pid = conn.execute(CLAIM, (NAME, N, N)).fetchone()
+    if pid != server:  # a transaction-mode pooler: the claim stays with another connection
+        raise NotASession(f"claim_slots ran in server process {pid}, not {server}:"
+                          " the pool is not in session mode")
+    return held
 
 
 def process(conn, item, recipient, body, failure):
@@ -69,20 +94,20 @@ def process(conn, item, recipient, body, failure):
             send(conn, recipient, body, item)
             if failure is not None:  # it failed before: forget that
                 conn.execute("SELECT clear_failure(%s, %s)", (NAME, str(item)))
-    except Exception as e:
-        if conn.broken:
-            raise
+    except psycopg.Error:
+        raise  # the database's error, not the message's: never recorded as its failure
+    except Exception as e:  # the delivery failed
         (state,) = conn.execute("SELECT record_failure(%s, %s, %s, %s, %s)",
                                 (NAME, str(item), str(e), MAX_ATTEMPTS, BACKOFF)).fetchone()
         say("failed" if state == "retry" else "dead", item, e)
 
 
-def serve(conn):
+def serve(conn, server):
     """Work until told to stop (True) or the share is empty (False)."""
     slots, after, busy, quiet = [], {}, set(), {}
     while not STOP.is_set():
         # between batches: take unserved slots, give one back to a waiting newcomer
-        (held,) = conn.execute(CLAIM, (NAME, N, N)).fetchone()
+        held = claim(conn, server)
         for s in set(slots) ^ set(held):  # LISTEN on the channels of the slots held
             (channel,) = conn.execute("SELECT slot_channel(%s, %s)", (NAME, s)).fetchone()
             verb = "LISTEN" if s in held else "UNLISTEN"
@@ -115,13 +140,14 @@ def serve(conn):
         if retry_in is None and EXIT_WHEN_EMPTY:
             return False
         say("waiting")
-        until = time.monotonic() + (POLL_S if retry_in is None else min(POLL_S, max(float(retry_in), 0)))
+        # at least 0.1 s: a retry due now is fetched by the next pass, not by a busy loop
+        until = time.monotonic() + (POLL_S if retry_in is None else min(POLL_S, max(float(retry_in), 0.1)))
         while time.monotonic() < until and not STOP.is_set():
             if wait(conn, min(until - time.monotonic(), 1)):
                 say("woken")
                 break
             # each second: claim again, as another worker may have given a slot up for this one
-            if conn.execute(CLAIM, (NAME, N, N)).fetchone()[0] != slots:
+            if claim(conn, server) != slots:
                 break
         quiet = dict.fromkeys(slots, False)  # woken or not: walk every share again
     return True
@@ -137,6 +163,19 @@ def wait(conn, seconds):
     return False
 
 
+def check_session(conn):
+    """The server process of this connection; refuses one behind a pooler."""
+    (pid,) = conn.execute("SELECT pg_backend_pid()").fetchone()
+    if pid != conn.info.backend_pid and not SESSION_POOL:
+        raise NotASession(
+            f"the server process (pid {pid}) is not the one the connection was opened with"
+            f" (pid {conn.info.backend_pid}): a connection pooler is in between. This worker holds"
+            " its slots with session locks and LISTENs, which need one server session per connection:"
+            " connect to PostgreSQL directly, or through a pool in session mode and set"
+            " MAILER_SESSION_POOL=1. Behind a transaction-mode pooler use leases (docs/leases.md).")
+    return pid
+
+
 def main():
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: STOP.set())
@@ -145,9 +184,12 @@ def main():
         try:
             with psycopg.connect(autocommit=True, application_name=NAME) as conn:
                 pause = 0.1
-                told = serve(conn)
+                told = serve(conn, check_session(conn))
             say("exit", "told to stop" if told else "nothing left")
             return 0
+        except NotASession as e:
+            say("exit", "refused:", e)
+            return 2
         except psycopg.OperationalError as e:  # the server restarted, the network failed, ...
             say("reconnecting", f"in {pause:g} s:", str(e).strip().splitlines()[0])
             if STOP.wait(pause):

@@ -8,6 +8,8 @@
 # does): claim_slots, my_items, a failure record per failed message, LISTEN on
 # the slots' channels with a fallback poll, reconnect with back-off, exit on
 # SIGTERM or SIGINT, or with --exit-when-empty once its slots have nothing left.
+# Like it, it refuses to work behind a pooler (status 2) unless
+# MAILER_SESSION_POOL=1 says the pool is in session mode.
 require "pg"
 
 NAME, N, BATCH = "mailer", 8, 50
@@ -16,10 +18,14 @@ BACKOFF = ENV.fetch("MAILER_BACKOFF", "10 seconds")
 POLL_S = Float(ENV.fetch("MAILER_POLL_S", "30")) # the fallback poll
 EXIT_WHEN_EMPTY = ARGV.include?("--exit-when-empty")
 WORKER = "ruby-#{Process.pid}"
+SESSION_POOL = ENV["MAILER_SESSION_POOL"] == "1" # a pooler in session mode is in between
 $stopping = false
 $stdout.sync = true
 
 def say(*words) = puts(words.join(" "))
+
+# The connection is not one server session: a pooler in between.
+class NotASession < StandardError; end
 
 # Deliver one message. Here: a row in `deliveries`, in the caller's
 # transaction; the reserved domain .invalid stands for a bounce.
@@ -34,12 +40,24 @@ FETCH = <<~SQL
   FROM my_items(NULL::outbox, $1, $2, after => $3, pending => 'sent_at', batch => $4) o
   LEFT JOIN item_failures($5) f ON f.item = o.id::text
 SQL
-CLAIM = "SELECT claim_slots($1, $2, $3, '1 second')"
-# seconds until the first retry of a failed item of this session's slots; NULL: none
+CLAIM = "SELECT claim_slots($1, $2, $3, '1 second'), pg_backend_pid()"
+# seconds until the first retry of a failed, still unsent message of this
+# session's slots; NULL: none (a record of a message sent meanwhile by another
+# kind of worker does not count)
 NEXT_RETRY = <<~SQL
-  SELECT extract(epoch FROM min(retry_at) - clock_timestamp())::float8 AS s FROM item_failures($1)
-  WHERE state <> 'dead' AND slot_of(item::bigint, $2) = ANY (my_slots($1))
+  SELECT extract(epoch FROM min(f.retry_at) - clock_timestamp())::float8 AS s
+  FROM item_failures($1) f JOIN outbox o ON o.id = f.item::bigint AND o.sent_at IS NULL
+  WHERE f.state <> 'dead' AND slot_of(o.id, $2) = ANY (my_slots($1))
 SQL
+
+# This session's slots, claimed again: its own plus unserved ones.
+def claim(conn, server)
+  held, pid = conn.exec_params(CLAIM, [NAME, N, N]).values.first
+  if pid != server # a transaction-mode pooler: the claim stays with another connection
+    raise NotASession, "claim_slots ran in server process #{pid}, not #{server}: the pool is not in session mode"
+  end
+  held
+end
 
 # Send one message and mark it sent in one transaction; record a failure.
 def process(conn, item)
@@ -53,20 +71,20 @@ def process(conn, item)
     # it failed before: forget that
     conn.exec_params("SELECT clear_failure($1, $2)", [NAME, item["id"]]) if item["failure"]
   end
-rescue PG::ConnectionBad, PG::AdminShutdown, PG::UnableToSend
-  raise
-rescue StandardError => e
+rescue PG::Error
+  raise # the database's error, not the message's: never recorded as its failure
+rescue StandardError => e # the delivery failed
   state = conn.exec_params("SELECT record_failure($1, $2, $3, $4, $5)",
                            [NAME, item["id"], e.message, MAX_ATTEMPTS, BACKOFF]).getvalue(0, 0)
   say(state == "retry" ? "failed" : "dead", item["id"], e.message)
 end
 
 # Work until told to stop (true) or the share is empty (false).
-def serve(conn)
+def serve(conn, server)
   slots, after, busy, quiet = [], {}, {}, {}
   until $stopping
     # between batches: take unserved slots, give one back to a waiting newcomer
-    held = conn.exec_params(CLAIM, [NAME, N, N]).getvalue(0, 0)
+    held = claim(conn, server)
     (slots | held).each do |s| # LISTEN on the channels of the slots held
       next if slots.include?(s) == held.include?(s)
       channel = conn.exec_params("SELECT slot_channel($1, $2)", [NAME, s]).getvalue(0, 0)
@@ -99,14 +117,14 @@ def serve(conn)
     retry_in = conn.exec_params(NEXT_RETRY, [NAME, N]).getvalue(0, 0)
     return false if retry_in.nil? && EXIT_WHEN_EMPTY
     say("waiting")
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + (retry_in.nil? ? POLL_S : [POLL_S, [retry_in, 0].max].min)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + (retry_in.nil? ? POLL_S : [POLL_S, [retry_in, 0.1].max].min)
     until $stopping || (left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)) <= 0
       if wait(conn, [left, 1].min)
         say("woken")
         break
       end
       # each second: claim again, as another worker may have given a slot up for this one
-      break if conn.exec_params(CLAIM, [NAME, N, N]).getvalue(0, 0) != slots
+      break if claim(conn, server) != slots
     end
     quiet = {} # woken or not: walk every share again
   end
@@ -125,6 +143,19 @@ def wait(conn, seconds)
   false
 end
 
+# The server process of this connection; refuses one behind a pooler.
+def check_session(conn)
+  pid = conn.exec("SELECT pg_backend_pid()").getvalue(0, 0)
+  if pid != conn.backend_pid && !SESSION_POOL
+    raise NotASession, "the server process (pid #{pid}) is not the one the connection was opened with" \
+                       " (pid #{conn.backend_pid}): a connection pooler is in between. This worker holds its" \
+                       " slots with session locks and LISTENs, which need one server session per connection:" \
+                       " connect to PostgreSQL directly, or through a pool in session mode and set" \
+                       " MAILER_SESSION_POOL=1. Behind a transaction-mode pooler use leases (docs/leases.md)."
+  end
+  pid
+end
+
 %w[TERM INT].each { |sig| Signal.trap(sig) { $stopping = true } }
 pause = 0.1
 loop do
@@ -132,10 +163,14 @@ loop do
   # typed results: integers, booleans, arrays and floats instead of strings
   conn.type_map_for_results = PG::BasicTypeMapForResults.new(conn)
   pause = 0.1
-  told = serve(conn)
+  told = serve(conn, check_session(conn))
   conn.close
   say("exit", told ? "told to stop" : "nothing left")
   break
+rescue NotASession => e
+  conn&.close unless conn&.finished?
+  say("exit", "refused:", e.message)
+  exit 2
 rescue PG::ConnectionBad, PG::AdminShutdown, PG::UnableToSend => e # the server restarted, the network failed, ...
   conn&.close unless conn&.finished?
   say("reconnecting", "in #{pause} s:", e.message.lines.first.to_s.strip)

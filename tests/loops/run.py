@@ -29,12 +29,19 @@ Then what docs/workers.md says about binding parameters from JDBC
 (FOR UPDATE SKIP LOCKED, queue_worker.py) and 2 pg_claim workers
 (examples/python/worker.py) send 2,000 messages at the same time, the queue
 workers are stopped half-way, and every message is sent exactly once.
-Exits non-zero on any failed check.
+
+Then, for each language: a due failure record of a message sent meanwhile
+by someone else must not keep 2 workers with --exit-when-empty from exiting
+(nor make them print "waiting" in a loop); and a worker started through
+PgBouncer in transaction mode (the test starts one) must refuse to work:
+status 2, "exit refused: ...", no slot held, no failure recorded, nothing
+sent. Exits non-zero on any failed check.
 """
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -55,7 +62,7 @@ JDBC_JAR = "/usr/share/java/postgresql.jar"
 WORKERS, ITEMS, WAKE_ITEMS, LAST_ITEMS = 4, 2000, 40, 200
 MAX_ATTEMPTS = 3
 POLL_S = 60  # the workers' fallback poll: longer than any wait of the test
-TIME_LIMIT_S = 400
+TIME_LIMIT_S = 520
 LANGUAGES = ("python", "node", "java", "ruby")
 for var in ("PGPORT", "PGC_DATA", "PGC_BIN"):
     if var not in os.environ:
@@ -337,6 +344,122 @@ def cut_over(workdir):
         " because a queue worker had sent them)")
 
 
+class PgBouncer:
+    """Debian's PgBouncer 1.18 in pool_mode = transaction (4 server
+    connections) in front of the server, configured as scripts/lib.sh
+    pgc_pgbouncer_start does it, run as the postgres user; stop() ends it."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="pg_claim-loops-pgbouncer-")
+        os.chmod(self.dir, 0o755)
+        shutil.chown(self.dir, "postgres")
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            self.port = sk.getsockname()[1]
+        ini = os.path.join(self.dir, "pgbouncer.ini")
+        with open(os.path.join(self.dir, "userlist.txt"), "w") as f:
+            f.write('"postgres" ""\n')
+        with open(ini, "w") as f:
+            f.write(f"""[databases]
+* = host=127.0.0.1 port={os.environ['PGPORT']}
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {self.port}
+unix_socket_dir =
+auth_type = trust
+auth_file = {self.dir}/userlist.txt
+pool_mode = transaction
+default_pool_size = 4
+max_client_conn = 200
+server_reset_query =
+ignore_startup_parameters = extra_float_digits,options
+logfile = {self.dir}/pgbouncer.log
+pidfile = {self.dir}/pgbouncer.pid
+""")
+        for f in os.listdir(self.dir):
+            shutil.chown(os.path.join(self.dir, f), "postgres")
+        subprocess.run(["runuser", "-u", "postgres", "--", "/usr/sbin/pgbouncer", "-q", "-d", ini], check=True)
+        fleet_driver.poll(self._answers, 20, "PgBouncer to accept connections")
+
+    def _answers(self):
+        try:
+            with psycopg.connect(host="127.0.0.1", port=self.port, dbname=DB, user="postgres",
+                                 autocommit=True, prepare_threshold=None) as c:
+                return c.execute("SELECT 1").fetchone()
+        except psycopg.Error:
+            return None
+
+    def stop(self):
+        try:
+            with open(os.path.join(self.dir, "pgbouncer.pid")) as f:
+                os.kill(int(f.read().strip()), signal.SIGTERM)
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.3)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def behind_pooler(classes, workdir):
+    """Each worker started through a transaction-mode PgBouncer refuses to
+    work: status 2, `exit refused: ...`, nothing claimed, recorded or sent."""
+    d = fresh_database()
+    insert(d, 100)
+    bouncer = PgBouncer()
+    try:
+        env = dict(worker_env(), PGPORT=str(bouncer.port))
+        for lang in LANGUAGES:
+            w = Worker(command(lang, classes) + ["--exit-when-empty"], env, workdir, lang)
+            try:
+                rc = w.wait(20)
+            except subprocess.TimeoutExpired:
+                stop_all([w])
+                raise Failure(f"{w} through PgBouncer (transaction mode) did not exit: {w.lines[-3:]}") from None
+            check(rc == 2 and w.lines[-1:] and w.lines[-1].startswith("exit refused: ")
+                  and "pooler" in w.lines[-1], f"{w} through PgBouncer exited with {rc}: {w.lines[-3:]} {w.stderr()}")
+            (held, failures, delivered) = d.execute(
+                "SELECT (SELECT count(*) FROM slot_holders('mailer')), (SELECT count(*) FROM item_failures('mailer')),"
+                " (SELECT count(*) FROM deliveries)").fetchone()
+            check(held == failures == delivered == 0,
+                  f"{w} through PgBouncer left {held} slots held, {failures} failures, {delivered} deliveries")
+    finally:
+        bouncer.stop()
+    d.close()
+    log(f"  pooler: through PgBouncer (transaction mode) each of {', '.join(LANGUAGES)} refused to work"
+        " (status 2, 'exit refused: ... a connection pooler is in between ...'); nothing claimed,"
+        " recorded or sent")
+
+
+def failure_of_sent_message(classes, workdir):
+    """A due failure record of a message that someone else sent meanwhile
+    (as in the cut-over) neither keeps --exit-when-empty from exiting nor
+    makes a worker wait in a busy loop."""
+    for lang in LANGUAGES:
+        d = fresh_database()
+        insert(d, 100)
+        (item,) = d.execute("SELECT id FROM outbox ORDER BY id OFFSET 6 LIMIT 1").fetchone()
+        d.execute("SELECT record_failure('mailer', %s, 'timeout', 5, '10 milliseconds')", (str(item),))
+        d.execute("UPDATE outbox SET sent_at = now() WHERE id = %s", (item,))  # sent by another kind of worker
+        time.sleep(0.05)  # the record is due
+        workers = [Worker(command(lang, classes) + ["--exit-when-empty"], worker_env(), workdir, lang)
+                   for _ in range(2)]
+        try:
+            for w in workers:
+                try:
+                    rc = w.wait(20)
+                except subprocess.TimeoutExpired:
+                    raise Failure(f"{w} with --exit-when-empty and a failure record of a sent message did not"
+                                  f" exit; it said 'waiting' {len(w.said('waiting'))} times") from None
+                check(rc == 0 and w.lines[-1:] == ["exit nothing left"] and len(w.said("waiting")) <= 5,
+                      f"{w} exited with {rc}, said 'waiting' {len(w.said('waiting'))} times: {w.lines[-3:]}")
+        finally:
+            stop_all(workers)
+        (rows, distinct) = d.execute("SELECT count(*), count(DISTINCT outbox_id) FROM deliveries").fetchone()
+        check(rows == distinct == 99, f"{lang}: {rows} deliveries of {distinct} messages for 99")
+        d.close()
+    log(f"  stale failure record: with a due failure record of a message sent by another worker,"
+        f" 2 workers of each of {', '.join(LANGUAGES)} with --exit-when-empty sent the other 99 once and exited")
+
+
 def main():
     def on_alarm(*_):
         raise Failure(f"the worker loops test did not finish within {TIME_LIMIT_S} s")
@@ -352,9 +475,13 @@ def main():
                         os.path.join(HERE, "JdbcBinding.java")], check=True)
         logs = os.path.join(workdir, "stderr")
         os.mkdir(logs)
-        for part in sys.argv[1:] or LANGUAGES + ("jdbc", "cut-over"):
+        for part in sys.argv[1:] or LANGUAGES + ("jdbc", "cut-over", "stale-failure", "pooler"):
             if part == "jdbc":
                 jdbc_binding(classes)
+            elif part == "stale-failure":
+                failure_of_sent_message(classes, logs)
+            elif part == "pooler":
+                behind_pooler(classes, logs)
             elif part == "cut-over":
                 cut_over(logs)
             else:

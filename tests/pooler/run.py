@@ -20,6 +20,10 @@ it (PGC_POOLER_PORT, PGC_POOLER_POOL: scripts/lib.sh pgc_pgbouncer_start).
    rejected (fence: PC001; lease_valid: 0 rows). Every item is processed
    exactly once (the processing log), no accepted write of a stale token
    after its takeover, no more server connections than the pool.
+3. A busy pool with no fault: 10 workers (5 + 5) over the pool, each batch's
+   write holding a server connection 0.6 s: no lease is lost. A holder
+   stopped inside its batch's transaction has its session ended by the
+   server (idle_in_transaction_session_timeout); resumed, it reconnects.
 
 Every wait polls with a deadline; the whole run is bounded by an alarm, and
 no worker outlives it (they also exit by themselves when the driver is gone).
@@ -52,7 +56,7 @@ TTL_S = 2.0
 RENEW_S = 0.5
 BATCH = 10
 ITEM_MS = 15  # a batch of 10 is 150 ms of "work"
-TIME_LIMIT_S = 100
+TIME_LIMIT_S = 170
 if "PGC_POOLER_PORT" not in os.environ:
     sys.exit("tests/pooler/run.py: PGC_POOLER_PORT is not set (scripts/test sets it: pgc_pgbouncer_start)")
 POOLER_PORT = int(os.environ["PGC_POOLER_PORT"])
@@ -231,10 +235,18 @@ class Worker(WorkerProcess):
                else ["node", os.path.join(HERE, "fleet.js")])
         self.lang = lang
         super().__init__(cmd, env, os.path.join(workdir, f"{lang}-{len(os.listdir(workdir))}.err"))
-        self.holder = f"{'py' if lang == 'python' else 'js'}-{self.pid}"
+        self.holder = f"{'py' if lang == 'python' else 'js'}-{self.pid}"  # for the log; the lease's
+        # holder is host:pid:random (pid_of)
 
     def __str__(self):
         return self.holder
+
+
+def pid_of(holder):
+    """The process id in a fleet worker's holder text, host:pid:random."""
+    host, pid, rand = holder.split(":")
+    check(host and len(rand) == 16, f"holder {holder!r} is not host:pid:random")
+    return int(pid)
 
 
 def holders(d):
@@ -294,7 +306,7 @@ def run_fleets(workdir):
         t0 = time.time()
         for i in range(PYTHON_WORKERS + NODE_WORKERS):
             workers.append(Worker("python" if i % 2 == 0 else "node", workdir, env))
-        by_holder = {w.holder: w for w in workers}
+        by_pid = {w.pid: w for w in workers}
         log(f"fleets: {PYTHON_WORKERS} Python (psycopg 3) + {NODE_WORKERS} Node.js (pg) workers,"
             f" n = {N}, ttl {TTL_S:g} s, renew every {RENEW_S:g} s, {ITEMS} items,"
             f" through PgBouncer (transaction mode, pool {POOL})")
@@ -302,7 +314,7 @@ def run_fleets(workdir):
         live = poll(lambda: (lambda h: h if sum(not r[4] for r in h.values()) == N else None)(holders(d)),
                     30, f"{N} live leases")
         log(f"  {N} slots leased after {time.time() - t0:.1f} s; {len(workers) - N} standbys")
-        owner = {slot: by_holder[r[1]] for slot, r in live.items()}
+        owner = {slot: by_pid[pid_of(r[1])] for slot, r in live.items()}
         py = [w for w in owner.values() if w.lang == "python"]
         js = [w for w in owner.values() if w.lang == "node"]
         check(py and len(js) >= 2, f"holders: {len(py)} Python, {len(js)} Node")
@@ -333,11 +345,11 @@ def run_fleets(workdir):
             return None
         h = poll(taken_over, TTL_S + 10, "standbys to take over the killed and the stopped workers' slots")
         k_new = h[k_slot]
-        check(k_new[1] != killed.holder and k_new[2] > k_token, f"slot {k_slot} after the kill: {k_new}")
+        check(pid_of(k_new[1]) != killed.pid and k_new[2] > k_token, f"slot {k_slot} after the kill: {k_new}")
         takeovers = {"SIGKILL": (k_new[3].timestamp() - t_kill, k_new[1])}
         for w in paused:
             new = h[w.stop[0]]
-            check(new[1] != w.holder and new[2] > w.stop[1], f"slot {w.stop[0]} after the stop: {new}")
+            check(pid_of(new[1]) != w.pid and new[2] > w.stop[1], f"slot {w.stop[0]} after the stop: {new}")
             w.taken = new
             takeovers[f"SIGSTOP {w.lang}"] = (new[3].timestamp() - w.stop[2], new[1])
             check(w.state() == "T", f"{w} is no longer stopped")
@@ -410,6 +422,122 @@ def run_fleets(workdir):
         f" {takeovers['SIGSTOP node'][0]:.2f} s (Node); drained in {t_drain:.1f} s")
 
 
+# --------------------------------------------------------------------------
+# 3. A busy pool with no fault; a session ended idle in a transaction
+
+BUSY_DB = "pg_claim_pooler_busy"
+BUSY_WORKERS = 10
+BUSY_WRITE_MS = 600  # each batch's write holds a server connection this long (a statement trigger)
+BUSY_ITEM_MS = 80    # the work on a batch of 10: 0.8 s
+BUSY_S = 15
+
+
+def idle_in_transaction(d):
+    """Server processes of BUSY_DB idle in a transaction for 0.3 s or more."""
+    return d.execute("SELECT array_agg(pid) FROM pg_stat_activity WHERE datname = %s"
+                     " AND state = 'idle in transaction' AND state_change < clock_timestamp() - interval '0.3 s'",
+                     (BUSY_DB,)).fetchone()[0]
+
+
+def busy_pool(workdir):
+    """10 lease workers (5 Python, 5 Node.js) through the pool of 4, n = 8,
+    ttl 2 s, renewal every 0.5 s, where a batch's work takes 0.8 s and its
+    write holds a server connection for 0.6 s: the pool is saturated and
+    statements queue in PgBouncer. No fault: no lease may be lost (with loops
+    that renewed between batches, a renewal waited for its worker's batch
+    and its queueing, and 22 leases were lost in 20 s). Then, with
+    idle_in_transaction_session_timeout = 1s (docs/leases.md recommends it),
+    a Python holder is stopped inside its batch's transaction: the server
+    ends its session, and once resumed the worker reconnects and goes on
+    instead of crashing. Every item written is written once."""
+    with direct("postgres") as d:
+        d.execute(f"DROP DATABASE IF EXISTS {BUSY_DB} WITH (FORCE)")
+        d.execute(f"CREATE DATABASE {BUSY_DB}")
+        d.execute(f"ALTER DATABASE {BUSY_DB} SET idle_in_transaction_session_timeout = '1s'")
+    with direct(BUSY_DB) as d:
+        d.execute("CREATE EXTENSION pg_claim")
+        d.execute("""
+            CREATE TABLE items (id bigint PRIMARY KEY, done boolean NOT NULL DEFAULT false);
+            INSERT INTO items SELECT g FROM generate_series(1, %s) g;
+            CREATE INDEX ON items ((slot_of(id, %s)), id);
+            CREATE TABLE processing_log (item bigint NOT NULL, worker text NOT NULL,
+                                         token bigint NOT NULL, logged_at timestamptz NOT NULL DEFAULT clock_timestamp());
+            CREATE FUNCTION slow_write() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN PERFORM pg_sleep(%s); RETURN NULL; END $$;
+            CREATE TRIGGER slow_write AFTER INSERT ON processing_log
+                FOR EACH STATEMENT EXECUTE FUNCTION slow_write();
+            ANALYZE items;
+        """ % (ITEMS, N, BUSY_WRITE_MS / 1000))
+    env = dict(os.environ, PGHOST="127.0.0.1", PGPORT=str(POOLER_PORT), PGDATABASE=BUSY_DB, PGUSER="postgres",
+               FLEET_NAME=NAME, FLEET_N=str(N), FLEET_TTL_S=str(TTL_S), FLEET_RENEW_S=str(RENEW_S),
+               FLEET_BATCH=str(BATCH), FLEET_ITEM_MS=str(BUSY_ITEM_MS), FLEET_LIFETIME_S=str(TIME_LIMIT_S))
+    env.pop("PGSERVICE", None)
+    workers = [Worker("python" if i % 2 == 0 else "node", workdir, env) for i in range(BUSY_WORKERS)]
+    d = direct(BUSY_DB)
+    try:
+        time.sleep(BUSY_S)
+        lost = {w.holder: [e["why"] for e in w.events if e["event"] == "lost"] for w in workers}
+        lost = {k: v for k, v in lost.items() if v}
+        (written,) = d.execute("SELECT count(*) FROM processing_log").fetchone()
+        check(not lost, f"leases lost with no fault through a busy pool: {lost}")
+        check(written > 0, "nothing written through the busy pool")
+        log(f"busy pool: {BUSY_WORKERS} workers over a pool of {POOL}, writes holding a server connection"
+            f" {BUSY_WRITE_MS} ms, {BUSY_ITEM_MS * BATCH / 1000:g} s of work per batch, ttl {TTL_S:g} s:"
+            f" no lease lost in {BUSY_S} s ({written} items written)")
+
+        # a holder stopped inside its batch's transaction
+        by_pid = {w.pid: w for w in workers}
+        holding = [by_pid[pid_of(r[1])] for r in holders(d).values() if not r[4]]
+        w = next((w for w in holding if w.lang == "python"), None)
+        check(w, "no Python worker holds a lease")
+        for _ in range(8):
+            ev = w.wait_event("fetched", len(w.events), 10)
+            # its work, then fence and UPDATE (quick), then the INSERT (BUSY_WRITE_MS) and COMMIT
+            time.sleep(max(0.0, ev["t"] + ev["items"] * BUSY_ITEM_MS / 1000 + 0.25 - time.time()))
+            os.kill(w.pid, signal.SIGSTOP)
+            deadline = time.monotonic() + 1.5
+            while not idle_in_transaction(d) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if idle_in_transaction(d):
+                break
+            os.kill(w.pid, signal.SIGCONT)  # not inside the transaction: the next batch
+        else:
+            raise Failure(f"could not stop {w} inside its batch's transaction")
+        poll(lambda: not idle_in_transaction(d), 10, "the server to end the session idle in a transaction")
+        since = len(w.events)
+        os.kill(w.pid, signal.SIGCONT)
+        ev = w.wait_event(("reconnecting", "error"), since, 15)
+        check(ev["event"] == "reconnecting", f"{w} after its session was ended: {ev}")
+        w.wait_event("claimed", since, 15)
+        check(w.proc.poll() is None, f"{w} exited: {open(w.err_path).read()[-2000:]}")
+        log(f"  {w} stopped inside its batch's transaction: the server ended the session"
+            f" (idle_in_transaction_session_timeout); resumed, it reported \"{ev['error']}\","
+            " reconnected and claimed again")
+        time.sleep(2)
+    finally:
+        for x in workers:
+            if x.proc.poll() is None:
+                os.kill(x.pid, signal.SIGCONT)
+                x.proc.terminate()
+        for x in workers:
+            try:
+                x.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                x.proc.kill()
+                x.proc.wait()
+    (logged, distinct) = d.execute("SELECT count(*), count(DISTINCT item) FROM processing_log").fetchone()
+    (unlogged,) = d.execute("SELECT count(*) FROM items i WHERE done AND NOT EXISTS"
+                            " (SELECT 1 FROM processing_log l WHERE l.item = i.id)").fetchone()
+    (undone,) = d.execute("SELECT count(*) FROM processing_log l JOIN items i ON i.id = l.item"
+                          " WHERE NOT i.done").fetchone()
+    check(logged == distinct and unlogged == 0 and undone == 0,
+          f"busy pool: {logged} log rows for {distinct} items, {unlogged} done but not logged, {undone} logged not done")
+    errors = [(x.holder, e) for x in workers for e in x.events if e["event"] in ("error", "garbage")]
+    check(not errors, f"worker errors: {errors}")
+    d.close()
+    log(f"  {distinct} items written once each")
+
+
 def main():
     def on_alarm(*_):
         raise Failure(f"the pooler test did not finish within {TIME_LIMIT_S} s")
@@ -431,6 +559,7 @@ def main():
             d.execute("CREATE EXTENSION pg_claim")
         claim_slot_through_pooler()
         run_fleets(workdir)
+        busy_pool(workdir)
         ok = True
     except Exception as e:  # noqa: BLE001 - any failure: report, with the workers' stderr
         if not isinstance(e, Failure):
@@ -446,6 +575,7 @@ def main():
     if ok:
         with direct("postgres") as d:
             d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+            d.execute(f"DROP DATABASE IF EXISTS {BUSY_DB} WITH (FORCE)")
         log("pooler test: passed")
     return 0 if ok else 1
 
