@@ -34,6 +34,7 @@ mod wake;
 /// Called once when the library is loaded into a backend.
 #[pgrx::pg_guard]
 pub extern "C-unwind" fn _PG_init() {
+    backend::error::disable_backtraces();
     backend::settings::init();
 }
 
