@@ -13,7 +13,7 @@
 //! set-ups and their errors, the isolation spec `wake` the notifications;
 //! `bench/85-notify-cost.sh` measures the cost per row.
 
-use crate::backend::catalog::{cstr_to_string, format_type_exact, qualified_rel_name, quote_ident};
+use crate::backend::catalog::{cstr_to_string, qualified_rel_name, quote_ident, type_name};
 use crate::backend::error::{invalid_parameter, raise};
 use crate::mapping::hashing::crc32;
 use crate::mapping::v1::{key_slot, utf8_bytes, KeyForm};
@@ -151,8 +151,8 @@ unsafe fn build_setup(td: *mut pg_sys::TriggerData) -> Setup {
         let found = desc
             .iter()
             .find(|a| !a.is_dropped() && a.attnum > 0 && a.name() == col.as_str())
-            .map(|a| (a.attnum, a.atttypid, a.atttypmod));
-        let Some((attnum, atttypid, atttypmod)) = found else {
+            .map(|a| (a.attnum, a.atttypid));
+        let Some((attnum, atttypid)) = found else {
             raise(
                 PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,
                 format!("table {table} has no column \"{col}\""),
@@ -166,7 +166,7 @@ unsafe fn build_setup(td: *mut pg_sys::TriggerData) -> Setup {
                 format!(
                     "notify_slot cannot map column {} of table {table}: {mapping} does not take type {}",
                     quote_ident(col),
-                    format_type_exact(atttypid, atttypmod)
+                    type_name(atttypid)
                 ),
                 &format!(
                     "The key column must be smallint, integer, bigint, text, varchar, char(n), bytea or uuid \
