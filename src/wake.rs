@@ -299,7 +299,9 @@ mod tests {
         assert_eq!(parse_n("8"), Some(8));
         assert_eq!(parse_n("1048576"), Some(1_048_576));
         assert_eq!(parse_n("0000008"), Some(8));
-        for bad in ["", "0", "1048577", "eight", "-1", "+8", " 8", "00000008", "9999999"] {
+        for bad in [
+            "", "0", "1048577", "eight", "-1", "+8", " 8", "00000008", "9999999",
+        ] {
             assert_eq!(parse_n(bad), None, "{bad}");
         }
     }
@@ -308,7 +310,14 @@ mod tests {
     fn plain_names() {
         assert!(plain_name(b"mailer"));
         assert!(plain_name(b"a_1"));
-        for bad in [&b""[..], b"Mailer", b"1a", b"mail-er", b"_a", "é".as_bytes()] {
+        for bad in [
+            &b""[..],
+            b"Mailer",
+            b"1a",
+            b"mail-er",
+            b"_a",
+            "é".as_bytes(),
+        ] {
             assert!(!plain_name(bad));
         }
     }

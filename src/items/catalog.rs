@@ -125,7 +125,9 @@ pub fn check_mapping_resolves(m: &Mapping, key: &Key, ext: &ExtSchema) {
             pg_sys::lappend(
                 std::ptr::null_mut(),
                 pg_sys::makeString(pg_sys::pstrdup(
-                    std::ffi::CString::new(ext.name.as_str()).unwrap_or_default().as_ptr(),
+                    std::ffi::CString::new(ext.name.as_str())
+                        .unwrap_or_default()
+                        .as_ptr(),
                 ))
                 .cast(),
             ),
@@ -167,12 +169,7 @@ pub fn check_mapping_resolves(m: &Mapping, key: &Key, ext: &ExtSchema) {
         {
             return;
         }
-        let call = format!(
-            "{}.{}({}, integer)",
-            ext.quoted,
-            m.func,
-            type_name(argtype)
-        );
+        let call = format!("{}.{}({}, integer)", ext.quoted, m.func, type_name(argtype));
         let what = if normal {
             format!(
                 "resolves to {}, which is not part of pg_claim",
