@@ -306,6 +306,48 @@ mod tests {
         }
     }
 
+    fn setup(name: &str) -> Setup {
+        Setup {
+            relid: pg_sys::InvalidOid,
+            attnum: 1,
+            form: KeyForm::Int8,
+            n: 8,
+            jump: false,
+            plain_prefix: plain_name(name.as_bytes())
+                .then(|| format!("pg_claim_{name}_").into_bytes()),
+            hashed_prefix: format!("pg_claim__{:08x}_", crc32(name.as_bytes())).into_bytes(),
+        }
+    }
+
+    fn channel(name: &str, slot: i32) -> String {
+        let mut buf = Vec::new();
+        setup(name).channel(slot, &mut buf);
+        assert_eq!(buf.pop(), Some(0));
+        String::from_utf8(buf).unwrap()
+    }
+
+    /// The names slot_channel gives (pg_regress `wake` shows the same).
+    #[test]
+    fn channels_as_slot_channel() {
+        assert_eq!(channel("mailer", 3), "pg_claim_mailer_3");
+        // 10 + 46 + 7 = 63 bytes: still plain; one byte more: hashed
+        let m46 = "m".repeat(46);
+        assert_eq!(channel(&m46, 1_048_575), format!("pg_claim_{m46}_1048575"));
+        let m47 = "m".repeat(47);
+        assert_eq!(
+            channel(&m47, 1_048_575),
+            format!("pg_claim__{:08x}_1048575", crc32(m47.as_bytes()))
+        );
+        assert_eq!(channel(&m47, 1), format!("pg_claim_{m47}_1"));
+        assert_eq!(
+            channel("Mailer", 3),
+            format!("pg_claim__{:08x}_3", crc32(b"Mailer"))
+        );
+        for (name, slot) in [("mailer", 0), (&m46[..], 1_048_575), ("mail-er", 7)] {
+            assert!(channel(name, slot).len() <= 63);
+        }
+    }
+
     #[test]
     fn plain_names() {
         assert!(plain_name(b"mailer"));
