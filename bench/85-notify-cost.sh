@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The cost of notify_slot per row (docs/wake.md): a 30,000-row INSERT
-# (ids 1 .. 30,000 of the example outbox, n = 8) into a table with
+# (ids 1 .. 30,000, n = 8) into an outbox table with
 #   - no trigger,
 #   - a hand-written PL/pgSQL trigger:
 #       PERFORM pg_notify('pg_claim_mailer_' || slot_of(NEW.id, 8), '');
