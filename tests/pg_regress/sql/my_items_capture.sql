@@ -157,6 +157,17 @@ SELECT bool_and((SELECT array_agg(k ORDER BY k) FROM my_items(NULL::capx_char, 3
                 = (SELECT array_agg(k ORDER BY k) FROM capx_char WHERE slot_of(k, 8) = 3)) AS char_share;
 RESET enable_seqscan;
 RESET enable_bitmapscan;
+
+-- A function created after a session cached its share query: the query is
+-- written (and checked) again before it is planned again.
+SELECT count(*) AS pg_hash_share FROM my_items(NULL::capx_varchar, 3, 8, method => 'pg_hash');
+CREATE FUNCTION public.pg_hash_slot(k varchar, n integer) RETURNS integer LANGUAGE plpgsql AS
+$$BEGIN RAISE NOTICE 'planted pg_hash_slot(varchar) ran'; RETURN 3; END$$;
+SET search_path = public, pg_temp;  -- a plan kept with the old path is analysed again
+SELECT count(*) AS pg_hash_share FROM my_items(NULL::capx_varchar, 3, 8, method => 'pg_hash');
+DROP FUNCTION public.pg_hash_slot(varchar, integer);
+RESET search_path;
+SELECT count(*) AS pg_hash_share FROM my_items(NULL::capx_varchar, 3, 8, method => 'pg_hash');
 DROP TABLE capx_varchar, capx_char, capx_domain, capx_int_domain, capx_int, capx_bigint, capx_uuid, capx_text, capx_jump_int;
 DROP DOMAIN capx_dtext, capx_dint;
 DROP FUNCTION capx_plan(text);
