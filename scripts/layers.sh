@@ -220,6 +220,16 @@ dump_across() {
     return $rc
 }
 
+# Errors with RUST_BACKTRACE in the server's environment (tests/backtrace):
+# a cluster of its own, which the test restarts with it set (the clusters of
+# pgc_cluster_start run without it).
+backtrace() (
+    PGC_CLUSTERS=()
+    trap pgc_cleanup EXIT
+    pgc_cluster_start "backtrace-$PGC_PG_MAJOR"
+    PGC_BIN="$PGC_BIN" tests/backtrace/run.sh "$PGC_WORK/pg/data-backtrace-$PGC_PG_MAJOR"
+)
+
 # ALTER EXTENSION pg_claim UPDATE from the given earlier releases (default:
 # every one whose install script is kept), against a fresh install of
 # this version (tests/upgrade/releases).

@@ -35,7 +35,9 @@ RETURNS TABLE (slot integer, items bigint)
 LANGUAGE plpgsql STABLE
 AS $body$
 BEGIN
-    RETURN QUERY EXECUTE @extschema@.slot_counts_query(rel, n, key, method, route) USING n;
+    -- exact-typed (rel::oid): a slot_counts_query(regclass, ...) created in
+    -- this schema would otherwise match better and run instead
+    RETURN QUERY EXECUTE @extschema@.slot_counts_query(rel::pg_catalog.oid, n, key, method, route) USING n;
 END
 $body$;
 COMMENT ON FUNCTION @extschema@.slot_counts(regclass, integer, text, text, text) IS

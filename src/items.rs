@@ -235,10 +235,15 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
             query(child, None)
         }
         None => {
+            catalog::check_mapping_resolves(&mapping, &route, &ext);
             table.advise_index(&key, &route, &mapping, &ext, n, pending.as_ref());
             query(
                 &table.quoted,
-                Some(mapping.expr(&ext.quoted, &route.quoted, &n.to_string())),
+                Some(mapping.expr(
+                    &ext.quoted,
+                    &catalog::key_arg(&mapping, &route),
+                    &n.to_string(),
+                )),
             )
         }
     };
@@ -311,9 +316,10 @@ unsafe fn counts_query(
     let mapping = slot_mapping(method, &route, route_arg);
     // SAFETY: as the caller promises
     let ext = catalog::extension_schema(unsafe { catalog::calling_function(fcinfo) });
+    catalog::check_mapping_resolves(&mapping, &route, &ext);
     plan::counts_sql(
         &table.quoted,
-        &mapping.expr(&ext.quoted, &route.quoted, "$1"),
+        &mapping.expr(&ext.quoted, &catalog::key_arg(&mapping, &route), "$1"),
     )
 }
 

@@ -11,7 +11,7 @@
 //! - `group`:   group membership, positions, `claim_partitions`; pure core `group::plan`
 //! - `lease`:   leases and fencing tokens (`claim_lease`, `fence`, `my_token`, ...), all in SQL
 //! - `failure`: failing items (`record_failure`, `failing_items`, ...), all in SQL
-//! - `wake`:    `slot_channel` and the trigger function `notify_slot`, all in SQL
+//! - `wake`:    `slot_channel` (SQL) and the C trigger function `notify_slot`
 //! - `spread`:  `spread_agg`; pure core `spread::order`, `spread::groups`
 //!
 //! Shared by them: `locks` (the advisory lock key layout, lock primitives and
@@ -34,6 +34,7 @@ mod wake;
 /// Called once when the library is loaded into a backend.
 #[pgrx::pg_guard]
 pub extern "C-unwind" fn _PG_init() {
+    backend::error::disable_backtraces();
     backend::settings::init();
 }
 

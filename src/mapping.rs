@@ -14,7 +14,7 @@ pub mod hashing;
 mod pg_hash;
 mod poly;
 mod range;
-mod v1;
+pub(crate) mod v1;
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]

@@ -58,3 +58,30 @@ pub fn check_n(n: i32) {
         n_below_one(n, N_HINT)
     }
 }
+
+/// Make sure no ERROR of pg_claim carries a Rust backtrace, whatever the
+/// server's environment. pgrx's panic hook captures
+/// `std::backtrace::Backtrace::capture()` on every ERROR that passes through
+/// Rust (a PostgreSQL ERROR inside `my_items`' query too) and appends it to
+/// the ERROR's DETAIL when capturing is enabled, which the standard library
+/// decides once per process from RUST_LIB_BACKTRACE, else RUST_BACKTRACE.
+/// Called from `_PG_init`, before anything in this library can panic: it
+/// makes that one decision with RUST_LIB_BACKTRACE=0, then restores the
+/// environment as it was, so the server and its child processes see no
+/// change. The test `tests/backtrace/run.sh` starts a server with
+/// RUST_BACKTRACE=1 and checks the DETAIL of errors through my_items.
+pub fn disable_backtraces() {
+    const VAR: &str = "RUST_LIB_BACKTRACE";
+    let saved = std::env::var_os(VAR);
+    // SAFETY: a PostgreSQL backend runs one thread; nothing reads the
+    // environment concurrently
+    unsafe { std::env::set_var(VAR, "0") };
+    drop(std::backtrace::Backtrace::capture());
+    // SAFETY: as above
+    unsafe {
+        match saved {
+            Some(v) => std::env::set_var(VAR, v),
+            None => std::env::remove_var(VAR),
+        }
+    }
+}

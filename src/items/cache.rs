@@ -4,7 +4,12 @@
 //! An entry is dropped when PostgreSQL invalidates the relcache entry of a
 //! relation it was built from (the table, or the partition it reads: ALTER
 //! TABLE, CREATE/DROP INDEX, ATTACH/DETACH PARTITION, RENAME, DROP ...), and
-//! the whole cache when a schema or type changes.
+//! the whole cache when a schema, type or function changes. A function
+//! change also starts a new generation (`generation`), on which the kept
+//! plans of `srf` are dropped: the query text is written only after checking
+//! that its mapping call resolves to pg_claim's own function, and a plan
+//! re-analysed later (after a `search_path` change, say) must not resolve it
+//! to a function created since.
 
 use pgrx::pg_sys;
 use std::cell::RefCell;
@@ -42,6 +47,13 @@ const MAX_ENTRIES: usize = 4096;
 thread_local! {
     static CACHE: RefCell<HashMap<QueryKey, Entry>> = RefCell::new(HashMap::new());
     static REGISTERED: RefCell<bool> = const { RefCell::new(false) };
+    static GENERATION: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Changes with every function created, altered or dropped in the database
+/// (seen by this session) once the cache holds an entry.
+pub fn generation() -> u64 {
+    GENERATION.with(|g| g.get())
 }
 
 pub fn get(key: &QueryKey) -> Option<String> {
@@ -70,6 +82,7 @@ fn register_callbacks() {
         for cache in [
             pg_sys::SysCacheIdentifier::NAMESPACEOID,
             pg_sys::SysCacheIdentifier::TYPEOID,
+            pg_sys::SysCacheIdentifier::PROCOID,
         ] {
             pg_sys::CacheRegisterSyscacheCallback(
                 cache as _,
@@ -92,7 +105,10 @@ unsafe extern "C-unwind" fn relcache_changed(_arg: pg_sys::Datum, relid: pg_sys:
     });
 }
 
-unsafe extern "C-unwind" fn syscache_changed(_arg: pg_sys::Datum, _cache: i32, _hash: u32) {
+unsafe extern "C-unwind" fn syscache_changed(_arg: pg_sys::Datum, cache: i32, _hash: u32) {
+    if cache == pg_sys::SysCacheIdentifier::PROCOID as i32 {
+        let _ = GENERATION.try_with(|g| g.set(g.get().wrapping_add(1)));
+    }
     let _ = CACHE.try_with(|c| {
         if let Ok(mut c) = c.try_borrow_mut() {
             c.clear();

@@ -32,6 +32,8 @@ const MAX_PLANS: usize = 256;
 
 thread_local! {
     static PLANS: RefCell<HashMap<String, usize>> = RefCell::new(HashMap::new());
+    /// the cache generation the kept plans were prepared in
+    static PLANS_GENERATION: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// How the share query is planned: always the generic plan (the query's
@@ -56,6 +58,16 @@ unsafe fn plan_for(sql: &str) -> pg_sys::SPIPlanPtr {
     // SAFETY: connected to SPI, inside a transaction
     let options = unsafe { plan_options() };
     let key = format!("{options} {sql}");
+    let generation = super::cache::generation();
+    if PLANS_GENERATION.with(|g| g.replace(generation)) != generation {
+        // a function was created, altered or dropped since they were made
+        PLANS.with(|p| {
+            for (_, old) in p.borrow_mut().drain() {
+                // SAFETY: plans this module kept
+                unsafe { pg_sys::SPI_freeplan(old as pg_sys::SPIPlanPtr) };
+            }
+        });
+    }
     if let Some(p) = PLANS.with(|p| p.borrow().get(&key).copied()) {
         return p as pg_sys::SPIPlanPtr;
     }

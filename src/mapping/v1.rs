@@ -106,7 +106,16 @@ static DB_ENCODING: AtomicI32 = AtomicI32::new(-1);
 /// so a key hashes the same whatever the database encoding.
 #[inline(always)]
 unsafe fn text_utf8<'a>(datum: pg_sys::Datum) -> std::borrow::Cow<'a, [u8]> {
-    let bytes = unsafe { varlena_bytes(datum) };
+    unsafe { utf8_bytes(varlena_bytes(datum)) }
+}
+
+/// The UTF-8 form of text bytes in the database encoding (see `text_utf8`).
+///
+/// # Safety
+/// Called in a backend (the slow path asks PostgreSQL for the encoding and
+/// may convert).
+#[inline(always)]
+pub(crate) unsafe fn utf8_bytes(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     let enc = DB_ENCODING.load(Ordering::Relaxed);
     let as_is = enc == pg_sys::pg_enc::PG_UTF8 as i32
         || enc == pg_sys::pg_enc::PG_SQL_ASCII as i32
@@ -221,5 +230,83 @@ pg_claim_fn!(raw jump_slot_uuid, |fcinfo| {
     let bytes = unsafe { uuid_bytes(args[0].value) };
     slot_datum(jump_hash(uuid_crc32(bytes) as u64, n))
 });
+
+/// The base types whose values `slot_of` and `jump_slot` map, as
+/// `key_slot` reads them (a domain's value is its base type's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KeyForm {
+    Int2,
+    Int4,
+    Int8,
+    /// text and varchar
+    Text,
+    /// char(n): mapped as its text form, without trailing spaces (the cast
+    /// `slot_of(text, integer)` receives a char(n) key through)
+    Bpchar,
+    Bytea,
+    Uuid,
+}
+
+impl KeyForm {
+    /// The form of a base type, or None when neither mapping takes it.
+    pub(crate) fn of_base_type(typ: pg_sys::Oid) -> Option<KeyForm> {
+        Some(match typ {
+            pg_sys::INT2OID => KeyForm::Int2,
+            pg_sys::INT4OID => KeyForm::Int4,
+            pg_sys::INT8OID => KeyForm::Int8,
+            pg_sys::TEXTOID | pg_sys::VARCHAROID => KeyForm::Text,
+            pg_sys::BPCHAROID => KeyForm::Bpchar,
+            pg_sys::BYTEAOID => KeyForm::Bytea,
+            pg_sys::UUIDOID => KeyForm::Uuid,
+            _ => return None,
+        })
+    }
+}
+
+/// The slot of a non-NULL key datum of `form`, exactly as the SQL call
+/// `slot_of(key, n)` (or `jump_slot(key, n)` with `jump`) computes it.
+/// `n` must be at least 1.
+///
+/// # Safety
+/// `datum` is a valid non-NULL value of `form`'s type; called in a backend.
+pub(crate) unsafe fn key_slot(form: KeyForm, datum: pg_sys::Datum, n: i32, jump: bool) -> i32 {
+    let int = |v: i64| {
+        if jump {
+            jump_hash(v as u64, n)
+        } else {
+            modulo_slot(v, n)
+        }
+    };
+    let bytes = |b: &[u8]| {
+        if jump {
+            jump_hash(crc32(b) as u64, n)
+        } else {
+            crc32_slot(b, n)
+        }
+    };
+    // SAFETY: as the caller promises
+    unsafe {
+        match form {
+            KeyForm::Int2 => int(datum.value() as i16 as i64),
+            KeyForm::Int4 => int(datum.value() as i32 as i64),
+            KeyForm::Int8 => int(datum.value() as i64),
+            KeyForm::Text => bytes(&text_utf8(datum)),
+            KeyForm::Bpchar => {
+                let raw = varlena_bytes(datum);
+                let len = raw.iter().rposition(|b| *b != b' ').map_or(0, |i| i + 1);
+                bytes(&utf8_bytes(&raw[..len]))
+            }
+            KeyForm::Bytea => bytes(varlena_bytes(datum)),
+            KeyForm::Uuid => {
+                let u = uuid_bytes(datum);
+                if jump {
+                    jump_hash(uuid_crc32(u) as u64, n)
+                } else {
+                    crc32_slot(&uuid_text(u), n)
+                }
+            }
+        }
+    }
+}
 
 pgrx::extension_sql_file!("../../sql/mapping.sql", name = "slot_of_crc32_jump_slot");

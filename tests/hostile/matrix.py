@@ -70,6 +70,7 @@ ALLOWED = {
     "42703": "undefined_column: a key or listed column that the table does not have (names are exact)",
     "42704": "undefined_object: a type that does not exist or was dropped; an oid that is not a row type",
     "42804": "datatype_mismatch: a key type the method cannot map; polymorphic arguments that do not fit together",
+    "42723": "duplicate_function: a function created in pg_claim's schema would take the place of the mapping function a share query calls",
     "42P10": "invalid_column_reference: no single key column (no primary key, a two-column one): pass key",
     "42809": "wrong_object_type: not a table (a view, a composite type, a sequence, an index, a scalar)",
     "42883": "undefined_function: no function for these argument types (aggregate support functions take internal, PostgreSQL 15), or a key type without the hash or btree support needed",

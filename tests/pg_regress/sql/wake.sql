@@ -59,5 +59,26 @@ DROP TRIGGER t1 ON wk_bad;
 CREATE TRIGGER t1 AFTER INSERT ON wk_bad FOR EACH STATEMENT EXECUTE FUNCTION notify_slot('wk', '8', 'id');
 SELECT pc_try($$INSERT INTO wk_bad VALUES (1)$$) AS statement_level;
 DROP TRIGGER t1 ON wk_bad;
+-- a key column of a type neither mapping takes: 42804 naming the column
+-- and the type, at the first row (PostgreSQL gives an extension no say at
+-- CREATE TRIGGER)
+CREATE TABLE wk_types (amount numeric, d date, ok varchar(10));
+CREATE TRIGGER t1 AFTER INSERT ON wk_types FOR EACH ROW EXECUTE FUNCTION notify_slot('wk', '8', 'amount');
+SELECT pc_try($$INSERT INTO wk_types VALUES (1.5, NULL, 'a')$$) AS numeric_key;
+DROP TRIGGER t1 ON wk_types;
+CREATE TRIGGER t1 AFTER INSERT ON wk_types FOR EACH ROW EXECUTE FUNCTION notify_slot('wk', '8', 'd', 'jump_slot');
+SELECT pc_try($$INSERT INTO wk_types VALUES (1.5, NULL, 'a')$$) AS date_key;
+-- the set-up is kept per trigger, and dropped when the table changes: a
+-- column whose type changes is checked again
+DROP TRIGGER t1 ON wk_types;
+CREATE TRIGGER t1 AFTER INSERT ON wk_types FOR EACH ROW EXECUTE FUNCTION notify_slot('wk', '8', 'ok');
+SELECT pc_try($$INSERT INTO wk_types VALUES (1.5, NULL, 'a')$$) AS varchar_key;
+ALTER TABLE wk_types ALTER COLUMN ok TYPE numeric USING NULL;
+SELECT pc_try($$INSERT INTO wk_types VALUES (1.5, NULL, 2)$$) AS altered_to_numeric;
+ALTER TABLE wk_types RENAME COLUMN amount TO ok2;
+ALTER TABLE wk_types RENAME COLUMN ok TO gone;
+SELECT pc_try($$INSERT INTO wk_types VALUES (1.5, NULL, 2)$$) AS renamed_away;
+SELECT count(*) AS rows_in FROM wk_types;
+DROP TABLE wk_types;
 SELECT pc_try($$SELECT notify_slot()$$) AS not_as_trigger;
 SELECT count(*) AS rows_kept FROM wk_bad;
