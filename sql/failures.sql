@@ -80,17 +80,22 @@ BEGIN
             USING ERRCODE = '22023',
             HINT = 'max_attempts counts every attempt, the first included: after that many failures the item is set aside.';
     END IF;
+    IF backoff < interval '0' OR backoff > interval '1 day' THEN
+        RAISE EXCEPTION 'backoff must be between 0 and 1 day, got %', backoff USING ERRCODE = '22023',
+            HINT = 'The first retry waits backoff, each further one twice as long (at most 1 day), e.g. interval ''10 seconds''.';
+    END IF;
     -- judged by its real length from now: an interval that mixes months
     -- with days ('1 mon -29 days') is as long as the calendar makes it today
-    IF backoff < interval '0' OR backoff > interval '1 day'
-       OR (extract(month FROM backoff) <> 0 OR extract(year FROM backoff) <> 0)
-          AND (now_ + backoff < now_ OR now_ + backoff > now_ + interval '1 day') THEN
+    IF (extract(month FROM backoff) <> 0 OR extract(year FROM backoff) <> 0)
+       AND (now_ + backoff < now_ OR now_ + backoff > now_ + interval '1 day') THEN
         RAISE EXCEPTION 'backoff must be between 0 and 1 day, got % (% from now)', backoff, (now_ + backoff) - now_
             USING ERRCODE = '22023',
             HINT = 'The first retry waits backoff, each further one twice as long (at most 1 day), e.g. interval ''10 seconds''.';
     END IF;
-    -- its real length, in days and time
-    backoff := (now_ + backoff) - now_;
+    IF extract(month FROM backoff) <> 0 OR extract(year FROM backoff) <> 0 THEN
+        -- its real length, in days and time
+        backoff := (now_ + backoff) - now_;
+    END IF;
     -- attempts k (after this failure) waits backoff * 2^(k-1), at most 1 day;
     -- a dead item (retry_at NULL) stays dead
     INSERT INTO @extschema@.pg_claim_failures AS f

@@ -135,13 +135,17 @@ BEGIN
         RAISE EXCEPTION 'ttl must not be null' USING ERRCODE = '22004',
             HINT = 'Pass how long the lease lasts without a renewal, e.g. interval ''30 seconds''.';
     END IF;
-    now_ := pg_catalog.clock_timestamp();
-    IF ttl <= interval '0' OR ttl > interval '1 day'
-       OR (extract(month FROM ttl) <> 0 OR extract(year FROM ttl) <> 0)
-          AND (now_ + ttl <= now_ OR now_ + ttl > now_ + interval '1 day') THEN
-        RAISE EXCEPTION 'ttl must be more than 0 and at most 1 day, got % (% from now)', ttl, (now_ + ttl) - now_
-            USING ERRCODE = '22023',
+    IF ttl <= interval '0' OR ttl > interval '1 day' THEN
+        RAISE EXCEPTION 'ttl must be more than 0 and at most 1 day, got %', ttl USING ERRCODE = '22023',
             HINT = 'A lease lasts ttl without a renewal: choose a few times the renew period, e.g. 30 seconds renewed every 10.';
+    END IF;
+    IF extract(month FROM ttl) <> 0 OR extract(year FROM ttl) <> 0 THEN
+        now_ := pg_catalog.clock_timestamp();
+        IF now_ + ttl <= now_ OR now_ + ttl > now_ + interval '1 day' THEN
+            RAISE EXCEPTION 'ttl must be more than 0 and at most 1 day, got % (% from now)', ttl, (now_ + ttl) - now_
+                USING ERRCODE = '22023',
+                HINT = 'A lease lasts ttl without a renewal: choose a few times the renew period, e.g. 30 seconds renewed every 10. An interval that mixes months with days is as long as the calendar makes it.';
+        END IF;
     END IF;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.lease_check(text, integer, bigint, interval) FROM PUBLIC;

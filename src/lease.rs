@@ -39,11 +39,13 @@ fn d<T: IntoDatum>(v: Option<T>) -> Option<pg_sys::Datum> {
 /// Call internal function `name(oid, argtypes...)` with the caller's role first.
 fn invoke(name: &str, argtypes: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>]) -> Option<pg_sys::Datum> {
     let oid = internal_fn(name, argtypes);
-    let mut all = Vec::with_capacity(args.len() + 1);
-    all.push(me());
-    all.extend_from_slice(args);
-    // SAFETY: the argument types are those of the signature looked up
-    unsafe { call(oid, &all) }
+    // on the stack: an ERROR of the call jumps over this frame
+    let mut all: [Option<pg_sys::Datum>; 5] = [None; 5];
+    all[0] = me();
+    all[1..=args.len()].copy_from_slice(args);
+    // SAFETY: the argument types are those of the signature looked up;
+    // nothing here needs dropping
+    unsafe { call(oid, &all[..=args.len()]) }
 }
 
 /// Claim the lowest free or expired slot of `name` in 0 .. n-1 for `holder`

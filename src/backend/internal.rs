@@ -133,7 +133,8 @@ fn look_up(name: &str, argtypes: &[pg_sys::Oid]) -> (pg_sys::Oid, pg_sys::Oid) {
 ///
 /// # Safety
 /// `args` must match the function's argument types, and `oid` must be a
-/// function that returns no set.
+/// function that returns no set. An ERROR of the function jumps over the
+/// caller's frames: they must hold nothing that needs dropping.
 pub unsafe fn call(oid: pg_sys::Oid, args: &[Option<pg_sys::Datum>]) -> Option<pg_sys::Datum> {
     // SAFETY: the caller's promises; the FmgrInfo and the call info live
     // for the call, in the current memory context
@@ -156,7 +157,13 @@ pub unsafe fn call(oid: pg_sys::Oid, args: &[Option<pg_sys::Datum>]) -> Option<p
         let Some(f) = (*flinfo).fn_addr else {
             crate::backend::error::internal("call an internal function", "no entry point");
         };
-        let result = pg_sys::ffi::pg_guard_ffi_boundary(|| f(fcinfo));
+        // Called as PostgreSQL calls a function: an ERROR it raises
+        // propagates unchanged (its own SQLSTATE, such as PC001, its DETAIL
+        // and CONTEXT), which pgrx's FFI guard would turn into XX000. The
+        // frames it unwinds through (this one, the callers in src/lease.rs
+        // and pgrx's wrapper) own nothing that needs dropping: their data
+        // is on the stack or palloc'd.
+        let result = f(fcinfo);
         if (*fcinfo).isnull {
             None
         } else {
