@@ -37,7 +37,11 @@ fn d<T: IntoDatum>(v: Option<T>) -> Option<pg_sys::Datum> {
 }
 
 /// Call internal function `name(oid, argtypes...)` with the caller's role first.
-fn invoke(name: &str, argtypes: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>]) -> Option<pg_sys::Datum> {
+fn invoke(
+    name: &str,
+    argtypes: &[pg_sys::Oid],
+    args: &[Option<pg_sys::Datum>],
+) -> Option<pg_sys::Datum> {
     let oid = internal_fn(name, argtypes);
     // on the stack: an ERROR of the call jumps over this frame
     let mut all: [Option<pg_sys::Datum>; 5] = [None; 5];
@@ -210,5 +214,13 @@ COMMENT ON FUNCTION @extschema@.my_token(text) IS
     'the fencing token of this session''s claim_slot claim of name (NULL when it holds none), for fence and lease_valid';
 "#,
     name = "lease_comments",
-    requires = [claim_lease, renew_lease, release_lease, lease_holders, lease_valid, fence, my_token],
+    requires = [
+        claim_lease,
+        renew_lease,
+        release_lease,
+        lease_holders,
+        lease_valid,
+        fence,
+        my_token
+    ],
 );

@@ -139,7 +139,8 @@ pub unsafe fn call(oid: pg_sys::Oid, args: &[Option<pg_sys::Datum>]) -> Option<p
     // SAFETY: the caller's promises; the FmgrInfo and the call info live
     // for the call, in the current memory context
     unsafe {
-        let flinfo = pg_sys::palloc0(std::mem::size_of::<pg_sys::FmgrInfo>()) as *mut pg_sys::FmgrInfo;
+        let flinfo =
+            pg_sys::palloc0(std::mem::size_of::<pg_sys::FmgrInfo>()) as *mut pg_sys::FmgrInfo;
         pg_sys::fmgr_info(oid, flinfo);
         let size = std::mem::size_of::<pg_sys::FunctionCallInfoBaseData>()
             + args.len() * std::mem::size_of::<pg_sys::NullableDatum>();
