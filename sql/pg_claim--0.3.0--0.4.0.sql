@@ -79,18 +79,10 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.lease_check(text, integer, bigint, interval) FROM PUBLIC;
 
--- claim_lease (src/lease.rs) for `role`: takes the name's lease mutex at
--- session level for this statement only, and always gives it back.
-CREATE FUNCTION @extschema@.pg_claim_lease_claim(
-    role oid, name text, n integer, holder text, ttl interval,
-    OUT slot integer, OUT token bigint, OUT expires_at timestamptz)
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    crc_ bigint;
-    key_ integer;
+-- claim_lease's argument checks.
+CREATE FUNCTION @extschema@.pg_claim_lease_claim_check(name text, n integer, holder text, ttl interval)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM @extschema@.pg_claim_need_read_committed('claim_lease'::text);
     PERFORM @extschema@.lease_check(name, 0::integer, 0::bigint, ttl);
     IF n IS NULL THEN
         RAISE EXCEPTION 'n must not be null' USING ERRCODE = '22004',
@@ -105,6 +97,22 @@ BEGIN
             USING ERRCODE = CASE WHEN holder IS NULL THEN '22004' ELSE '22023' END,
             HINT = 'The holder names one claim instance (one worker process), the same on every call, e.g. host:pid:random.';
     END IF;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_claim_check(text, integer, text, interval) FROM PUBLIC;
+
+-- claim_lease (src/lease.rs) for `role`: takes the name's lease mutex at
+-- session level for this statement only, and always gives it back.
+CREATE FUNCTION @extschema@.pg_claim_lease_claim(
+    role oid, name text, n integer, holder text, ttl interval,
+    OUT slot integer, OUT token bigint, OUT expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    crc_ bigint;
+    key_ integer;
+BEGIN
+    PERFORM @extschema@.pg_claim_need_read_committed('claim_lease'::text);
+    PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
     crc_ := @extschema@.crc32(name);
     key_ := (crc_::bit(32))::integer;
     -- One claimer of a name at a time, for this statement only: a
@@ -135,6 +143,13 @@ DECLARE
     g integer;
     tries integer := 0;
 BEGIN
+    -- the same checks again: a superuser may call this function directly
+    PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
+    IF crc_ IS DISTINCT FROM @extschema@.crc32(name) OR key_ IS DISTINCT FROM (crc_::bit(32))::integer THEN
+        RAISE EXCEPTION 'crc_ and key_ must be crc32(name) and its int4 form, got % and %', crc_, key_
+            USING ERRCODE = '22023',
+            HINT = 'This is claim_lease''s internal function: call claim_lease.';
+    END IF;
     -- a name in session mode: claim_slot holds a slot of it
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_locks k
                WHERE k.locktype = 'advisory' AND k.objsubid = 2 AND k.granted
