@@ -165,7 +165,10 @@ pub unsafe fn call(oid: pg_sys::Oid, args: &[Option<pg_sys::Datum>]) -> Option<p
         // and pgrx's wrapper) own nothing that needs dropping: their data
         // is on the stack or palloc'd.
         let result = f(fcinfo);
-        if (*fcinfo).isnull {
+        let isnull = (*fcinfo).isnull;
+        pg_sys::pfree(fcinfo.cast());
+        pg_sys::pfree(flinfo.cast());
+        if isnull {
             None
         } else {
             Some(result)
