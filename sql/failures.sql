@@ -3,7 +3,11 @@
 -- server's clock, and the item set aside ("dead") after max_attempts, so a
 -- share goes on past a poison item. The table is written only through the
 -- SECURITY DEFINER functions below; each is one statement, so they work
--- inside any transaction and through a transaction-mode pooler.
+-- inside any READ COMMITTED transaction and through a transaction-mode
+-- pooler (record_failure and clear_failure refuse REPEATABLE READ and
+-- SERIALIZABLE with 0A000). Every call of an extension function from them
+-- is schema-qualified and exact-typed. The records are part of a dump
+-- (pg_extension_config_dump): a restore keeps what was set aside.
 
 CREATE TABLE @extschema@.pg_claim_failures (
     name            text        NOT NULL,
@@ -19,6 +23,7 @@ CREATE TABLE @extschema@.pg_claim_failures (
 REVOKE ALL ON @extschema@.pg_claim_failures FROM PUBLIC;
 COMMENT ON TABLE @extschema@.pg_claim_failures IS
     'pg_claim''s failed items: attempts, last error, next retry or set aside; written only through record_failure and clear_failure';
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.pg_claim_failures', '');
 
 -- The checks every failure function shares.
 CREATE FUNCTION @extschema@.failure_check(name text, item text)
@@ -59,6 +64,7 @@ DECLARE
     now_ timestamptz := pg_catalog.clock_timestamp();
     retry_ timestamptz;
 BEGIN
+    PERFORM @extschema@.pg_claim_need_read_committed('record_failure'::text);
     PERFORM @extschema@.failure_check(name, item);
     IF error IS NULL THEN
         RAISE EXCEPTION 'error must not be null' USING ERRCODE = '22004',
@@ -77,6 +83,18 @@ BEGIN
     IF backoff < interval '0' OR backoff > interval '1 day' THEN
         RAISE EXCEPTION 'backoff must be between 0 and 1 day, got %', backoff USING ERRCODE = '22023',
             HINT = 'The first retry waits backoff, each further one twice as long (at most 1 day), e.g. interval ''10 seconds''.';
+    END IF;
+    -- judged by its real length from now: an interval that mixes months
+    -- with days ('1 mon -29 days') is as long as the calendar makes it today
+    IF (extract(month FROM backoff) <> 0 OR extract(year FROM backoff) <> 0)
+       AND (now_ + backoff < now_ OR now_ + backoff > now_ + interval '1 day') THEN
+        RAISE EXCEPTION 'backoff must be between 0 and 1 day, got % (% from now)', backoff, (now_ + backoff) - now_
+            USING ERRCODE = '22023',
+            HINT = 'The first retry waits backoff, each further one twice as long (at most 1 day), e.g. interval ''10 seconds''.';
+    END IF;
+    IF extract(month FROM backoff) <> 0 OR extract(year FROM backoff) <> 0 THEN
+        -- its real length, in days and time
+        backoff := (now_ + backoff) - now_;
     END IF;
     -- attempts k (after this failure) waits backoff * 2^(k-1), at most 1 day;
     -- a dead item (retry_at NULL) stays dead
@@ -101,7 +119,8 @@ RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    IF name IS NULL OR item IS NULL THEN
+    IF name IS NULL OR item IS NULL
+       OR pg_catalog.octet_length(name) > 1024 OR pg_catalog.octet_length(item) > 1024 THEN
         PERFORM @extschema@.failure_check(name, item);
     END IF;
     RETURN NOT EXISTS (
@@ -117,7 +136,7 @@ RETURNS SETOF text
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM @extschema@.failure_check(name, '');
+    PERFORM @extschema@.failure_check(name, ''::text);
     RETURN QUERY
     SELECT f.item FROM @extschema@.pg_claim_failures f
     WHERE f.name = failing_items.name
@@ -133,14 +152,20 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     removed integer;
+    long_ text;
 BEGIN
-    PERFORM @extschema@.failure_check(name, '');
+    PERFORM @extschema@.pg_claim_need_read_committed('clear_failure'::text);
+    PERFORM @extschema@.failure_check(name, ''::text);
     IF items IS NULL OR pg_catalog.array_position(items, NULL) IS NOT NULL THEN
         RAISE EXCEPTION '%', CASE WHEN items IS NULL THEN 'items must not be null'
                                   ELSE 'items must not contain null (element '
                                        || pg_catalog.array_position(items, NULL) || ')' END
             USING ERRCODE = '22004',
             HINT = 'Pass the keys of the items as text, e.g. clear_failure(''mailer'', ''42'') or clear_failure(''mailer'', VARIADIC ids::text[]).';
+    END IF;
+    SELECT i INTO long_ FROM pg_catalog.unnest(items) i WHERE pg_catalog.octet_length(i) > 1024 LIMIT 1;
+    IF FOUND THEN
+        PERFORM @extschema@.failure_check(name, long_);
     END IF;
     DELETE FROM @extschema@.pg_claim_failures f
     WHERE f.name = clear_failure.name AND f.item = ANY (items);
@@ -156,7 +181,7 @@ RETURNS TABLE (item text, state text, attempts integer, last_error text,
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM @extschema@.failure_check(name, '');
+    PERFORM @extschema@.failure_check(name, ''::text);
     RETURN QUERY
     SELECT f.item,
            CASE WHEN f.retry_at IS NULL THEN 'dead'

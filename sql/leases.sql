@@ -2,10 +2,25 @@
 --
 -- A lease is a row of @extschema@.pg_claim_leases: who holds slot `slot` of `name`
 -- until `expires_at` on the database server's clock, with a fencing token
--- that strictly increases for the slot at every change of holder. Each
--- function is one statement, so it works inside any transaction and through
--- a transaction-mode pooler. The functions are SECURITY DEFINER with a fixed
--- search_path: the table is written only through them.
+-- that strictly increases for the slot at every change of holder, and the
+-- role that owns it. Each function is one statement, so it works inside any
+-- READ COMMITTED transaction and through a transaction-mode pooler.
+--
+-- Leases belong to roles. The public functions (claim_lease, renew_lease,
+-- release_lease, lease_holders, fence, lease_valid, my_token; src/lease.rs)
+-- run with the caller's rights and call the internal SECURITY DEFINER
+-- functions below (pg_claim_lease_*) directly through the function manager,
+-- passing the calling role's oid first. No role may EXECUTE the internal
+-- functions, so no role can pass another's oid. A role sees the holder and
+-- token of, renews, releases and fences with, a lease only when it has the
+-- privileges of the lease's owner (pg_has_role(role, owner, 'USAGE')); to
+-- every other role such a lease looks like one whose token it does not have.
+-- owner NULL (rows from before 0.4.0, until their slot changes hands): any
+-- role that may call the functions.
+--
+-- Every call from these functions to a function of the extension is
+-- schema-qualified and exact-typed (each argument's type is the parameter's
+-- type), so no overload planted in any schema can stand in for it.
 --
 -- Row locks carry the fencing guarantee:
 --   fence / lease_valid         FOR KEY SHARE on the slot's row, to the end
@@ -18,6 +33,19 @@
 --                               wait for it
 -- so a slot cannot change hands while a transaction that passed fence with
 -- the slot's token is open.
+--
+-- Advisory locks (two-int4 keys, key1 = crc32(name) as int4; src/locks.rs):
+--   (key1, 269484034 = 0x10100002)  the lease mutex of the name, exclusive,
+--        session-level, held by claim_lease for its statement only (released
+--        before it returns, also on error) and taken and at once released
+--        by pg_claim_leased (claim_slot's check)
+--   (key1, slot), ShareLock, transaction-level: taken by claim_lease on the
+--        slot it takes, so that claim_slot cannot take that slot while the
+--        lease is not yet committed
+--   (key1, 270532608 + slot = 0x10200000 + slot), exclusive,
+--        transaction-level: a claim_lease that inserts the slot's first row
+--        reserves it, so that another claim_lease does not wait for an
+--        uncommitted insert: it takes the next free slot
 --
 -- Tokens are max(previous token of the slot + 1, microseconds since the epoch
 -- on the server's clock): they increase at every change of holder, and a
@@ -34,12 +62,15 @@ CREATE TABLE @extschema@.pg_claim_leases (
     -- claim_slot ('session <pid> <backend start, seconds since the epoch>',
     -- whatever the session's DateStyle and TimeZone); NULL: free
     holder      text,
-    -- a session claim's record (my_token), not a lease
+    -- a session claim's record (my_token), not a lease; live only while
+    -- that session holds the slot
     session     boolean     NOT NULL DEFAULT false,
     token       bigint      NOT NULL,
     acquired_at timestamptz,
     -- NULL for session records: they last as long as the session's claim
     expires_at  timestamptz,
+    -- the role that claimed it (NULL: any role, for rows from before 0.4.0)
+    owner       oid,
     PRIMARY KEY (name, slot)
 );
 REVOKE ALL ON @extschema@.pg_claim_leases FROM PUBLIC;
@@ -54,10 +85,30 @@ LANGUAGE sql VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp AS $
 $$;
 REVOKE ALL ON FUNCTION @extschema@.next_token(bigint) FROM PUBLIC;
 
+-- Refuse at once (0A000) under REPEATABLE READ or SERIALIZABLE: the
+-- functions that change leases and failure records must see the rows other
+-- transactions committed since their snapshot.
+CREATE FUNCTION @extschema@.pg_claim_need_read_committed(what text)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    level text := pg_catalog.current_setting('transaction_isolation');
+BEGIN
+    IF level IN ('repeatable read', 'serializable') THEN
+        RAISE EXCEPTION '% needs READ COMMITTED, but this transaction is %', what, pg_catalog.upper(level)
+            USING ERRCODE = '0A000',
+            HINT = 'Run it in its own READ COMMITTED transaction (autocommit), or set default_transaction_isolation = ''read committed'' for the worker role (ALTER ROLE ... SET).';
+    END IF;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_need_read_committed(text) FROM PUBLIC;
+
 -- Argument checks shared by the lease functions; each raises with a
--- SQLSTATE, a message naming the value and a hint.
+-- SQLSTATE, a message naming the value and a hint. A ttl is judged by its
+-- real length from now: an interval that mixes months with days or times
+-- ('-1 mon 31 days') is as long as the calendar makes it today.
 CREATE FUNCTION @extschema@.lease_check(name text, slot integer, token bigint, ttl interval)
-RETURNS void LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    now_ timestamptz;
 BEGIN
     IF name IS NULL THEN
         RAISE EXCEPTION 'name must not be null' USING ERRCODE = '22004',
@@ -88,20 +139,22 @@ BEGIN
         RAISE EXCEPTION 'ttl must be more than 0 and at most 1 day, got %', ttl USING ERRCODE = '22023',
             HINT = 'A lease lasts ttl without a renewal: choose a few times the renew period, e.g. 30 seconds renewed every 10.';
     END IF;
+    IF extract(month FROM ttl) <> 0 OR extract(year FROM ttl) <> 0 THEN
+        now_ := pg_catalog.clock_timestamp();
+        IF now_ + ttl <= now_ OR now_ + ttl > now_ + interval '1 day' THEN
+            RAISE EXCEPTION 'ttl must be more than 0 and at most 1 day, got % (% from now)', ttl, (now_ + ttl) - now_
+                USING ERRCODE = '22023',
+                HINT = 'A lease lasts ttl without a renewal: choose a few times the renew period, e.g. 30 seconds renewed every 10. An interval that mixes months with days is as long as the calendar makes it.';
+        END IF;
+    END IF;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.lease_check(text, integer, bigint, interval) FROM PUBLIC;
 
-CREATE FUNCTION @extschema@.claim_lease(
-    name text, n integer, holder text, ttl interval DEFAULT '30 seconds')
-RETURNS TABLE (slot integer, token bigint, expires_at timestamptz)
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    now_ timestamptz;
-    r record;
-    s integer;
+-- claim_lease's argument checks.
+CREATE FUNCTION @extschema@.pg_claim_lease_claim_check(name text, n integer, holder text, ttl interval)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM @extschema@.lease_check(name, 0, 0, ttl);
+    PERFORM @extschema@.lease_check(name, 0::integer, 0::bigint, ttl);
     IF n IS NULL THEN
         RAISE EXCEPTION 'n must not be null' USING ERRCODE = '22004',
             HINT = 'The argument n is the number of slots (workers) of the name: pass the same n from every worker.';
@@ -113,143 +166,292 @@ BEGIN
     IF holder IS NULL OR holder = '' THEN
         RAISE EXCEPTION 'holder must not be %', CASE WHEN holder IS NULL THEN 'null' ELSE 'empty' END
             USING ERRCODE = CASE WHEN holder IS NULL THEN '22004' ELSE '22023' END,
-            HINT = 'The holder names this worker, the same on every call, e.g. its host name and process id.';
+            HINT = 'The holder names one claim instance (one worker process), the same on every call, e.g. host:pid:random.';
     END IF;
-    -- One claimer of a name at a time, to the end of the calling transaction
-    -- (the statement itself, through a pooler or in autocommit).
-    PERFORM pg_catalog.pg_advisory_xact_lock(
-        (@extschema@.crc32(name)::bit(32))::integer, 269484034);
-    now_ := pg_catalog.clock_timestamp();
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_claim_check(text, integer, text, interval) FROM PUBLIC;
 
-    IF EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases l WHERE l.name = claim_lease.name AND l.session) THEN
+-- claim_lease (src/lease.rs) for `role`: takes the name's lease mutex at
+-- session level for this statement only, and always gives it back.
+CREATE FUNCTION @extschema@.pg_claim_lease_claim(
+    role oid, name text, n integer, holder text, ttl interval,
+    OUT slot integer, OUT token bigint, OUT expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    crc_ bigint;
+    key_ integer;
+BEGIN
+    PERFORM @extschema@.pg_claim_need_read_committed('claim_lease'::text);
+    PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
+    crc_ := @extschema@.crc32(name);
+    key_ := (crc_::bit(32))::integer;
+    -- One claimer of a name at a time, for this statement only: a
+    -- claim_lease in an open transaction does not hold up other claimers.
+    PERFORM pg_catalog.pg_advisory_lock(key_, 269484034);
+    BEGIN
+        SELECT t.slot, t.token, t.expires_at INTO slot, token, expires_at
+        FROM @extschema@.pg_claim_lease_take(role, name, n, holder, ttl, crc_, key_) t;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        PERFORM pg_catalog.pg_advisory_unlock(key_, 269484034);
+        RAISE;
+    END;
+    PERFORM pg_catalog.pg_advisory_unlock(key_, 269484034);
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_claim(oid, text, integer, text, interval) FROM PUBLIC;
+
+-- The body of claim_lease, under the name's mutex (called only by
+-- pg_claim_lease_claim, whose owner's rights it runs with).
+CREATE FUNCTION @extschema@.pg_claim_lease_take(
+    role oid, name text, n integer, holder text, ttl interval, crc_ bigint, key_ integer,
+    OUT slot integer, OUT token bigint, OUT expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    now_ timestamptz := pg_catalog.clock_timestamp();
+    r record;
+    lo integer := 0;
+    g integer;
+    tries integer := 0;
+BEGIN
+    -- the same checks again: a superuser may call this function directly
+    PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
+    IF crc_ IS DISTINCT FROM @extschema@.crc32(name) OR key_ IS DISTINCT FROM (crc_::bit(32))::integer THEN
+        RAISE EXCEPTION 'crc_ and key_ must be crc32(name) and its int4 form, got % and %', crc_, key_
+            USING ERRCODE = '22023',
+            HINT = 'This is claim_lease''s internal function: call claim_lease.';
+    END IF;
+    -- a name in session mode: claim_slot holds a slot of it
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_locks k
+               WHERE k.locktype = 'advisory' AND k.objsubid = 2 AND k.granted
+                 AND k.mode = 'ExclusiveLock'
+                 AND k.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                   WHERE d.datname = pg_catalog.current_database())
+                 AND k.classid = crc_::oid AND k.objid::bigint <= 1048575) THEN
         RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
             USING ERRCODE = '55000',
-            HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease.';
+            HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease. The sessions that hold its slots: SELECT * FROM slot_status(name, n).';
+    END IF;
+    -- a name is leased by one role at a time
+    SELECT l.owner INTO r FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_lease_take.name AND NOT l.session AND l.holder IS NOT NULL
+      AND l.expires_at > now_ AND l.owner IS NOT NULL AND l.owner <> role
+      AND NOT pg_catalog.pg_has_role(role, l.owner, 'USAGE')
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'name "%" is leased by role %; role % cannot lease it', name,
+            r.owner::regrole, role::regrole
+            USING ERRCODE = '42501',
+            HINT = 'A name is leased by one role at a time. Workers that log in as different roles share a name through a common role: GRANT fleet_role TO each worker role, and let them claim as fleet_role (SET ROLE, or ALTER ROLE worker SET role = ''fleet_role'').';
     END IF;
     -- live leases of another n
     SELECT l.n, l.holder INTO r FROM @extschema@.pg_claim_leases l
-    WHERE l.name = claim_lease.name AND l.holder IS NOT NULL AND l.expires_at > now_
-      AND l.n <> claim_lease.n
+    WHERE l.name = pg_claim_lease_take.name AND NOT l.session AND l.holder IS NOT NULL
+      AND l.expires_at > now_ AND l.n <> pg_claim_lease_take.n
     LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'n = % does not match n = % used by the live leases of "%" (for example holder "%")',
-            claim_lease.n, r.n, name, r.holder
+            pg_claim_lease_take.n, r.n, name, r.holder
             USING ERRCODE = '55000',
             HINT = 'All workers of one name must use the same n. Use the same n, or let the leases of the other n expire or be released first (SELECT * FROM lease_holders(name)).';
     END IF;
 
     -- the same holder again: the same slot and token, the expiry extended
-    -- (also when it expired and no one took it meanwhile)
-    UPDATE @extschema@.pg_claim_leases l SET expires_at = now_ + ttl, n = claim_lease.n
-    WHERE l.name = claim_lease.name AND l.holder = claim_lease.holder AND NOT l.session
-      AND l.slot < claim_lease.n
-    RETURNING l.slot, l.token, l.expires_at INTO r;
+    -- (also when it expired and no one took it meanwhile); one holder holds
+    -- at most one slot of a name
+    SELECT l.slot INTO r FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_lease_take.name AND l.holder = pg_claim_lease_take.holder
+      AND NOT l.session AND l.slot < pg_claim_lease_take.n
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
+    ORDER BY l.expires_at > now_ DESC, l.slot
+    LIMIT 1
+    FOR NO KEY UPDATE SKIP LOCKED;
     IF FOUND THEN
-        slot := r.slot; token := r.token; expires_at := r.expires_at;
-        RETURN NEXT;
-        RETURN;
-    END IF;
-
-    -- the lowest slot that is free or whose lease expired; a slot whose row a
-    -- fenced transaction holds is skipped, never waited for
-    FOR r IN
-        SELECT l.slot FROM @extschema@.pg_claim_leases l
-        WHERE l.name = claim_lease.name AND l.slot < claim_lease.n
-          AND (l.holder IS NULL OR l.expires_at <= now_)
-        ORDER BY l.slot
-        FOR UPDATE SKIP LOCKED
-    LOOP
-        -- a slot without a row below it is lower still
-        SELECT g INTO s FROM pg_catalog.generate_series(0, r.slot - 1) g
-        WHERE NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases l
-                          WHERE l.name = claim_lease.name AND l.slot = g)
-        ORDER BY g LIMIT 1;
-        EXIT WHEN s IS NOT NULL;
+        IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(key_, r.slot) THEN
+            RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+                USING ERRCODE = '55000',
+                HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease.';
+        END IF;
         UPDATE @extschema@.pg_claim_leases l
-        SET n = claim_lease.n, holder = claim_lease.holder, session = false,
-            token = @extschema@.next_token(l.token), acquired_at = now_, expires_at = now_ + ttl
-        WHERE l.name = claim_lease.name AND l.slot = r.slot
-        RETURNING l.slot, l.token, l.expires_at INTO slot, token, expires_at;
-        RETURN NEXT;
-        RETURN;
-    END LOOP;
-
-    -- no reusable row: the lowest slot without a row, if any
-    IF s IS NULL THEN
-        SELECT g INTO s FROM pg_catalog.generate_series(0, claim_lease.n - 1) g
-        WHERE NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases l
-                          WHERE l.name = claim_lease.name AND l.slot = g)
-        ORDER BY g LIMIT 1;
+        SET expires_at = now_ + ttl, n = pg_claim_lease_take.n
+        WHERE l.name = pg_claim_lease_take.name AND l.slot = r.slot
+        RETURNING l.slot, l.token, l.expires_at
+        INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at;
+    ELSE
+        -- a new acquisition
+        -- D3: PERFORM @extschema@.pg_claim_register_name(pg_claim_lease_take.name::text);
+        LOOP
+            tries := tries + 1;
+            EXIT WHEN tries > 1000;
+            -- the lowest slot >= lo without a row: found from the rows of
+            -- the name, whatever n is
+            SELECT CASE WHEN lo < pg_claim_lease_take.n AND NOT EXISTS (
+                             SELECT 1 FROM @extschema@.pg_claim_leases l
+                             WHERE l.name = pg_claim_lease_take.name AND l.slot = lo)
+                        THEN lo
+                        ELSE (SELECT min(l.slot) + 1 FROM @extschema@.pg_claim_leases l
+                              WHERE l.name = pg_claim_lease_take.name AND l.slot >= lo
+                                AND l.slot < pg_claim_lease_take.n - 1
+                                AND NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases m
+                                                WHERE m.name = pg_claim_lease_take.name
+                                                  AND m.slot = l.slot + 1)) END
+            INTO g;
+            -- a lower slot whose lease expired or was released, or whose
+            -- session record's session is gone (no session holds a slot of
+            -- the name: checked above); a slot whose row a fenced
+            -- transaction holds is skipped, never waited for
+            SELECT l.slot INTO r FROM @extschema@.pg_claim_leases l
+            WHERE l.name = pg_claim_lease_take.name
+              AND l.slot < coalesce(g, pg_claim_lease_take.n)
+              AND (l.holder IS NULL OR l.session OR l.expires_at <= now_)
+            ORDER BY l.slot
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED;
+            IF FOUND THEN
+                IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(key_, r.slot) THEN
+                    RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+                        USING ERRCODE = '55000',
+                        HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease.';
+                END IF;
+                UPDATE @extschema@.pg_claim_leases l
+                SET n = pg_claim_lease_take.n, holder = pg_claim_lease_take.holder, session = false,
+                    owner = role, token = @extschema@.next_token(l.token),
+                    acquired_at = now_, expires_at = now_ + ttl
+                WHERE l.name = pg_claim_lease_take.name AND l.slot = r.slot
+                RETURNING l.slot, l.token, l.expires_at
+                INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at;
+                EXIT;
+            END IF;
+            EXIT WHEN g IS NULL;
+            -- the slot's first row; another claim_lease that is inserting it
+            -- in a transaction not yet committed holds the reservation
+            IF pg_catalog.pg_try_advisory_xact_lock(key_, 270532608 + g) THEN
+                IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(key_, g) THEN
+                    RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+                        USING ERRCODE = '55000',
+                        HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease.';
+                END IF;
+                INSERT INTO @extschema@.pg_claim_leases AS l
+                    (name, slot, n, holder, token, acquired_at, expires_at, owner)
+                VALUES (pg_claim_lease_take.name, g, pg_claim_lease_take.n, pg_claim_lease_take.holder,
+                        @extschema@.next_token(NULL::bigint), now_, now_ + ttl, role)
+                ON CONFLICT ON CONSTRAINT pg_claim_leases_pkey DO NOTHING
+                RETURNING l.slot, l.token, l.expires_at
+                INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at;
+                EXIT WHEN FOUND;
+            END IF;
+            lo := g + 1;
+        END LOOP;
+        -- the holder's other slots (after a change of n) are free now
+        IF pg_claim_lease_take.slot IS NOT NULL THEN
+            UPDATE @extschema@.pg_claim_leases l SET holder = NULL, expires_at = NULL
+            WHERE l.name = pg_claim_lease_take.name
+              AND l.slot IN (SELECT o.slot FROM @extschema@.pg_claim_leases o
+                             WHERE o.name = pg_claim_lease_take.name
+                               AND o.holder = pg_claim_lease_take.holder AND NOT o.session
+                               AND o.slot <> pg_claim_lease_take.slot
+                               AND (o.owner IS NULL OR o.owner = role
+                                    OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
+                             FOR UPDATE SKIP LOCKED);
+        END IF;
+        -- else: every slot is leased (or fenced): a standby
     END IF;
-    IF s IS NOT NULL THEN
-        INSERT INTO @extschema@.pg_claim_leases AS l (name, slot, n, holder, token, acquired_at, expires_at)
-        VALUES (claim_lease.name, s, claim_lease.n, claim_lease.holder,
-                @extschema@.next_token(NULL), now_, now_ + ttl)
-        RETURNING l.slot, l.token, l.expires_at INTO slot, token, expires_at;
-        RETURN NEXT;
-    END IF;
-    -- else: every slot is leased (or fenced): a standby
 END $$;
-COMMENT ON FUNCTION @extschema@.claim_lease(text, integer, text, interval) IS
-    'claim the lowest free or expired slot of name in 0 .. n-1 for holder until ttl from now: one row (slot, token, expires_at), or none when all are leased';
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_take(oid, text, integer, text, interval, bigint, integer) FROM PUBLIC;
 
-CREATE FUNCTION @extschema@.renew_lease(
-    name text, slot integer, token bigint, ttl interval DEFAULT '30 seconds')
+CREATE FUNCTION @extschema@.pg_claim_lease_renew(
+    role oid, name text, slot integer, token bigint, ttl interval)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     until_ timestamptz;
 BEGIN
+    PERFORM @extschema@.pg_claim_need_read_committed('renew_lease'::text);
     PERFORM @extschema@.lease_check(name, slot, token, ttl);
     UPDATE @extschema@.pg_claim_leases l SET expires_at = pg_catalog.clock_timestamp() + ttl
-    WHERE l.name = renew_lease.name AND l.slot = renew_lease.slot AND l.token = renew_lease.token
-      AND l.holder IS NOT NULL AND NOT l.session
+    WHERE l.name = pg_claim_lease_renew.name AND l.slot = pg_claim_lease_renew.slot
+      AND l.token = pg_claim_lease_renew.token AND l.holder IS NOT NULL AND NOT l.session
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
     RETURNING l.expires_at INTO until_;
     RETURN until_;
 END $$;
-COMMENT ON FUNCTION @extschema@.renew_lease(text, integer, bigint, interval) IS
-    'extend a lease to ttl from now: the new expiry, or NULL when the lease was lost (taken over or released)';
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_renew(oid, text, integer, bigint, interval) FROM PUBLIC;
 
-CREATE FUNCTION @extschema@.release_lease(name text, slot integer, token bigint)
+CREATE FUNCTION @extschema@.pg_claim_lease_release(role oid, name text, slot integer, token bigint)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    PERFORM @extschema@.pg_claim_need_read_committed('release_lease'::text);
     PERFORM @extschema@.lease_check(name, slot, token, interval '1 second');
     -- waits for the holder's own fenced transactions: the slot changes hands
     -- only after them
     PERFORM 1 FROM @extschema@.pg_claim_leases l
-    WHERE l.name = release_lease.name AND l.slot = release_lease.slot
-      AND l.token = release_lease.token AND l.holder IS NOT NULL AND NOT l.session
+    WHERE l.name = pg_claim_lease_release.name AND l.slot = pg_claim_lease_release.slot
+      AND l.token = pg_claim_lease_release.token AND l.holder IS NOT NULL AND NOT l.session
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
     FOR UPDATE;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
     UPDATE @extschema@.pg_claim_leases l SET holder = NULL, expires_at = NULL
-    WHERE l.name = release_lease.name AND l.slot = release_lease.slot;
+    WHERE l.name = pg_claim_lease_release.name AND l.slot = pg_claim_lease_release.slot;
     RETURN true;
 END $$;
-COMMENT ON FUNCTION @extschema@.release_lease(text, integer, bigint) IS
-    'give a lease back; false when this token does not hold it';
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_release(oid, text, integer, bigint) FROM PUBLIC;
 
-CREATE FUNCTION @extschema@.lease_holders(name text)
-RETURNS TABLE (slot integer, holder text, token bigint, acquired_at timestamptz,
-               expires_at timestamptz, expired boolean)
-LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+-- lease_holders' rows as arrays, one element a row: the leases and the live
+-- session records of name (a session record is live while the session it
+-- names holds the slot). holder and token are NULL for rows whose owner
+-- role `role` lacks the privileges of.
+CREATE FUNCTION @extschema@.pg_claim_lease_holders(
+    role oid, name text,
+    OUT slots integer[], OUT holders text[], OUT tokens bigint[],
+    OUT acquired timestamptz[], OUT expires timestamptz[], OUT expired boolean[])
+LANGUAGE plpgsql STABLE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
-    SELECT l.slot, l.holder, l.token, l.acquired_at, l.expires_at,
-           l.expires_at <= clock_timestamp()
-    FROM @extschema@.pg_claim_leases l
-    WHERE l.name = lease_holders.name AND l.holder IS NOT NULL
-    ORDER BY l.slot
-$$;
-COMMENT ON FUNCTION @extschema@.lease_holders(text) IS
-    'the leases and session claims with a token of name: slot, holder, token, since when, until when, and whether the lease expired';
+BEGIN
+    IF name IS NULL THEN
+        RETURN;
+    END IF;
+    WITH rows_ AS (
+        SELECT l.slot, l.holder, l.token, l.acquired_at, l.expires_at, l.session,
+               (l.owner IS NULL OR l.owner = role
+                OR pg_catalog.pg_has_role(role, l.owner, 'USAGE')) AS visible
+        FROM @extschema@.pg_claim_leases l
+        WHERE l.name = pg_claim_lease_holders.name AND l.holder IS NOT NULL
+    ),
+    sessions AS MATERIALIZED (
+        SELECT k.objid::bigint AS slot,
+               'session ' || k.pid || ' ' || extract(epoch FROM a.backend_start) AS holder
+        FROM pg_catalog.pg_locks k
+        CROSS JOIN LATERAL pg_catalog.pg_stat_get_activity(k.pid) a
+        WHERE EXISTS (SELECT 1 FROM rows_ WHERE rows_.session)
+          AND k.locktype = 'advisory' AND k.objsubid = 2 AND k.granted
+          AND k.mode = 'ExclusiveLock'
+          AND k.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                            WHERE d.datname = pg_catalog.current_database())
+          AND k.classid = @extschema@.crc32(pg_claim_lease_holders.name)::oid
+          AND k.objid::bigint <= 1048575
+    )
+    SELECT pg_catalog.array_agg(r.slot ORDER BY r.slot),
+           pg_catalog.array_agg(CASE WHEN r.visible THEN r.holder END ORDER BY r.slot),
+           pg_catalog.array_agg(CASE WHEN r.visible THEN r.token END ORDER BY r.slot),
+           pg_catalog.array_agg(r.acquired_at ORDER BY r.slot),
+           pg_catalog.array_agg(r.expires_at ORDER BY r.slot),
+           pg_catalog.array_agg(r.expires_at <= pg_catalog.clock_timestamp() ORDER BY r.slot)
+    INTO slots, holders, tokens, acquired, expires, expired
+    FROM rows_ r
+    WHERE NOT r.session
+       OR EXISTS (SELECT 1 FROM sessions s WHERE s.slot = r.slot AND s.holder = r.holder);
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_holders(oid, text) FROM PUBLIC;
 
--- lease_valid is on every fenced write's path: its argument check is inline
--- (a NULL is 22004, anything else that matches no lease is simply not valid).
-CREATE FUNCTION @extschema@.lease_valid(name text, slot integer, token bigint)
+-- lease_valid and fence are on every fenced write's path: one row look-up
+-- (the owner checked only when it is another role), argument checks only
+-- for a NULL.
+CREATE FUNCTION @extschema@.pg_claim_lease_valid(role oid, name text, slot integer, token bigint)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
@@ -258,42 +460,53 @@ BEGIN
         PERFORM @extschema@.lease_check(name, slot, token, interval '1 second');
     END IF;
     PERFORM 1 FROM @extschema@.pg_claim_leases l
-    WHERE l.name = lease_valid.name AND l.slot = lease_valid.slot AND l.token = lease_valid.token
-      AND l.holder IS NOT NULL
+    WHERE l.name = pg_claim_lease_valid.name AND l.slot = pg_claim_lease_valid.slot
+      AND l.token = pg_claim_lease_valid.token AND l.holder IS NOT NULL
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
     FOR KEY SHARE;
     RETURN FOUND;
 END $$;
-COMMENT ON FUNCTION @extschema@.lease_valid(text, integer, bigint) IS
-    'whether token is the current token of slot of name; when true, the slot cannot change hands before the calling transaction ends';
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_valid(oid, text, integer, bigint) FROM PUBLIC;
 
-CREATE FUNCTION @extschema@.fence(name text, slot integer, token bigint)
+CREATE FUNCTION @extschema@.pg_claim_lease_fence(role oid, name text, slot integer, token bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    current_ bigint;
-    holder_ text;
+    r record;
 BEGIN
-    IF @extschema@.lease_valid(name, slot, token) THEN
+    IF name IS NULL OR slot IS NULL OR token IS NULL THEN
+        PERFORM @extschema@.lease_check(name, slot, token, interval '1 second');
+    END IF;
+    PERFORM 1 FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_lease_fence.name AND l.slot = pg_claim_lease_fence.slot
+      AND l.token = pg_claim_lease_fence.token AND l.holder IS NOT NULL
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
+    FOR KEY SHARE;
+    IF FOUND THEN
         RETURN;
     END IF;
-    SELECT l.token, l.holder INTO current_, holder_ FROM @extschema@.pg_claim_leases l
-    WHERE l.name = fence.name AND l.slot = fence.slot;
+    SELECT l.token, l.holder,
+           (l.owner IS NULL OR l.owner = role
+            OR pg_catalog.pg_has_role(role, l.owner, 'USAGE')) AS visible
+    INTO r FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_lease_fence.name AND l.slot = pg_claim_lease_fence.slot;
     RAISE EXCEPTION 'fencing token % of slot % of "%" is not current (%)', token, slot, name,
-        CASE WHEN current_ IS NULL THEN 'the slot was never claimed'
-             WHEN holder_ IS NULL THEN 'the slot was released'
-             ELSE 'its token is now ' || current_ END
+        CASE WHEN r.token IS NULL THEN 'the slot was never claimed'
+             WHEN r.holder IS NULL THEN 'the slot was released'
+             WHEN NOT r.visible THEN 'the slot is held by a role whose privileges this role lacks'
+             ELSE 'its token is now ' || r.token END
         USING ERRCODE = 'PC001',
         HINT = 'This worker lost the slot (its lease expired and was taken over, or it was released): stop writing, and claim again.';
 END $$;
-COMMENT ON FUNCTION @extschema@.fence(text, integer, bigint) IS
-    'raise PC001 unless token is the current token of slot of name; when it passes, the slot cannot change hands before the calling transaction ends';
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_fence(oid, text, integer, bigint) FROM PUBLIC;
 
 -- The fencing token of this session's claim_slot claim of name, recorded
 -- the first time it is asked for after the slot changed hands (waiting for
 -- the previous holder's fenced transactions); NULL when the session holds no
--- slot of name.
-CREATE FUNCTION @extschema@.my_token(name text)
+-- slot of name. Live leases of the name refuse it; expired leases and
+-- records of sessions that no longer hold the slot do not.
+CREATE FUNCTION @extschema@.pg_claim_lease_my_token(role oid, name text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
@@ -301,13 +514,12 @@ DECLARE
     s integer;
     me text;
     r record;
-    had_row boolean;
 BEGIN
     IF name IS NULL THEN
         RETURN NULL;
     END IF;
     -- the name's checks (its length), as for a lease
-    PERFORM @extschema@.lease_check(name, 0, 0, interval '1 second');
+    PERFORM @extschema@.lease_check(name, 0::integer, 0::bigint, interval '1 second');
     s := @extschema@.my_slot(name);
     IF s IS NULL THEN
         RETURN NULL;
@@ -316,36 +528,54 @@ BEGIN
           || (SELECT extract(epoch FROM a.backend_start)
               FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) a);
     SELECT l.holder, l.token, l.session INTO r FROM @extschema@.pg_claim_leases l
-    WHERE l.name = my_token.name AND l.slot = s;
-    had_row := FOUND;
-    IF had_row AND r.holder = me AND r.session THEN
+    WHERE l.name = pg_claim_lease_my_token.name AND l.slot = s;
+    IF FOUND AND r.holder = me AND r.session THEN
         RETURN r.token;
     END IF;
+    -- from here on it writes
+    PERFORM @extschema@.pg_claim_need_read_committed('my_token'::text);
     IF EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases l
-               WHERE l.name = my_token.name AND NOT l.session AND l.holder IS NOT NULL) THEN
+               WHERE l.name = pg_claim_lease_my_token.name AND NOT l.session
+                 AND l.holder IS NOT NULL AND l.expires_at > pg_catalog.clock_timestamp()) THEN
         RAISE EXCEPTION 'name "%" is leased with claim_lease; it cannot also be claimed with claim_slot', name
             USING ERRCODE = '55000',
             HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease.';
     END IF;
-    IF had_row THEN
-        -- the slot changed hands: wait for the previous holder's fenced
-        -- transactions, then record this session with a greater token
-        PERFORM 1 FROM @extschema@.pg_claim_leases l WHERE l.name = my_token.name AND l.slot = s FOR UPDATE;
-        UPDATE @extschema@.pg_claim_leases l
-        SET holder = me, session = true, n = NULL, token = @extschema@.next_token(l.token),
-            acquired_at = pg_catalog.clock_timestamp(), expires_at = NULL
-        WHERE l.name = my_token.name AND l.slot = s
-        RETURNING l.token INTO r;
-        RETURN r.token;
-    END IF;
-    INSERT INTO @extschema@.pg_claim_leases AS l (name, slot, holder, session, token, acquired_at)
-    VALUES (my_token.name, s, me, true, @extschema@.next_token(NULL), pg_catalog.clock_timestamp())
+    -- the slot changed hands: wait for the previous holder's fenced
+    -- transactions, then record this session with a greater token
+    PERFORM 1 FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_lease_my_token.name AND l.slot = s FOR UPDATE;
+    INSERT INTO @extschema@.pg_claim_leases AS l (name, slot, holder, session, token, acquired_at, owner)
+    VALUES (pg_claim_lease_my_token.name, s, me, true, @extschema@.next_token(NULL::bigint),
+            pg_catalog.clock_timestamp(), role)
     ON CONFLICT ON CONSTRAINT pg_claim_leases_pkey DO UPDATE
         SET holder = excluded.holder, session = true, n = NULL,
             token = @extschema@.next_token(l.token), acquired_at = excluded.acquired_at,
-            expires_at = NULL
+            expires_at = NULL, owner = excluded.owner
     RETURNING l.token INTO r;
     RETURN r.token;
 END $$;
-COMMENT ON FUNCTION @extschema@.my_token(text) IS
-    'the fencing token of this session''s claim_slot claim of name (NULL when it holds none), for fence and lease_valid';
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_my_token(oid, text) FROM PUBLIC;
+
+-- claim_slot's check (D4 of the design): waits for any claim_lease of name
+-- in progress (takes and at once gives back its mutex), then tells whether
+-- name has a live lease. Called by claim_slot / claim_slots through the
+-- function manager after taking a slot lock; no role may EXECUTE it.
+CREATE FUNCTION @extschema@.pg_claim_leased(name text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    key_ integer;
+BEGIN
+    IF name IS NULL THEN
+        RETURN false;
+    END IF;
+    key_ := (@extschema@.crc32(name)::bit(32))::integer;
+    PERFORM pg_catalog.pg_advisory_lock(key_, 269484034);
+    PERFORM pg_catalog.pg_advisory_unlock(key_, 269484034);
+    RETURN EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases l
+                   WHERE l.name = pg_claim_leased.name AND NOT l.session
+                     AND l.holder IS NOT NULL AND l.expires_at > pg_catalog.clock_timestamp());
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_leased(text) FROM PUBLIC;

@@ -1,8 +1,10 @@
 -- slot_status (docs/claiming.md): every slot of a name, served or not, in
 -- every mode. Session claims come from the lock table (as slot_holders), leases
--- and my_token's records from lease_holders (SECURITY DEFINER); the function
--- itself runs with the caller's rights, so pg_stat_activity's privacy rules
--- apply to the holders' backend_start.
+-- and my_token's records from lease_holders, whose rules say whose holder and
+-- token the caller sees (those of leases and session records whose owner role
+-- it has the privileges of). The function itself runs with the caller's
+-- rights; every call of an extension function is schema-qualified and
+-- exact-typed.
 CREATE FUNCTION @extschema@.slot_status(name text, n integer)
 RETURNS TABLE (slot integer, state text, holder text, token bigint, since timestamptz)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -28,7 +30,7 @@ BEGIN
           AND l.mode = 'ExclusiveLock'
           AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
                             WHERE d.datname = pg_catalog.current_database())
-          AND l.classid = @extschema@.crc32(slot_status.name)::oid
+          AND l.classid = @extschema@.crc32(slot_status.name)::pg_catalog.oid
           AND l.objid::bigint < slot_status.n
     ),
     records AS (
@@ -41,8 +43,9 @@ BEGIN
                r.token, coalesce(r.acquired_at, a.backend_start) AS since
         FROM sessions s
         LEFT JOIN LATERAL pg_catalog.pg_stat_get_activity(s.pid) a ON true
+        -- lease_holders returns only the live session records: the one of a
+        -- held slot is its holder's
         LEFT JOIN records r ON r.slot = s.slot AND r.expires_at IS NULL
-             AND r.holder = 'session ' || s.pid || ' ' || extract(epoch FROM a.backend_start)
         UNION ALL
         SELECT r.slot, 'lease', r.holder, r.token, r.acquired_at
         FROM records r

@@ -9,14 +9,15 @@
 //!   `slot_holders`, `slot_status` (SQL); pure core `claim::probe`
 //! - `items`:   `my_items`, `my_items_query`, `slot_counts`, `slot_skew`; pure core `items::plan`
 //! - `group`:   group membership, positions, `claim_partitions`; pure core `group::plan`
-//! - `lease`:   leases and fencing tokens (`claim_lease`, `fence`, `my_token`, ...), all in SQL
+//! - `lease`:   leases and fencing tokens (`claim_lease`, `fence`, `my_token`, ...): Rust
+//!   shells around internal SECURITY DEFINER functions in SQL
 //! - `failure`: failing items (`record_failure`, `failing_items`, ...), all in SQL
 //! - `wake`:    `slot_channel` (SQL) and the C trigger function `notify_slot`
 //! - `spread`:  `spread_agg`; pure core `spread::order`, `spread::groups`
 //!
 //! Shared by them: `locks` (the advisory lock key layout, lock primitives and
 //! the per-session lock bound) and `backend` (errors, settings, the fmgr
-//! macro, catalog helpers). docs/architecture.md has the whole map.
+//! macro, catalog helpers, internal functions called by OID). docs/architecture.md has the whole map.
 
 ::pgrx::pg_module_magic!(name, version);
 

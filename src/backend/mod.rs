@@ -5,6 +5,8 @@
 //!   manager (`pg_claim_<name>` and its info record);
 //! - `settings`: the `pg_claim.*` parameters, `_PG_init`'s registrations and
 //!   the dead-client check they switch on;
+//! - `internal`: the extension's internal SECURITY DEFINER functions, found by
+//!   exact signature and extension membership and called through fmgr by OID;
 //! - `catalog`:  catalog look-ups every concept uses: quoting, qualified
 //!   relation and type names, schemas, collations;
 //! - `compat`:   the calls into PostgreSQL that differ between the major
@@ -14,4 +16,5 @@ pub mod catalog;
 pub mod compat;
 pub mod error;
 pub mod fmgr;
+pub mod internal;
 pub mod settings;

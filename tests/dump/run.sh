@@ -4,8 +4,10 @@
 # generated column, a view and hash partitions on its functions, dumped with
 # pg_dump in the custom and the plain format and restored into fresh
 # databases (pg_restore --exit-on-error, psql -1 with ON_ERROR_STOP). Checks:
-# no error, every index valid and used by the query it serves, and the same
-# results from the same queries as in the original database.
+# no error, every index valid and used by the query it serves, the same
+# results from the same queries as in the original database, and the same
+# failure records (pg_claim_failures is part of a dump: an item set aside
+# stays set aside, one waiting for its retry keeps its attempts and error).
 #
 # Runs against PGHOST/PGPORT with the client programs in $PGC_BIN (or PATH).
 #
@@ -35,6 +37,11 @@ fresh_db $src "$from_port"
 q -p "$from_port" -d $src -c "CREATE SCHEMA claim" -c "CREATE EXTENSION pg_claim SCHEMA claim"
 q -p "$from_port" -d $src -f ../fixtures/objects.sql
 q -p "$from_port" -d $src -v phase=before -f ../fixtures/results.sql
+failures_sql="SELECT string_agg(item || ' ' || state || ' ' || attempts || ' ' || last_error, '; ' ORDER BY item)
+              FROM claim.item_failures('dump')"
+q -p "$from_port" -d $src -c "SELECT claim.record_failure('dump', 'dead-1', 'boom', 1)" \
+    -c "SELECT claim.record_failure('dump', 'retry-1', 'flaky', 5, '1 hour')" >/dev/null
+failures_before=$(value -p "$from_port" -d $src -c "$failures_sql")
 from_version=$(value -p "$from_port" -d $src -c "SHOW server_version")
 "${from_bin}pg_dump" -p "$from_port" -Fc -d $src -f "$work/db.dump"
 "${from_bin}pg_dump" -p "$from_port" -Fp -d $src -f "$work/db.sql"
@@ -50,6 +57,10 @@ check() {
         FROM up_results b LEFT JOIN up_results a ON a.what = b.what AND a.phase = 'after'
         WHERE b.phase = 'before' AND a.result IS DISTINCT FROM b.result")
     [ -z "$changed" ] || { echo "dump ($format): results changed after the restore: $changed" >&2; return 1; }
+    local failures
+    failures=$(value -d "$db" -c "$failures_sql")
+    [ "$failures" = "$failures_before" ] ||
+        { echo "dump ($format): failure records '$failures_before' restored as '$failures'" >&2; return 1; }
     local plan
     plan=$(value -d "$db" -c "EXPLAIN SELECT id FROM up_items WHERE claim.slot_of(id, 8) = 3 ORDER BY id LIMIT 50")
     grep -q up_items_slot <<<"$plan" || { echo "dump ($format): the slot index is not used: $plan" >&2; return 1; }
@@ -72,4 +83,4 @@ q -p "$from_port" -d postgres -c "DROP DATABASE $src WITH (FORCE)"
 for db in pg_claim_dump_custom pg_claim_dump_plain; do
     q -d postgres -c "DROP DATABASE $db WITH (FORCE)"
 done
-echo "dump from PostgreSQL $from_version, restore into $to_version (custom and plain formats, extension in schema claim): no error, $checked results unchanged, indexes valid and used"
+echo "dump from PostgreSQL $from_version, restore into $to_version (custom and plain formats, extension in schema claim): no error, $checked results and the failure records unchanged, indexes valid and used"

@@ -29,7 +29,7 @@ INSERT INTO io_items SELECT generate_series(1, 10);
 GRANT SELECT ON io_items TO io_worker;
 \c io_owned io_worker
 SELECT count(*) AS share FROM my_items(NULL::io_items, 0, 2);
-SELECT count(*) AS standby FROM claim_lease('io_lease', 1, 'worker');
+SELECT count(*) AS leased FROM claim_lease('io_lease_worker', 1, 'worker');
 
 -- without CREATE on the database a role cannot install it
 \c io_other io_worker
