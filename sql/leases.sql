@@ -120,6 +120,19 @@ BEGIN
     PERFORM pg_catalog.pg_advisory_xact_lock(
         (@extschema@.crc32(name)::bit(32))::integer, 269484034);
     now_ := pg_catalog.clock_timestamp();
+    -- D3 (claim branch): the name registry
+    PERFORM @extschema@.pg_claim_register_name(name::pg_catalog.text);
+    -- D4 (claim branch): a session holds a slot of the name with claim_slot
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_locks k
+               WHERE k.locktype = 'advisory' AND k.objsubid = 2 AND k.granted
+                 AND k.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                   WHERE d.datname = pg_catalog.current_database())
+                 AND k.classid = (@extschema@.crc32(name)::pg_catalog.oid)
+                 AND k.objid < 1048576::pg_catalog.oid AND k.mode = 'ExclusiveLock') THEN
+        RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+            USING ERRCODE = '55000',
+            HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease. Release the slots (release_slot) or use another name.';
+    END IF;
 
     IF EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases l WHERE l.name = claim_lease.name AND l.session) THEN
         RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
@@ -349,3 +362,28 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION @extschema@.my_token(text) IS
     'the fencing token of this session''s claim_slot claim of name (NULL when it holds none), for fence and lease_valid';
+
+-- D4 (claim branch)
+-- Internal (EXECUTE revoked from PUBLIC): whether name has a live lease.
+-- claim_slot and claim_slots call it through the function manager after
+-- taking a new slot lock, and give the slot back when it returns true. It
+-- first waits for a claim_lease of the name in progress (the name mutex,
+-- taken and released at once at session level), so that of a claim_lease
+-- and a claim_slot racing for one name, one always sees the other.
+CREATE FUNCTION @extschema@.pg_claim_leased(name text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    k integer;
+BEGIN
+    IF name IS NULL THEN
+        RETURN false;
+    END IF;
+    k := (@extschema@.crc32(name)::bit(32))::integer;
+    PERFORM pg_catalog.pg_advisory_lock(k, 269484034);
+    PERFORM pg_catalog.pg_advisory_unlock(k, 269484034);
+    RETURN EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases l
+                   WHERE l.name = pg_claim_leased.name AND l.holder IS NOT NULL AND NOT l.session
+                     AND l.expires_at > pg_catalog.clock_timestamp());
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_leased(text) FROM PUBLIC;

@@ -14,4 +14,5 @@ pub mod catalog;
 pub mod compat;
 pub mod error;
 pub mod fmgr;
+pub mod internal;
 pub mod settings;

@@ -1,0 +1,143 @@
+-- pg_claim 0.3.0 -> 0.4.0, run by ALTER EXTENSION pg_claim UPDATE.
+
+\echo Use "ALTER EXTENSION pg_claim UPDATE TO '0.4.0'" to load this file. \quit
+
+-- ==== claim ====
+-- The name registry (sql/names.sql): names never share lock keys.
+CREATE TABLE @extschema@.pg_claim_names (
+    -- crc32(name) as a signed int4: the name's first advisory lock key
+    key              integer     PRIMARY KEY,
+    name             text        NOT NULL,
+    first_claimed_at timestamptz NOT NULL
+);
+REVOKE ALL ON @extschema@.pg_claim_names FROM PUBLIC;
+COMMENT ON TABLE @extschema@.pg_claim_names IS
+    'pg_claim''s name registry: the name that owns each lock key; written only through pg_claim_register_name';
+-- kept by pg_dump and restored with the extension
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.pg_claim_names', '');
+
+-- Internal (EXECUTE revoked from PUBLIC): called by the claiming functions
+-- through the function manager and by claim_lease. Registers `name` under
+-- its key if the key is free; raises 42710 if another name has the key. In
+-- a read-only transaction or during recovery it only checks.
+CREATE FUNCTION @extschema@.pg_claim_register_name(name text) RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    k integer;
+    other text;
+BEGIN
+    IF name IS NULL THEN
+        RETURN;
+    END IF;
+    k := (@extschema@.crc32(name)::bit(32))::integer;
+    SELECT r.name INTO other FROM @extschema@.pg_claim_names r WHERE r.key = k;
+    IF NOT FOUND THEN
+        IF pg_catalog.pg_is_in_recovery()
+           OR pg_catalog.current_setting('transaction_read_only') = 'on' THEN
+            RETURN;
+        END IF;
+        INSERT INTO @extschema@.pg_claim_names AS r (key, name, first_claimed_at)
+        VALUES (k, pg_claim_register_name.name, pg_catalog.clock_timestamp())
+        ON CONFLICT (key) DO NOTHING;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+        -- registered by a concurrent transaction that committed meanwhile
+        SELECT r.name INTO other FROM @extschema@.pg_claim_names r WHERE r.key = k;
+    END IF;
+    IF other IS DISTINCT FROM name THEN
+        RAISE EXCEPTION 'name "%" has the same lock key (crc32 %) as name "%", which is already in use in this database',
+            name, @extschema@.crc32(name), other
+            USING ERRCODE = '42710',
+            HINT = 'Names are keyed by their crc32, and two names with one key would share slots. Choose another name (for example append a suffix), such that crc32(new name) differs.';
+    END IF;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_register_name(text) FROM PUBLIC;
+
+-- D4 (claim branch)
+-- Internal (EXECUTE revoked from PUBLIC): whether name has a live lease.
+-- claim_slot and claim_slots call it through the function manager after
+-- taking a new slot lock, and give the slot back when it returns true. It
+-- first waits for a claim_lease of the name in progress (the name mutex,
+-- taken and released at once at session level), so that of a claim_lease
+-- and a claim_slot racing for one name, one always sees the other.
+CREATE FUNCTION @extschema@.pg_claim_leased(name text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    k integer;
+BEGIN
+    IF name IS NULL THEN
+        RETURN false;
+    END IF;
+    k := (@extschema@.crc32(name)::bit(32))::integer;
+    PERFORM pg_catalog.pg_advisory_lock(k, 269484034);
+    PERFORM pg_catalog.pg_advisory_unlock(k, 269484034);
+    RETURN EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases l
+                   WHERE l.name = pg_claim_leased.name AND l.holder IS NOT NULL AND NOT l.session
+                     AND l.expires_at > pg_catalog.clock_timestamp());
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_leased(text) FROM PUBLIC;
+
+-- claim_lease's registration and its check of session holders (the D3 and
+-- D4 lines of sql/leases.sql) come with claim_lease's body in the lease
+-- section.
+
+-- ==== claim: grants (keep this section last) ====
+-- Who may claim (sql/grants.sql): EXECUTE on the claiming functions granted
+-- to PUBLIC by the extension's owner, so that the owner can revoke it. Run
+-- after every section that creates such a function. An ALTER EXTENSION
+-- UPDATE run by a superuser on an extension a database owner installed
+-- still makes that owner (pg_extension.extowner) the grantor.
+-- The grants to PUBLIC, made by the extension's owner: this function is
+-- given to the owner below and dropped once called.
+CREATE FUNCTION @extschema@.pg_claim_grant_to_public(fns pg_catalog.regprocedure[])
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    f pg_catalog.regprocedure;
+BEGIN
+    FOREACH f IN ARRAY fns LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO PUBLIC', f);
+    END LOOP;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_grant_to_public(pg_catalog.regprocedure[]) FROM PUBLIC;
+
+DO $grants$
+DECLARE
+    fns pg_catalog.regprocedure[];
+    f pg_catalog.regprocedure;
+    owner_ pg_catalog.text;
+    path_ pg_catalog.text := pg_catalog.current_setting('search_path');
+BEGIN
+    -- function signatures below print schema-qualified
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    SELECT e.extowner::pg_catalog.regrole::pg_catalog.text INTO owner_
+    FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_claim';
+    SELECT pg_catalog.array_agg(p.oid::pg_catalog.regprocedure ORDER BY p.oid) INTO fns
+    FROM pg_catalog.pg_depend d
+    JOIN pg_catalog.pg_proc p ON p.oid = d.objid
+    WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+      AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+      AND d.deptype = 'e'
+      AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_claim')
+      AND (p.proname = ANY (ARRAY[
+               'claim_slot', 'claim_slots', 'release_slot', 'my_slot', 'my_slots',
+               'slot_holders', 'slot_status',
+               'claim_lease', 'claim_leases', 'renew_lease', 'release_lease',
+               'lease_holders', 'fence', 'lease_valid', 'my_token',
+               'claim_partitions', 'my_partitions',
+               'record_failure', 'failure_due', 'failing_items', 'clear_failure',
+               'item_failures']::pg_catalog.name[])
+           OR p.proname OPERATOR(pg_catalog.~~) 'group\_%');
+    FOREACH f IN ARRAY fns LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s WITH GRANT OPTION', f, owner_);
+        EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+    END LOOP;
+    EXECUTE pg_catalog.format(
+        'ALTER FUNCTION @extschema@.pg_claim_grant_to_public(pg_catalog.regprocedure[]) OWNER TO %s', owner_);
+    PERFORM @extschema@.pg_claim_grant_to_public(fns);
+    PERFORM pg_catalog.set_config('search_path', path_, true);
+END $grants$;
+
+DROP FUNCTION @extschema@.pg_claim_grant_to_public(pg_catalog.regprocedure[]);
