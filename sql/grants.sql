@@ -13,7 +13,8 @@
 -- SECURITY DEFINER function that belongs to the owner (SET ROLE is not
 -- allowed in a trusted install script), dropped at once.
 --
--- The functions are selected by name among the extension's members, so that
+-- In an upgrade, a function whose EXECUTE was revoked from PUBLIC before
+-- stays revoked. The functions are selected by name among the extension's members, so that
 -- every overload is covered. The pure mappings (slot_of, crc32, ...) and the
 -- caller-rights readers (my_items, slot_counts, ...) keep PUBLIC's default
 -- EXECUTE from their owner.
@@ -34,6 +35,7 @@ REVOKE ALL ON FUNCTION @extschema@.pg_claim_grant_to_public(pg_catalog.regproced
 DO $grants$
 DECLARE
     fns pg_catalog.regprocedure[];
+    public_fns pg_catalog.regprocedure[];
     f pg_catalog.regprocedure;
     owner_ pg_catalog.text;
     path_ pg_catalog.text := pg_catalog.current_setting('search_path');
@@ -58,13 +60,20 @@ BEGIN
                'record_failure', 'failure_due', 'failing_items', 'clear_failure',
                'item_failures']::pg_catalog.name[])
            OR p.proname OPERATOR(pg_catalog.~~) 'group\_%');
+    -- (in an upgrade, a function whose EXECUTE was already revoked from
+    -- PUBLIC stays revoked)
+    SELECT pg_catalog.array_agg(f2 ORDER BY f2::pg_catalog.oid) INTO public_fns
+    FROM pg_catalog.unnest(fns) f2
+    WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_proc p,
+                  pg_catalog.aclexplode(coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
+                  WHERE p.oid = f2::pg_catalog.oid AND a.grantee = 0 AND a.privilege_type = 'EXECUTE');
     FOREACH f IN ARRAY fns LOOP
         EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s WITH GRANT OPTION', f, owner_);
         EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
     END LOOP;
     EXECUTE pg_catalog.format(
         'ALTER FUNCTION @extschema@.pg_claim_grant_to_public(pg_catalog.regprocedure[]) OWNER TO %s', owner_);
-    PERFORM @extschema@.pg_claim_grant_to_public(fns);
+    PERFORM @extschema@.pg_claim_grant_to_public(coalesce(public_fns, '{}'));
     PERFORM pg_catalog.set_config('search_path', path_, true);
 END $grants$;
 

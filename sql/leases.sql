@@ -131,7 +131,7 @@ BEGIN
                  AND k.objid < 1048576::pg_catalog.oid AND k.mode = 'ExclusiveLock') THEN
         RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
             USING ERRCODE = '55000',
-            HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease. Release the slots (release_slot) or use another name.';
+            HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease.';
     END IF;
 
     IF EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases l WHERE l.name = claim_lease.name AND l.session) THEN

@@ -23,6 +23,15 @@ COMMENT ON TABLE @extschema@.pg_claim_names IS
     'pg_claim''s name registry: the name that owns each lock key; written only through pg_claim_register_name';
 -- kept by pg_dump and restored with the extension
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.pg_claim_names', '');
+-- The extension's owner (a database owner, in a trusted install) may read
+-- the registry, restore it (pg_restore --role=owner) and free a name that
+-- is no longer used (DELETE).
+DO $owner$
+BEGIN
+    EXECUTE pg_catalog.format('GRANT SELECT, INSERT, DELETE ON @extschema@.pg_claim_names TO %s',
+        (SELECT e.extowner::pg_catalog.regrole::pg_catalog.text
+         FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_claim'));
+END $owner$;
 
 -- Internal (EXECUTE revoked from PUBLIC): called by the claiming functions
 -- through the function manager and by claim_lease. Registers `name` under

@@ -15,6 +15,15 @@ COMMENT ON TABLE @extschema@.pg_claim_names IS
     'pg_claim''s name registry: the name that owns each lock key; written only through pg_claim_register_name';
 -- kept by pg_dump and restored with the extension
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.pg_claim_names', '');
+-- The extension's owner (a database owner, in a trusted install) may read
+-- the registry, restore it (pg_restore --role=owner) and free a name that
+-- is no longer used (DELETE).
+DO $owner$
+BEGIN
+    EXECUTE pg_catalog.format('GRANT SELECT, INSERT, DELETE ON @extschema@.pg_claim_names TO %s',
+        (SELECT e.extowner::pg_catalog.regrole::pg_catalog.text
+         FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_claim'));
+END $owner$;
 
 -- Internal (EXECUTE revoked from PUBLIC): called by the claiming functions
 -- through the function manager and by claim_lease. Registers `name` under
@@ -55,6 +64,21 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_register_name(text) FROM PUBLIC;
 
+-- Whether name's lock key is free or registered to name itself (false when
+-- another name has it). The readers of the lock table (slot_holders,
+-- slot_status, group_members, group_position) show nothing for a name whose
+-- key belongs to another name, so they never name another fleet's sessions.
+-- Tells no more than the 42710 of a claim would.
+CREATE FUNCTION @extschema@.pg_claim_name_owns_key(name text) RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_names r
+                       WHERE r.key = (@extschema@.crc32($1)::bit(32))::integer
+                         AND r.name <> $1)
+$$;
+COMMENT ON FUNCTION @extschema@.pg_claim_name_owns_key(text) IS
+    'whether the lock key of name (its crc32) is free or registered to name itself';
+
 -- D4 (claim branch)
 -- Internal (EXECUTE revoked from PUBLIC): whether name has a live lease.
 -- claim_slot and claim_slots call it through the function manager after
@@ -79,6 +103,66 @@ BEGIN
                      AND l.expires_at > pg_catalog.clock_timestamp());
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_leased(text) FROM PUBLIC;
+
+-- slot_status shows no sessions of another name (the D3 line of
+-- sql/status.sql).
+CREATE OR REPLACE FUNCTION @extschema@.slot_status(name text, n integer)
+RETURNS TABLE (slot integer, state text, holder text, token bigint, since timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'name must not be null' USING ERRCODE = '22004',
+            HINT = 'The name identifies the worker fleet, e.g. slot_status(''mailer'', 8).';
+    END IF;
+    IF n IS NULL THEN
+        RAISE EXCEPTION 'n must not be null' USING ERRCODE = '22004',
+            HINT = 'Pass the n the workers of the name use, e.g. slot_status(''mailer'', 8).';
+    END IF;
+    IF n < 1 OR n > 1048576 THEN
+        RAISE EXCEPTION 'n must be between 1 and 1048576, got %', n USING ERRCODE = '22023',
+            HINT = 'Pass the n the workers of the name use, e.g. slot_status(''mailer'', 8).';
+    END IF;
+    RETURN QUERY
+    WITH sessions AS (
+        SELECT DISTINCT l.objid::bigint::integer AS slot, l.pid
+        FROM pg_catalog.pg_locks l
+        WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted
+          AND l.mode = 'ExclusiveLock'
+          AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                            WHERE d.datname = pg_catalog.current_database())
+          AND l.classid = @extschema@.crc32(slot_status.name)::oid
+          AND l.objid::bigint < slot_status.n
+          -- D3 (claim branch): never another name's sessions
+          AND @extschema@.pg_claim_name_owns_key(slot_status.name::pg_catalog.text)
+    ),
+    records AS (
+        SELECT h.slot, h.holder, h.token, h.acquired_at, h.expires_at, h.expired
+        FROM @extschema@.lease_holders(slot_status.name) h
+        WHERE h.slot < slot_status.n
+    ),
+    held AS (
+        SELECT s.slot, 'session'::text AS state, 'pid ' || s.pid AS holder,
+               r.token, coalesce(r.acquired_at, a.backend_start) AS since
+        FROM sessions s
+        LEFT JOIN LATERAL pg_catalog.pg_stat_get_activity(s.pid) a ON true
+        LEFT JOIN records r ON r.slot = s.slot AND r.expires_at IS NULL
+             AND r.holder = 'session ' || s.pid || ' ' || extract(epoch FROM a.backend_start)
+        UNION ALL
+        SELECT r.slot, 'lease', r.holder, r.token, r.acquired_at
+        FROM records r
+        WHERE r.expires_at IS NOT NULL AND NOT r.expired
+    )
+    SELECT h.slot, h.state, h.holder, h.token, h.since FROM held h
+    UNION ALL
+    SELECT g, 'unserved', r.holder, r.token, r.expires_at
+    FROM pg_catalog.generate_series(0, slot_status.n - 1) g
+    LEFT JOIN records r ON r.slot = g AND r.expires_at IS NOT NULL AND r.expired
+    WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.slot = g)
+    ORDER BY 1, 2;
+END $$;
+COMMENT ON FUNCTION @extschema@.slot_status(text, integer) IS
+    'every slot 0 .. n-1 of name: held by a session, leased, or unserved (with the last lease''s expiry when known)';
 
 -- claim_lease's registration and its check of session holders (the D3 and
 -- D4 lines of sql/leases.sql) come with claim_lease's body in the lease
@@ -106,6 +190,7 @@ REVOKE ALL ON FUNCTION @extschema@.pg_claim_grant_to_public(pg_catalog.regproced
 DO $grants$
 DECLARE
     fns pg_catalog.regprocedure[];
+    public_fns pg_catalog.regprocedure[];
     f pg_catalog.regprocedure;
     owner_ pg_catalog.text;
     path_ pg_catalog.text := pg_catalog.current_setting('search_path');
@@ -130,13 +215,20 @@ BEGIN
                'record_failure', 'failure_due', 'failing_items', 'clear_failure',
                'item_failures']::pg_catalog.name[])
            OR p.proname OPERATOR(pg_catalog.~~) 'group\_%');
+    -- (in an upgrade, a function whose EXECUTE was already revoked from
+    -- PUBLIC stays revoked)
+    SELECT pg_catalog.array_agg(f2 ORDER BY f2::pg_catalog.oid) INTO public_fns
+    FROM pg_catalog.unnest(fns) f2
+    WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_proc p,
+                  pg_catalog.aclexplode(coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
+                  WHERE p.oid = f2::pg_catalog.oid AND a.grantee = 0 AND a.privilege_type = 'EXECUTE');
     FOREACH f IN ARRAY fns LOOP
         EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s WITH GRANT OPTION', f, owner_);
         EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
     END LOOP;
     EXECUTE pg_catalog.format(
         'ALTER FUNCTION @extschema@.pg_claim_grant_to_public(pg_catalog.regprocedure[]) OWNER TO %s', owner_);
-    PERFORM @extschema@.pg_claim_grant_to_public(fns);
+    PERFORM @extschema@.pg_claim_grant_to_public(coalesce(public_fns, '{}'));
     PERFORM pg_catalog.set_config('search_path', path_, true);
 END $grants$;
 

@@ -3,6 +3,9 @@
 //!   input checks shared by several concepts;
 //! - `fmgr`:     the one macro for functions written against the function
 //!   manager (`pg_claim_<name>` and its info record);
+//! - `internal`: the extension's internal SQL functions, found by exact
+//!   signature among its members and called through the function manager;
+//! - `limits`:   fixed limits shared by the key layout and the settings;
 //! - `settings`: the `pg_claim.*` parameters, `_PG_init`'s registrations and
 //!   the dead-client check they switch on;
 //! - `catalog`:  catalog look-ups every concept uses: quoting, qualified
@@ -15,4 +18,5 @@ pub mod compat;
 pub mod error;
 pub mod fmgr;
 pub mod internal;
+pub mod limits;
 pub mod settings;

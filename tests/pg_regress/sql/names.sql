@@ -12,7 +12,7 @@ SELECT crc32('uablaijhsa') AS crc_a, crc32('pfcxpytzcn') AS crc_b;
 -- The registry and its internal function are not for roles to touch.
 SELECT p.oid::regprocedure AS internal_function, prosecdef,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public_may_execute
-FROM pg_proc p WHERE proname IN ('pg_claim_register_name', 'pg_claim_leased') ORDER BY 1::text;
+FROM pg_proc p WHERE proname IN ('pg_claim_register_name', 'pg_claim_leased') ORDER BY p.proname;
 SELECT has_table_privilege('public', 'pg_claim_names', 'SELECT') AS public_may_read;
 -- and pg_dump keeps it
 SELECT extconfig::regclass[] AS dumped FROM pg_extension WHERE extname = 'pg_claim';
