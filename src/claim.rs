@@ -522,13 +522,16 @@ fn check_max_room(name: &str, n: i32, max: i32, waits: bool) {
     let limit = i64::from(settings::MAX_LOCKS_PER_SESSION.get());
     let needs = i64::from(max) + (CLAIM_LOCKS as i64 - 1) + i64::from(waits);
     if needs > limit {
+        let records = needs - i64::from(max);
         raise(
             PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             format!(
-                "claim_slots(\"{name}\", {n}, {max}) could hold {needs} advisory locks ({max} slots and {} records), more than pg_claim.max_locks_per_session ({limit}) allows",
-                needs - i64::from(max)
+                "claim_slots(\"{name}\", {n}, {max}) could hold {needs} advisory locks ({max} slots and {records} records), more than pg_claim.max_locks_per_session ({limit}) allows"
             ),
-            "Pass a max of at most pg_claim.max_locks_per_session - 3, or have a superuser raise pg_claim.max_locks_per_session for this role (ALTER ROLE ... SET pg_claim.max_locks_per_session = ...).",
+            &format!(
+                "Pass a max of at most {} (pg_claim.max_locks_per_session less the claim's {records} records), or have a superuser raise pg_claim.max_locks_per_session for this role (ALTER ROLE ... SET pg_claim.max_locks_per_session = ...).",
+                limit - records
+            ),
         );
     }
 }
