@@ -123,7 +123,8 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
     REGISTERED.with(|r| {
         let mut r = r.borrow_mut();
         match event {
-            pg_sys::XactEvent::XACT_EVENT_COMMIT | pg_sys::XactEvent::XACT_EVENT_PARALLEL_COMMIT => {
+            pg_sys::XactEvent::XACT_EVENT_COMMIT
+            | pg_sys::XactEvent::XACT_EVENT_PARALLEL_COMMIT => {
                 let names: Vec<String> = r.pending.drain().map(|(n, _)| n).collect();
                 r.committed.extend(names);
             }
