@@ -1,4 +1,7 @@
 -- pg_claim 0.3.0 -> 0.4.0, run by ALTER EXTENSION pg_claim UPDATE.
+--
+-- Mapping values do not change: indexes, generated columns and partitions
+-- built on 0.3.0 stay valid.
 
 \echo Use "ALTER EXTENSION pg_claim UPDATE TO '0.4.0'" to load this file. \quit
 

@@ -1,0 +1,238 @@
+# The layers of scripts/test: one function per layer, each taking the test
+# names of its kind (pg_regress tests, isolation specs, cargo test filters, ...)
+# as arguments. Sourced by scripts/test after scripts/lib.sh; not run alone.
+# A layer that cannot run here (a component not installed) prints one line
+# saying why and returns $PGC_SKIPPED.
+
+PGC_SKIPPED=77
+
+clippy() {
+    cargo clippy --workspace --all-targets --no-default-features --features "$PGC_FEATURE pg_test" -- -D warnings
+}
+
+pgtest() {
+    # cargo-pgrx runs initdb as the postgres user, which must be able to
+    # create the data directory itself.
+    local parent="$PGC_WORK/pgrx-test"
+    local data="$parent/data"
+    mkdir -p "$PGC_WORK"
+    chmod 755 "$PGC_WORK"
+    rm -rf "$parent"
+    install -d -o postgres -m 700 "$parent"
+    # cargo-pgrx installs its test build (with the schema `tests` and
+    # its functions) into the system PostgreSQL: one checkout at a time
+    # on this machine, and what was there before is put back afterwards,
+    # so no test build stays where a user could CREATE EXTENSION it.
+    local saved="$PGC_WORK/system-install"
+    rm -rf "$saved"
+    mkdir -p "$saved"
+    local rc=0
+    exec 9>/tmp/pg_claim-system-install.lock
+    flock 9
+    pgc_system_files | xargs -r cp -a -t "$saved"
+    cargo pgrx test "$PGC_FEATURE" "$@" --runas postgres --pgdata "$data" || rc=$?
+    pgc_system_files | xargs -r rm -f
+    local f
+    for f in "$saved"/*; do
+        [ -e "$f" ] || continue
+        case "$f" in
+        *.so) cp -a "$f" "$PGC_PG_PKGLIB/" ;;
+        *) cp -a "$f" "$PGC_PG_SHARE/extension/" ;;
+        esac
+    done
+    flock -u 9
+    rm -rf "$parent" "$saved"
+    return $rc
+}
+
+# regress_suite RUNNER DIR KIND [TEST...]: the given tests, or every test, of
+# tests/DIR (sql/*.sql or specs/*.spec) through PostgreSQL's pg_regress or
+# pg_isolation_regress.
+regress_suite() {
+    local runner="$1" dir="$2" kind="$3"
+    shift 3
+    local out="$PGC_WORK/$dir-out-$PGC_PG_MAJOR"
+    rm -rf "$out"
+    mkdir -p "$out"
+    local tests="$*"
+    [ -n "$tests" ] || tests=$(cd "tests/$dir/$kind" && ls | sed 's/\.[a-z]*$//' | sort | tr '\n' ' ')
+    # shellcheck disable=SC2086
+    if ! "$PGC_PGXS/src/test/$runner" \
+        --bindir="$PGC_BIN" --host="$PGHOST" --port="$PGPORT" --user=postgres \
+        --inputdir="tests/$dir" --outputdir="$out" \
+        --dbname="pg_claim_$dir" $tests; then
+        cat "$out/regression.diffs" >&2 || true
+        return 1
+    fi
+}
+
+# The release package holds the extension and nothing of the test build.
+release_package() {
+    local sql
+    sql=$(ls "$PGC_PKG$PGC_PG_SHARE"/extension/pg_claim--*.sql)
+    if grep -nE 'CREATE SCHEMA|\btests\.|pg_test' $sql; then
+        echo "pg_claim: the release install script contains test objects" >&2
+        return 1
+    fi
+    psql -X -q -v ON_ERROR_STOP=1 -d postgres <<'SQL'
+CREATE DATABASE pg_claim_package;
+\c pg_claim_package
+CREATE EXTENSION pg_claim;
+DO $$
+DECLARE bad text;
+BEGIN
+    SELECT string_agg(pg_describe_object(d.classid, d.objid, d.objsubid), ', ') INTO bad
+    FROM pg_depend d
+    WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+      AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_claim')
+      AND (d.classid = 'pg_namespace'::regclass
+           OR (d.classid = 'pg_proc'::regclass
+               AND (SELECT pronamespace FROM pg_proc WHERE oid = d.objid)
+                   <> (SELECT extnamespace FROM pg_extension WHERE extname = 'pg_claim')));
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'objects outside the extension schema: %', bad;
+    END IF;
+END $$;
+\c postgres
+DROP DATABASE pg_claim_package;
+SQL
+}
+
+sessions() {
+    PG_CLAIM_TEST_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=postgres" \
+        cargo test -p pg_claim_sessions --release --no-fail-fast -- --test-threads=1 "$@"
+}
+
+# Lease fleets in Python (psycopg 3) and Node.js (pg), 12 clients through a
+# real PgBouncer in transaction mode with a pool of 4: a SIGKILLed holder, two
+# holders SIGSTOPped past the TTL and resumed (their late writes rejected),
+# every item exactly once; and what claim_slot does through that pooler.
+# Then wake-up by LISTEN through session and transaction mode, and a session
+# pool smaller than the fleet, seen in slot_status (tests/pooler/wake.py).
+pooler() {
+    pgc_pgbouncer_start 4 && python3 tests/pooler/run.py && python3 tests/pooler/wake.py
+}
+
+# The example workers (examples/) in Python, Node.js, Java and Ruby, 4 of each
+# on the example schema: a server restart mid-run, a failing message retried
+# and set aside, a wake-up by NOTIFY, SIGTERM and --exit-when-empty, every
+# message exactly once; and docs/workers.md shows their loops verbatim.
+loops() {
+    PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" python3 tests/loops/run.py "$@"
+}
+
+# Bad input for every function of the extension, found in the catalog
+# (tests/hostile/matrix.py): the generated matrix, whose table must be the
+# one in docs/reliability.md (on 15, where the docs' table comes from), then
+# 5,000 random calls (the seed is printed); no call may crash its backend,
+# raise XX000, hang, or end in an undocumented SQLSTATE or in an error of
+# pg_claim's without a hint, and the server log must show none either.
+hostile() {
+    local check=()
+    [ "$PGC_PG_MAJOR" != 15 ] || check=(--check-doc docs/reliability.md)
+    python3 tests/hostile/matrix.py "${check[@]}" &&
+        python3 tests/hostile/matrix.py --random 5000
+}
+
+# The demo end to end on a smaller table: workers, standbys, a killed worker,
+# the takeover and the exactly-once check of the processing log (it exits
+# non-zero when any item was processed twice or not at all).
+demo_e2e() {
+    cargo test -p pg_claim_support -p pg_claim_demo -p pg_claim_bench --release &&
+        cargo build --release --quiet -p pg_claim_demo --bin pg_claim_demo &&
+        PGDATABASE=postgres target/release/pg_claim_demo --items 40000 </dev/null
+}
+
+# A fleet that cannot serve every slot (4 workers + 2 standbys, 8 slots): the
+# demo shows the unserved slots from slot_status and fails (after demo_e2e,
+# which builds it).
+demo_gap() {
+    local out
+    if out=$(PGDATABASE=postgres target/release/pg_claim_demo --items 8000 --slots 8 --no-kill </dev/null); then
+        echo "demo: 6 sessions for 8 slots passed instead of failing" >&2
+        return 1
+    fi
+    grep -q "UNSERVED  slot_status('demo', 8) shows slots \[6, 7\]" <<<"$out" ||
+        { echo "demo: no UNSERVED line for slots 6 and 7:" >&2; echo "$out" >&2; return 1; }
+}
+
+# Native sharding (docs/scale-out.md): the test cluster as the coordinator of
+# two shard servers started from the same installation, a hash-partitioned
+# table whose partitions are postgres_fdw foreign tables (and one local), a
+# fleet with a killed worker, exactly once. PostgreSQL 16's installation has
+# no postgres_fdw: the layer says so and passes.
+shards_fdw() {
+    if [ ! -f "$PGC_INST$PGC_PG_SHARE/extension/postgres_fdw.control" ]; then
+        echo "shards: skipped, PostgreSQL $PGC_PG_MAJOR's installation has no postgres_fdw"
+        return "$PGC_SKIPPED"
+    fi
+    (
+        # the shard servers only: the test cluster stays for the next layers
+        PGC_CLUSTERS=()
+        trap pgc_cleanup EXIT
+        coord="$PGPORT" ports=()
+        for s in a b; do
+            pgc_cluster_start "shard-$s-$PGC_PG_MAJOR" 2>/dev/null
+            ports+=("$PGPORT")
+        done
+        PGPORT="$coord" PGC_SHARD_PORTS="${ports[*]}" python3 tests/shards/run.py
+    )
+}
+
+# Citus (docs/scale-out.md): a coordinator and two worker nodes with Citus
+# preloaded, a table distributed so that each slot's share is one shard,
+# router queries, claims on the coordinator, exactly once. Runs where
+# Citus is installed (pgc_citus_dir in scripts/lib.sh, PostgreSQL 15); says
+# so otherwise.
+citus_layer() {
+    if ! pgc_citus_installed; then
+        echo "citus: skipped, Citus is not installed for PostgreSQL $PGC_PG_MAJOR (expected in $(pgc_citus_dir), see docs/scale-out.md)"
+        return "$PGC_SKIPPED"
+    fi
+    (
+        PGC_CLUSTERS=()
+        trap pgc_cleanup EXIT
+        pgc_citus_start "citus-coordinator" "citus-worker-1" "citus-worker-2"
+        PGPORT="${PGC_CITUS_PORTS[0]}" PGC_CITUS_WORKERS="${PGC_CITUS_PORTS[*]:1}" python3 tests/citus/run.py
+    )
+}
+
+# The fault fleet (tests/faults) on a cluster of its own, which it stops,
+# kills, fails over to a promoted replica and cuts off behind a silent
+# partition; with --soak MINUTES the same fleet under random faults. A
+# subshell, so that the cluster of the other layers stays as it is.
+faults() (
+    PGC_CLUSTERS=() PGC_POOLERS=()
+    trap pgc_cleanup EXIT
+    pgc_faults_cluster_start "faults-$PGC_PG_MAJOR"
+    python3 tests/faults/run.py "$@"
+)
+
+
+dump_across() {
+    pgc_use_pg 15
+    pgc_cluster_start dump-from-15 2>/dev/null
+    local from_port="$PGPORT" from_bin="$PGC_BIN" rc=0
+    pgc_use_pg 18
+    pgc_cluster_start dump-into-18 2>/dev/null
+    PGC_DUMP_FROM_PORT="$from_port" PGC_DUMP_FROM_BIN="$from_bin" PGC_BIN="$PGC_BIN" tests/dump/run.sh || rc=$?
+    pgc_cleanup
+    return $rc
+}
+
+# ALTER EXTENSION pg_claim UPDATE from the given earlier releases (default:
+# every one whose install script is kept in sql/), against a fresh install of
+# this version.
+upgrades() {
+    local v versions=("$@")
+    if ((!${#versions[@]})); then
+        mapfile -t versions < <(ls sql | sed -n 's/^pg_claim--\([0-9.]*\)\.sql$/\1/p' | sort -V)
+    fi
+    for v in "${versions[@]}"; do
+        pgc_log "upgrade from $v"
+        tests/upgrade/run.sh "$v" || return 1
+    done
+}
+
+# The first PostgreSQL version's fmt check, whole-workspace clippy.
+rustfmt_check() { cargo fmt --all -- --check; }
