@@ -167,9 +167,122 @@ END $$;
 COMMENT ON FUNCTION @extschema@.slot_status(text, integer) IS
     'every slot 0 .. n-1 of name: held by a session, leased, or unserved (with the last lease''s expiry when known)';
 
--- claim_lease's registration and its check of session holders (the D3 and
--- D4 lines of sql/leases.sql) come with claim_lease's body in the lease
--- section.
+-- D3/D4 (claim branch): claim_lease registers its name and refuses a name a
+-- session holds a slot of (the marked lines of sql/leases.sql). The lease
+-- section's claim_lease supersedes this one.
+CREATE OR REPLACE FUNCTION @extschema@.claim_lease(
+    name text, n integer, holder text, ttl interval DEFAULT '30 seconds')
+RETURNS TABLE (slot integer, token bigint, expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    now_ timestamptz;
+    r record;
+    s integer;
+BEGIN
+    PERFORM @extschema@.lease_check(name, 0, 0, ttl);
+    IF n IS NULL THEN
+        RAISE EXCEPTION 'n must not be null' USING ERRCODE = '22004',
+            HINT = 'The argument n is the number of slots (workers) of the name: pass the same n from every worker.';
+    END IF;
+    IF n < 1 OR n > 1048576 THEN
+        RAISE EXCEPTION 'n must be between 1 and 1048576, got %', n USING ERRCODE = '22023',
+            HINT = 'The argument n is the number of slots (workers) of the name: pass the same n from every worker.';
+    END IF;
+    IF holder IS NULL OR holder = '' THEN
+        RAISE EXCEPTION 'holder must not be %', CASE WHEN holder IS NULL THEN 'null' ELSE 'empty' END
+            USING ERRCODE = CASE WHEN holder IS NULL THEN '22004' ELSE '22023' END,
+            HINT = 'The holder names this worker, the same on every call, e.g. its host name and process id.';
+    END IF;
+    -- One claimer of a name at a time, to the end of the calling transaction
+    -- (the statement itself, through a pooler or in autocommit).
+    PERFORM pg_catalog.pg_advisory_xact_lock(
+        (@extschema@.crc32(name)::bit(32))::integer, 269484034);
+    now_ := pg_catalog.clock_timestamp();
+    -- D3 (claim branch): the name registry
+    PERFORM @extschema@.pg_claim_register_name(name::pg_catalog.text);
+    -- D4 (claim branch): a session holds a slot of the name with claim_slot
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_locks k
+               WHERE k.locktype = 'advisory' AND k.objsubid = 2 AND k.granted
+                 AND k.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                   WHERE d.datname = pg_catalog.current_database())
+                 AND k.classid = (@extschema@.crc32(name)::pg_catalog.oid)
+                 AND k.objid < 1048576::pg_catalog.oid AND k.mode = 'ExclusiveLock') THEN
+        RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+            USING ERRCODE = '55000',
+            HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease.';
+    END IF;
+
+    IF EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases l WHERE l.name = claim_lease.name AND l.session) THEN
+        RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+            USING ERRCODE = '55000',
+            HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease.';
+    END IF;
+    -- live leases of another n
+    SELECT l.n, l.holder INTO r FROM @extschema@.pg_claim_leases l
+    WHERE l.name = claim_lease.name AND l.holder IS NOT NULL AND l.expires_at > now_
+      AND l.n <> claim_lease.n
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'n = % does not match n = % used by the live leases of "%" (for example holder "%")',
+            claim_lease.n, r.n, name, r.holder
+            USING ERRCODE = '55000',
+            HINT = 'All workers of one name must use the same n. Use the same n, or let the leases of the other n expire or be released first (SELECT * FROM lease_holders(name)).';
+    END IF;
+
+    -- the same holder again: the same slot and token, the expiry extended
+    -- (also when it expired and no one took it meanwhile)
+    UPDATE @extschema@.pg_claim_leases l SET expires_at = now_ + ttl, n = claim_lease.n
+    WHERE l.name = claim_lease.name AND l.holder = claim_lease.holder AND NOT l.session
+      AND l.slot < claim_lease.n
+    RETURNING l.slot, l.token, l.expires_at INTO r;
+    IF FOUND THEN
+        slot := r.slot; token := r.token; expires_at := r.expires_at;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+
+    -- the lowest slot that is free or whose lease expired; a slot whose row a
+    -- fenced transaction holds is skipped, never waited for
+    FOR r IN
+        SELECT l.slot FROM @extschema@.pg_claim_leases l
+        WHERE l.name = claim_lease.name AND l.slot < claim_lease.n
+          AND (l.holder IS NULL OR l.expires_at <= now_)
+        ORDER BY l.slot
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        -- a slot without a row below it is lower still
+        SELECT g INTO s FROM pg_catalog.generate_series(0, r.slot - 1) g
+        WHERE NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases l
+                          WHERE l.name = claim_lease.name AND l.slot = g)
+        ORDER BY g LIMIT 1;
+        EXIT WHEN s IS NOT NULL;
+        UPDATE @extschema@.pg_claim_leases l
+        SET n = claim_lease.n, holder = claim_lease.holder, session = false,
+            token = @extschema@.next_token(l.token), acquired_at = now_, expires_at = now_ + ttl
+        WHERE l.name = claim_lease.name AND l.slot = r.slot
+        RETURNING l.slot, l.token, l.expires_at INTO slot, token, expires_at;
+        RETURN NEXT;
+        RETURN;
+    END LOOP;
+
+    -- no reusable row: the lowest slot without a row, if any
+    IF s IS NULL THEN
+        SELECT g INTO s FROM pg_catalog.generate_series(0, claim_lease.n - 1) g
+        WHERE NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases l
+                          WHERE l.name = claim_lease.name AND l.slot = g)
+        ORDER BY g LIMIT 1;
+    END IF;
+    IF s IS NOT NULL THEN
+        INSERT INTO @extschema@.pg_claim_leases AS l (name, slot, n, holder, token, acquired_at, expires_at)
+        VALUES (claim_lease.name, s, claim_lease.n, claim_lease.holder,
+                @extschema@.next_token(NULL), now_, now_ + ttl)
+        RETURNING l.slot, l.token, l.expires_at INTO slot, token, expires_at;
+        RETURN NEXT;
+    END IF;
+    -- else: every slot is leased (or fenced): a standby
+END $$;
+
 
 -- ==== claim: grants (keep this section last) ====
 -- Who may claim (sql/grants.sql): EXECUTE on the claiming functions granted
