@@ -115,13 +115,15 @@ BEGIN
             USING ERRCODE = CASE WHEN holder IS NULL THEN '22004' ELSE '22023' END,
             HINT = 'The holder names this worker, the same on every call, e.g. its host name and process id.';
     END IF;
+    -- D3 (claim branch): the name registry, before the name mutex: a
+    -- claim_slot registering the name holds its row until its transaction
+    -- ends and then takes the mutex (the other order deadlocks, 40P01)
+    PERFORM @extschema@.pg_claim_register_name(name::pg_catalog.text);
     -- One claimer of a name at a time, to the end of the calling transaction
     -- (the statement itself, through a pooler or in autocommit).
     PERFORM pg_catalog.pg_advisory_xact_lock(
         (@extschema@.crc32(name)::bit(32))::integer, 269484034);
     now_ := pg_catalog.clock_timestamp();
-    -- D3 (claim branch): the name registry
-    PERFORM @extschema@.pg_claim_register_name(name::pg_catalog.text);
     -- D4 (claim branch): a session holds a slot of the name with claim_slot
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_locks k
                WHERE k.locktype = 'advisory' AND k.objsubid = 2 AND k.granted

@@ -69,7 +69,27 @@ fn extension_schema(ext: pg_sys::Oid) -> pg_sys::Oid {
 /// The OID of the extension's function `name` with exactly the argument
 /// types `argtypes`, in the extension's schema. ERROR when there is none or
 /// when the function there is not a member of the extension.
+#[allow(dead_code)] // the claiming functions use `internal_fn_if_installed`
 pub fn internal_fn(name: &str, argtypes: &[pg_sys::Oid]) -> pg_sys::Oid {
+    match internal_fn_if_installed(name, argtypes) {
+        Some(oid) => oid,
+        None => {
+            let schema = namespace_name(extension().1);
+            raise(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_FUNCTION,
+                format!("pg_claim's internal function {schema}.{name} is missing"),
+                "The extension's objects were changed by hand: reinstall it (DROP EXTENSION pg_claim; CREATE EXTENSION pg_claim) or run ALTER EXTENSION pg_claim UPDATE.",
+            )
+        }
+    }
+}
+
+/// As [`internal_fn`], but None when the extension's schema has no function
+/// of that signature: an installation whose SQL objects are still those of
+/// an earlier release (before `ALTER EXTENSION pg_claim UPDATE`) that did not
+/// have it. A function of that signature that is not a member of the
+/// extension is still an ERROR.
+pub fn internal_fn_if_installed(name: &str, argtypes: &[pg_sys::Oid]) -> Option<pg_sys::Oid> {
     let (ext, nsp) = extension();
     let cname = CString::new(name).expect("internal function names contain no NUL");
     // SAFETY: buildoidvector copies the array into a palloc'd oidvector; the
@@ -86,14 +106,10 @@ pub fn internal_fn(name: &str, argtypes: &[pg_sys::Oid]) -> pg_sys::Oid {
             pg_sys::Datum::from(0usize),
         )
     };
-    let schema = namespace_name(nsp);
     if oid == pg_sys::InvalidOid {
-        raise(
-            PgSqlErrorCode::ERRCODE_UNDEFINED_FUNCTION,
-            format!("pg_claim's internal function {schema}.{name} is missing"),
-            "The extension's objects were changed by hand: reinstall it (DROP EXTENSION pg_claim; CREATE EXTENSION pg_claim) or run ALTER EXTENSION pg_claim UPDATE.",
-        );
+        return None;
     }
+    let schema = namespace_name(nsp);
     // SAFETY: a pg_depend look-up of an existing function
     let owner = unsafe { pg_sys::getExtensionOfObject(pg_sys::ProcedureRelationId, oid) };
     if owner != ext {
@@ -105,5 +121,5 @@ pub fn internal_fn(name: &str, argtypes: &[pg_sys::Oid]) -> pg_sys::Oid {
             "Someone created a function with the name and argument types of pg_claim's internal function; drop it and reinstall or update the extension.",
         );
     }
-    oid
+    Some(oid)
 }

@@ -10,8 +10,12 @@
 //!   extension (its OID).
 //! - [`leased`]: whether the name has a live lease (`pg_claim_leased(name)`),
 //!   after waiting for any `claim_lease` of the name in progress.
+//!
+//! With the SQL objects of an earlier release (before `ALTER EXTENSION
+//! pg_claim UPDATE`), which lack these functions, claims work as in that
+//! release: no registry, no mode check.
 
-use crate::backend::internal::{extension, internal_fn};
+use crate::backend::internal::{extension, internal_fn_if_installed};
 use pgrx::pg_sys;
 use pgrx::IntoDatum;
 use std::cell::RefCell;
@@ -64,7 +68,11 @@ pub fn register_name(name: &str) {
     if known {
         return;
     }
-    let f = internal_fn("pg_claim_register_name", &[pg_sys::TEXTOID]);
+    // SQL objects of a release before the registry (not yet updated): no
+    // registry, as then
+    let Some(f) = internal_fn_if_installed("pg_claim_register_name", &[pg_sys::TEXTOID]) else {
+        return;
+    };
     let arg = name.into_datum().expect("a text datum");
     // SAFETY: a direct call of the extension's own function, exact signature
     // (text) -> void; plpgsql returns a non-NULL void datum.
@@ -82,7 +90,9 @@ pub fn register_name(name: &str) {
 /// Whether `name` has a live lease (`claim_lease`). Waits for a
 /// `claim_lease` of the name in progress to end first.
 pub fn leased(name: &str) -> bool {
-    let f = internal_fn("pg_claim_leased", &[pg_sys::TEXTOID]);
+    let Some(f) = internal_fn_if_installed("pg_claim_leased", &[pg_sys::TEXTOID]) else {
+        return false;
+    };
     let arg = name.into_datum().expect("a text datum");
     // SAFETY: a direct call of the extension's own function, exact signature
     // (text) -> boolean, which never returns NULL.
@@ -98,7 +108,9 @@ pub fn owns_key(name: &str) -> bool {
     if known(name) {
         return true;
     }
-    let f = internal_fn("pg_claim_name_owns_key", &[pg_sys::TEXTOID]);
+    let Some(f) = internal_fn_if_installed("pg_claim_name_owns_key", &[pg_sys::TEXTOID]) else {
+        return true;
+    };
     let arg = name.into_datum().expect("a text datum");
     // SAFETY: a direct call of the extension's own function, exact signature
     // (text) -> boolean, which never returns NULL.
