@@ -32,7 +32,7 @@
 mod probe;
 mod registry;
 
-pub(crate) use registry::{known as name_registered, owns_key, register_name};
+pub(crate) use registry::{known_or_checked as name_registered, owns_key, register_name};
 
 use crate::backend::error::{internal, invalid_parameter, n_below_one, raise};
 use crate::backend::settings::{self, STANDBY_POLL_MAX};
@@ -302,9 +302,8 @@ fn claim(name: &str, n: i32, wait_us: Option<i64>) -> Option<i32> {
                 "All workers of one name must use the same n; call release_slot first to claim with another n.",
             );
         }
-        if !registry::known(name) {
-            // registered in a transaction that rolled back, or before the
-            // extension was created again
+        if !registry::known_or_checked(name) {
+            // registered in a transaction that rolled back
             registry::register_name(name);
         }
         return Some(h.slot);

@@ -31,6 +31,9 @@ struct Registered {
     /// Names registered in the current transaction, by the subtransaction
     /// that registered them; committed with it, forgotten with its abort.
     pending: HashMap<String, pg_sys::SubTransactionId>,
+    /// Names only checked (read-only transaction, hot standby): enough for
+    /// the idempotent path of a claim taken then, not for a new claim.
+    checked: HashSet<String>,
     /// Whether the transaction callbacks are registered (once per backend).
     callbacks: bool,
 }
@@ -51,6 +54,14 @@ pub fn known(name: &str) -> bool {
     })
 }
 
+/// As [`known`], or checked without writing (a claim taken in a read-only
+/// transaction or on a hot standby, where nothing can be registered): what
+/// the idempotent paths of the claiming functions need, so that a session on
+/// a standby does not check again at every call.
+pub fn known_or_checked(name: &str) -> bool {
+    known(name) || REGISTERED.with(|r| r.borrow().checked.contains(name))
+}
+
 /// Register `name` in the registry, or raise 42710 when its lock key belongs
 /// to another name. In a read-only transaction or during recovery this only
 /// checks (nothing is written, nothing remembered).
@@ -62,6 +73,7 @@ pub fn register_name(name: &str) {
             r.ext = ext;
             r.committed.clear();
             r.pending.clear();
+            r.checked.clear();
         }
         r.committed.contains(name) || r.pending.contains_key(name)
     });
@@ -84,6 +96,8 @@ pub fn register_name(name: &str) {
         // SAFETY: inside a transaction
         let sub = unsafe { pg_sys::GetCurrentSubTransactionId() };
         REGISTERED.with(|r| r.borrow_mut().pending.insert(name.to_string(), sub));
+    } else {
+        REGISTERED.with(|r| r.borrow_mut().checked.insert(name.to_string()));
     }
 }
 
