@@ -184,6 +184,10 @@ DECLARE
 BEGIN
     PERFORM @extschema@.pg_claim_need_read_committed('claim_lease'::text);
     PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
+    -- The name registry (no two names share a lock key), before the name
+    -- mutex: a claim_slot registering the name keeps the registry row
+    -- locked until its transaction ends, and then takes the mutex.
+    PERFORM @extschema@.pg_claim_register_name(name::pg_catalog.text);
     crc_ := @extschema@.crc32(name);
     key_ := (crc_::bit(32))::integer;
     -- One claimer of a name at a time, for this statement only: a
@@ -279,7 +283,6 @@ BEGIN
         INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at;
     ELSE
         -- a new acquisition
-        -- D3: PERFORM @extschema@.pg_claim_register_name(pg_claim_lease_take.name::text);
         LOOP
             tries := tries + 1;
             EXIT WHEN tries > 1000;

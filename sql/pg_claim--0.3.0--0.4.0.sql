@@ -143,6 +143,10 @@ DECLARE
 BEGIN
     PERFORM @extschema@.pg_claim_need_read_committed('claim_lease'::text);
     PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
+    -- The name registry (no two names share a lock key), before the name
+    -- mutex: a claim_slot registering the name keeps the registry row
+    -- locked until its transaction ends, and then takes the mutex.
+    PERFORM @extschema@.pg_claim_register_name(name::pg_catalog.text);
     crc_ := @extschema@.crc32(name);
     key_ := (crc_::bit(32))::integer;
     -- One claimer of a name at a time, for this statement only: a
@@ -238,7 +242,6 @@ BEGIN
         INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at;
     ELSE
         -- a new acquisition
-        -- D3: PERFORM @extschema@.pg_claim_register_name(pg_claim_lease_take.name::text);
         LOOP
             tries := tries + 1;
             EXIT WHEN tries > 1000;
@@ -645,6 +648,8 @@ BEGIN
                             WHERE d.datname = pg_catalog.current_database())
           AND l.classid = @extschema@.crc32(slot_status.name)::pg_catalog.oid
           AND l.objid::bigint < slot_status.n
+          -- never another name's sessions
+          AND @extschema@.pg_claim_name_owns_key(slot_status.name::pg_catalog.text)
     ),
     records AS (
         SELECT h.slot, h.holder, h.token, h.acquired_at, h.expires_at, h.expired
@@ -847,3 +852,146 @@ COMMENT ON FUNCTION @extschema@.item_failures(text) IS
     'the failure records of name: item, state (retry, due or dead), attempts, last error, first and last failure, next retry';
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.pg_claim_failures', '');
+
+-- ==== claim ====
+-- The name registry (sql/names.sql): names never share lock keys.
+CREATE TABLE @extschema@.pg_claim_names (
+    -- crc32(name) as a signed int4: the name's first advisory lock key
+    key              integer     PRIMARY KEY,
+    name             text        NOT NULL,
+    first_claimed_at timestamptz NOT NULL
+);
+REVOKE ALL ON @extschema@.pg_claim_names FROM PUBLIC;
+COMMENT ON TABLE @extschema@.pg_claim_names IS
+    'pg_claim''s name registry: the name that owns each lock key; written only through pg_claim_register_name';
+-- kept by pg_dump and restored with the extension
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.pg_claim_names', '');
+-- The extension's owner (a database owner, in a trusted install) may read
+-- the registry, restore it (pg_restore --role=owner) and free a name that
+-- is no longer used (DELETE).
+DO $owner$
+BEGIN
+    EXECUTE pg_catalog.format('GRANT SELECT, INSERT, DELETE ON @extschema@.pg_claim_names TO %s',
+        (SELECT e.extowner::pg_catalog.regrole::pg_catalog.text
+         FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_claim'));
+END $owner$;
+
+-- Internal (EXECUTE revoked from PUBLIC): called by the claiming functions
+-- through the function manager and by claim_lease. Registers `name` under
+-- its key if the key is free; raises 42710 if another name has the key. In
+-- a read-only transaction or during recovery it only checks.
+CREATE FUNCTION @extschema@.pg_claim_register_name(name text) RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    k integer;
+    other text;
+BEGIN
+    IF name IS NULL THEN
+        RETURN;
+    END IF;
+    k := (@extschema@.crc32(name)::bit(32))::integer;
+    SELECT r.name INTO other FROM @extschema@.pg_claim_names r WHERE r.key = k;
+    IF NOT FOUND THEN
+        IF pg_catalog.pg_is_in_recovery()
+           OR pg_catalog.current_setting('transaction_read_only') = 'on' THEN
+            RETURN;
+        END IF;
+        INSERT INTO @extschema@.pg_claim_names AS r (key, name, first_claimed_at)
+        VALUES (k, pg_claim_register_name.name, pg_catalog.clock_timestamp())
+        ON CONFLICT (key) DO NOTHING;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+        -- registered by a concurrent transaction that committed meanwhile
+        SELECT r.name INTO other FROM @extschema@.pg_claim_names r WHERE r.key = k;
+    END IF;
+    IF other IS DISTINCT FROM name THEN
+        RAISE EXCEPTION 'name "%" has the same lock key (crc32 %) as name "%", which is already in use in this database',
+            name, @extschema@.crc32(name), other
+            USING ERRCODE = '42710',
+            HINT = 'Names are keyed by their crc32, and two names with one key would share slots. Choose another name (for example append a suffix), such that crc32(new name) differs.';
+    END IF;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_register_name(text) FROM PUBLIC;
+
+-- Whether name's lock key is free or registered to name itself (false when
+-- another name has it). The readers of the lock table (slot_holders,
+-- slot_status, group_members, group_position) show nothing for a name whose
+-- key belongs to another name, so they never name another fleet's sessions.
+-- Tells no more than the 42710 of a claim would.
+CREATE FUNCTION @extschema@.pg_claim_name_owns_key(name text) RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_names r
+                       WHERE r.key = (@extschema@.crc32($1)::bit(32))::integer
+                         AND r.name <> $1)
+$$;
+COMMENT ON FUNCTION @extschema@.pg_claim_name_owns_key(text) IS
+    'whether the lock key of name (its crc32) is free or registered to name itself';
+
+-- ==== claim: grants (keep this section last) ====
+-- Who may claim (sql/grants.sql): EXECUTE on the claiming functions granted
+-- to PUBLIC by the extension's owner, so that the owner can revoke it. Run
+-- after every section that creates such a function. An ALTER EXTENSION
+-- UPDATE run by a superuser on an extension a database owner installed
+-- still makes that owner (pg_extension.extowner) the grantor.
+-- The grants to PUBLIC, made by the extension's owner: this function is
+-- given to the owner below and dropped once called.
+CREATE FUNCTION @extschema@.pg_claim_grant_to_public(fns pg_catalog.regprocedure[])
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    f pg_catalog.regprocedure;
+BEGIN
+    FOREACH f IN ARRAY fns LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO PUBLIC', f);
+    END LOOP;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_grant_to_public(pg_catalog.regprocedure[]) FROM PUBLIC;
+
+DO $grants$
+DECLARE
+    fns pg_catalog.regprocedure[];
+    public_fns pg_catalog.regprocedure[];
+    f pg_catalog.regprocedure;
+    owner_ pg_catalog.text;
+    path_ pg_catalog.text := pg_catalog.current_setting('search_path');
+BEGIN
+    -- function signatures below print schema-qualified
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    SELECT e.extowner::pg_catalog.regrole::pg_catalog.text INTO owner_
+    FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_claim';
+    SELECT pg_catalog.array_agg(p.oid::pg_catalog.regprocedure ORDER BY p.oid) INTO fns
+    FROM pg_catalog.pg_depend d
+    JOIN pg_catalog.pg_proc p ON p.oid = d.objid
+    WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+      AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+      AND d.deptype = 'e'
+      AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_claim')
+      AND (p.proname = ANY (ARRAY[
+               'claim_slot', 'claim_slots', 'release_slot', 'my_slot', 'my_slots',
+               'slot_holders', 'slot_status',
+               'claim_lease', 'claim_leases', 'renew_lease', 'release_lease',
+               'lease_holders', 'fence', 'lease_valid', 'my_token',
+               'claim_partitions', 'my_partitions',
+               'record_failure', 'failure_due', 'failing_items', 'clear_failure',
+               'item_failures']::pg_catalog.name[])
+           OR p.proname OPERATOR(pg_catalog.~~) 'group\_%');
+    -- (in an upgrade, a function whose EXECUTE was already revoked from
+    -- PUBLIC stays revoked)
+    SELECT pg_catalog.array_agg(f2 ORDER BY f2::pg_catalog.oid) INTO public_fns
+    FROM pg_catalog.unnest(fns) f2
+    WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_proc p,
+                  pg_catalog.aclexplode(coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
+                  WHERE p.oid = f2::pg_catalog.oid AND a.grantee = 0 AND a.privilege_type = 'EXECUTE');
+    FOREACH f IN ARRAY fns LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s WITH GRANT OPTION', f, owner_);
+        EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+    END LOOP;
+    EXECUTE pg_catalog.format(
+        'ALTER FUNCTION @extschema@.pg_claim_grant_to_public(pg_catalog.regprocedure[]) OWNER TO %s', owner_);
+    PERFORM @extschema@.pg_claim_grant_to_public(coalesce(public_fns, '{}'));
+    PERFORM pg_catalog.set_config('search_path', path_, true);
+END $grants$;
+
+DROP FUNCTION @extschema@.pg_claim_grant_to_public(pg_catalog.regprocedure[]);

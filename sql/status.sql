@@ -32,6 +32,8 @@ BEGIN
                             WHERE d.datname = pg_catalog.current_database())
           AND l.classid = @extschema@.crc32(slot_status.name)::pg_catalog.oid
           AND l.objid::bigint < slot_status.n
+          -- never another name's sessions
+          AND @extschema@.pg_claim_name_owns_key(slot_status.name::pg_catalog.text)
     ),
     records AS (
         SELECT h.slot, h.holder, h.token, h.acquired_at, h.expires_at, h.expired

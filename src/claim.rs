@@ -30,6 +30,9 @@
 //! holder below its fair share) does; see `claim_many`.
 
 mod probe;
+mod registry;
+
+pub(crate) use registry::{known_or_checked as name_registered, owns_key, register_name};
 
 use crate::backend::error::{internal, invalid_parameter, n_below_one, raise};
 use crate::backend::settings::{self, STANDBY_POLL_MAX};
@@ -46,6 +49,15 @@ use std::time::{Duration, Instant};
 // slot_status is SQL (it reads the lock table through pg_locks and the
 // leases through lease_holders, inside a PL/pgSQL body resolved when it runs).
 pgrx::extension_sql_file!("../sql/status.sql", name = "slot_status");
+
+// The name registry: the table pg_claim_names and the internal function
+// pg_claim_register_name (sql/names.sql; see `registry`).
+pgrx::extension_sql_file!("../sql/names.sql", name = "names");
+
+// Who may claim: EXECUTE on the claiming functions granted to PUBLIC by the
+// extension's owner, who can therefore revoke it (sql/grants.sql). Last in
+// the install script: it grants on functions defined everywhere else.
+pgrx::extension_sql_file!("../sql/grants.sql", name = "grants", finalize);
 
 /// The largest `n` accepted by `claim_slot`: the key layout's slot range.
 pub const MAX_N: i32 = MAX_KEY_INDEX;
@@ -290,12 +302,18 @@ fn claim(name: &str, n: i32, wait_us: Option<i64>) -> Option<i32> {
                 "All workers of one name must use the same n; call release_slot first to claim with another n.",
             );
         }
+        if !registry::known_or_checked(name) {
+            // registered in a transaction that rolled back
+            registry::register_name(name);
+        }
         return Some(h.slot);
     }
 
     crate::locks::ensure_room(CLAIM_LOCKS + usize::from(wait_us.is_some()), || {
         format!("claim_slot(\"{name}\", {n})")
     });
+    // The name's lock key must be its own (42710 when another name has it).
+    registry::register_name(name);
     establish(name, key1, n);
     // A wait too long to add to the clock (centuries) has no deadline: the
     // standby waits until a slot frees or the statement is cancelled.
@@ -342,6 +360,9 @@ fn claim(name: &str, n: i32, wait_us: Option<i64>) -> Option<i32> {
     })
     .execute();
     stop_waiting(key1);
+    if let Some(slot) = got {
+        refuse_if_leased(name, key1, n, slot);
+    }
 
     match got {
         Some(slot) => {
@@ -362,6 +383,34 @@ fn claim(name: &str, n: i32, wait_us: Option<i64>) -> Option<i32> {
             leave(key1, n);
             None
         }
+    }
+}
+
+/// One slot, one holder, whatever the mode: with the new slot lock held,
+/// wait for any `claim_lease` of the name in progress, then give the slot
+/// back and refuse (55000) when the name has a live lease. `claim_lease`
+/// refuses in turn while a session holds a slot of the name, so of the two
+/// racing, one always sees the other.
+fn refuse_if_leased(name: &str, key1: i32, n: i32, slot: i32) {
+    let give_back = || {
+        if held_by_me(key1, slot, EXCLUSIVE) {
+            unlock(key1, slot, EXCLUSIVE);
+        }
+        leave(key1, n);
+    };
+    let is_leased = PgTryBuilder::new(|| registry::leased(name))
+        .catch_others(|cause| {
+            give_back();
+            cause.rethrow()
+        })
+        .execute();
+    if is_leased {
+        give_back();
+        raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("name \"{name}\" is leased with claim_lease; it cannot also be claimed with claim_slot"),
+            "Use one mode per name: claim_slot (and my_token), or claim_lease. Let the leases of the name expire or release them (SELECT * FROM lease_holders(name)), or use another name.",
+        );
     }
 }
 
@@ -462,6 +511,27 @@ fn check_max(max: Option<i32>, n: i32) -> i32 {
             MAX_HINT,
         ),
         Some(m) => m,
+    }
+}
+
+/// Refuse up front (53400) a `claim_slots` whose `max` slots, with the
+/// claim's two records (and a standby's waiters lock), could not all be held
+/// within `pg_claim.max_locks_per_session`, whatever the session holds.
+fn check_max_room(name: &str, n: i32, max: i32, waits: bool) {
+    let limit = i64::from(settings::MAX_LOCKS_PER_SESSION.get());
+    let needs = i64::from(max) + (CLAIM_LOCKS as i64 - 1) + i64::from(waits);
+    if needs > limit {
+        let records = needs - i64::from(max);
+        raise(
+            PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+            format!(
+                "claim_slots(\"{name}\", {n}, {max}) could hold {needs} advisory locks ({max} slots and {records} records), more than pg_claim.max_locks_per_session ({limit}) allows"
+            ),
+            &format!(
+                "Pass a max of at most {} (pg_claim.max_locks_per_session less the claim's {records} records), or have a superuser raise pg_claim.max_locks_per_session for this role (ALTER ROLE ... SET pg_claim.max_locks_per_session = ...).",
+                limit - records
+            ),
+        );
     }
 }
 
@@ -597,6 +667,7 @@ fn claim_slots(name: Option<&str>, n: Option<i32>, max: Option<i32>) -> Vec<i32>
     let name = require_name(name);
     let n = check_claim_n(n);
     let max = check_max(max, n);
+    check_max_room(name, n, max, false);
     claim_many(name, n, max, None)
 }
 
@@ -613,6 +684,7 @@ fn claim_slots_wait(
     let n = check_claim_n(n);
     let max = check_max(max, n);
     let us = wait_micros(wait);
+    check_max_room(name, n, max, true);
     claim_many(name, n, max, Some(us))
 }
 
@@ -681,6 +753,10 @@ fn slot_holders(
     ),
 > {
     let key1 = name_key(name);
+    if !registry::owns_key(name) {
+        // another name's key: its holders are not this name's
+        return TableIterator::new(Vec::new());
+    }
     let mut holders: Vec<(i32, i32)> = locks_of(key1, 0, MAX_N)
         .into_iter()
         .filter(|l| l.granted && l.mode == EXCLUSIVE)

@@ -139,15 +139,30 @@ fn rank(pids: BTreeSet<i32>) -> Vec<Member> {
     out
 }
 
+/// The live members of group `name` in rank order; none when the name's
+/// lock key is registered to another name (whose members they are).
+fn members_of(name: &str) -> Vec<Member> {
+    if !crate::claim::owns_key(name) {
+        return Vec::new();
+    }
+    ranked_members(name_key(name))
+}
+
 /// Make this session a member of `name` (idempotent). True when it joined now.
 fn ensure_member(key: i32, name: &str) -> bool {
     // Members notice a dead client while busy, like claiming sessions
     // (pg_claim.client_connection_check_interval).
     crate::backend::settings::apply_client_check(true);
     if held_by_me(key, GROUP_MEMBER_KEY, SHARE) {
+        if !crate::claim::name_registered(name) {
+            // registered in a transaction that rolled back
+            crate::claim::register_name(name);
+        }
         return false;
     }
     crate::locks::ensure_room(1, || format!("joining group \"{name}\""));
+    // The name's lock key must be its own (42710 when another name has it).
+    crate::claim::register_name(name);
     if !try_lock(key, GROUP_MEMBER_KEY, SHARE) {
         raise(
             PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
@@ -212,7 +227,7 @@ fn group_leave(name: &str) -> bool {
 fn group_position(
     name: &str,
 ) -> TableIterator<'static, (name!(index, Option<i32>), name!(members, i32))> {
-    let members = ranked_members(name_key(name));
+    let members = members_of(name);
     let me = my_pid();
     let index = members.iter().position(|m| m.pid == me).map(|i| i as i32);
     TableIterator::once((index, members.len() as i32))
@@ -235,7 +250,7 @@ fn group_members(
         name!(backend_start, Option<TimestampWithTimeZone>),
     ),
 > {
-    let members = ranked_members(name_key(name));
+    let members = members_of(name);
     // SAFETY: plain catalog lookups on role membership.
     let user = unsafe { pg_sys::GetUserId() };
     let stats_reader = unsafe {

@@ -22,8 +22,11 @@
 //! Applications that also use two-`int4` advisory locks should avoid `key2` values
 //! in `0 ..= 1048575` and `0x10000000 ..= 0x3FFFFFFF`, or use the bigint key space.
 //!
-//! Two names with the same crc32 share their locks (about one pair in 4 billion);
-//! choose distinct names or check `crc32(a) <> crc32(b)` once.
+//! Two names with the same crc32 would share their locks (about one pair in 4
+//! billion, or on purpose). They never do: the name registry
+//! (`pg_claim_names`, `crate::claim::registry`) gives each key to the first
+//! name claimed with it, and a claim of another name with that key is refused
+//! with 42710.
 
 use crate::backend::error::raise;
 use crate::backend::settings::MAX_LOCKS_PER_SESSION;
@@ -86,7 +89,7 @@ fn taken(key1: i32, key2: i32, mode: pg_sys::LOCKMODE) {
 }
 
 /// The largest `n` (slots) and `P` (partitions) the key layout allows.
-pub const MAX_KEY_INDEX: i32 = 1 << 20;
+pub use crate::backend::limits::MAX_KEY_INDEX;
 /// `key2` of the shared lock recording a claimer's `n`: `N_RECORD_BASE + n`.
 pub const N_RECORD_BASE: i32 = 0x1000_0000;
 /// `key2` held shared by every live claimer of a name, whatever its `n`

@@ -11,11 +11,68 @@
 //! planted anywhere can stand in for it; [`call`] calls it with SQL NULLs
 //! allowed both ways.
 
+use crate::backend::catalog::namespace_name;
 use crate::backend::error::raise;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::ffi::CString;
+
+const HINT: &str = "The installation of pg_claim in this database is incomplete or was altered: \
+                    run ALTER EXTENSION pg_claim UPDATE, or reinstall the extension.";
+
+
+/// The OID and schema of the installed `pg_claim` extension.
+pub fn extension() -> (pg_sys::Oid, pg_sys::Oid) {
+    // SAFETY: a catalog look-up by name; missing_ok
+    let ext = unsafe { pg_sys::get_extension_oid(c"pg_claim".as_ptr(), true) };
+    if ext == pg_sys::InvalidOid {
+        raise(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+            "extension \"pg_claim\" is not installed in this database".to_string(),
+            "Run CREATE EXTENSION pg_claim in this database.",
+        );
+    }
+    (ext, extension_schema(ext))
+}
+
+/// The schema of extension `ext` (`pg_extension.extnamespace`), read as
+/// PostgreSQL's own `get_extension_schema` does (not exported before 16).
+fn extension_schema(ext: pg_sys::Oid) -> pg_sys::Oid {
+    // SAFETY: a standard index scan of pg_extension by OID, closed before
+    // returning; the tuple is read while the scan is open.
+    unsafe {
+        let rel = pg_sys::table_open(
+            pg_sys::ExtensionRelationId,
+            pg_sys::AccessShareLock as pg_sys::LOCKMODE,
+        );
+        let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
+        pg_sys::ScanKeyInit(
+            &mut key,
+            pg_sys::Anum_pg_extension_oid as pg_sys::AttrNumber,
+            pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
+            pg_sys::RegProcedure::from(pg_sys::F_OIDEQ),
+            pg_sys::Datum::from(ext),
+        );
+        let scan = pg_sys::systable_beginscan(
+            rel,
+            pg_sys::Oid::from(pg_sys::ExtensionOidIndexId),
+            true,
+            std::ptr::null_mut(),
+            1,
+            &mut key,
+        );
+        let tuple = pg_sys::systable_getnext(scan);
+        let nsp = if tuple.is_null() {
+            pg_sys::InvalidOid
+        } else {
+            (*pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_extension>(tuple)).extnamespace
+        };
+        pg_sys::systable_endscan(scan);
+        pg_sys::table_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        nsp
+    }
+}
 
 /// One looked-up internal function: its name, argument types, OID and schema.
 struct Entry {
@@ -29,9 +86,6 @@ thread_local! {
     /// The internal functions this backend looked up (a handful).
     static FOUND: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
 }
-
-const HINT: &str = "The installation of pg_claim in this database is incomplete or was altered: \
-                    run ALTER EXTENSION pg_claim UPDATE, or reinstall the extension.";
 
 /// The OID of the internal function `name(argtypes)` of the extension: the
 /// function of exactly that signature in the extension's schema, which must
@@ -52,7 +106,19 @@ pub fn internal_fn(name: &str, argtypes: &[pg_sys::Oid]) -> pg_sys::Oid {
         }
         FOUND.with(|f| f.borrow_mut().retain(|e| e.oid != oid));
     }
-    let (oid, namespace) = look_up(name, argtypes);
+    let Some(oid) = internal_fn_if_installed(name, argtypes) else {
+        let schema = crate::backend::catalog::quote_ident(&namespace_name(extension().1));
+        raise(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_FUNCTION,
+            format!(
+                "pg_claim's internal function {schema}.{} does not exist",
+                signature(name, argtypes)
+            ),
+            HINT,
+        );
+    };
+    // SAFETY: a syscache look-up of an existing function
+    let namespace = unsafe { pg_sys::get_func_namespace(oid) };
     FOUND.with(|f| {
         f.borrow_mut().push(Entry {
             name: name.to_owned(),
@@ -64,6 +130,46 @@ pub fn internal_fn(name: &str, argtypes: &[pg_sys::Oid]) -> pg_sys::Oid {
     oid
 }
 
+/// As [`internal_fn`], but None when the extension's schema has no function
+/// of that signature: an installation whose SQL objects are still those of
+/// an earlier release (before `ALTER EXTENSION pg_claim UPDATE`) that did not
+/// have it. A function of that signature that is not a member of the
+/// extension is still an ERROR.
+pub fn internal_fn_if_installed(name: &str, argtypes: &[pg_sys::Oid]) -> Option<pg_sys::Oid> {
+    let (ext, nsp) = extension();
+    let cname = CString::new(name).expect("internal function names contain no NUL");
+    // SAFETY: buildoidvector copies the array into a palloc'd oidvector; the
+    // syscache look-up by (name, argument types, schema) is the one
+    // PostgreSQL's own exact-signature look-ups use.
+    let oid = unsafe {
+        let args = pg_sys::buildoidvector(argtypes.as_ptr(), argtypes.len() as i32);
+        pg_sys::GetSysCacheOid(
+            pg_sys::SysCacheIdentifier::PROCNAMEARGSNSP as i32,
+            pg_sys::Anum_pg_proc_oid as pg_sys::AttrNumber,
+            pg_sys::Datum::from(cname.as_ptr()),
+            pg_sys::Datum::from(args),
+            pg_sys::Datum::from(nsp),
+            pg_sys::Datum::from(0usize),
+        )
+    };
+    if oid == pg_sys::InvalidOid {
+        return None;
+    }
+    let schema = namespace_name(nsp);
+    // SAFETY: a pg_depend look-up of an existing function
+    let owner = unsafe { pg_sys::getExtensionOfObject(pg_sys::ProcedureRelationId, oid) };
+    if owner != ext {
+        raise(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!(
+                "function {schema}.{name} is not pg_claim's own: it is not a member of the extension"
+            ),
+            "Someone created a function with the name and argument types of pg_claim's internal function; drop it and reinstall or update the extension.",
+        );
+    }
+    Some(oid)
+}
+
 /// `name(argtypes)` as a message shows it.
 fn signature(name: &str, argtypes: &[pg_sys::Oid]) -> String {
     let types: Vec<String> = argtypes
@@ -71,60 +177,6 @@ fn signature(name: &str, argtypes: &[pg_sys::Oid]) -> String {
         .map(|&t| crate::backend::catalog::type_name(t))
         .collect();
     format!("{name}({})", types.join(", "))
-}
-
-fn look_up(name: &str, argtypes: &[pg_sys::Oid]) -> (pg_sys::Oid, pg_sys::Oid) {
-    let ext = Spi::get_two::<pg_sys::Oid, pg_sys::Oid>(
-        "SELECT e.oid, e.extnamespace FROM pg_catalog.pg_extension e \
-         WHERE e.extname OPERATOR(pg_catalog.=) 'pg_claim'::pg_catalog.name",
-    );
-    let (ext, nsp) = match ext {
-        Ok((Some(ext), Some(nsp))) => (ext, nsp),
-        _ => raise(
-            PgSqlErrorCode::ERRCODE_UNDEFINED_FUNCTION,
-            format!(
-                "pg_claim's internal function {} cannot be found: the extension is not installed in this database",
-                signature(name, argtypes)
-            ),
-            "Run CREATE EXTENSION pg_claim in this database.",
-        ),
-    };
-    let cname = CString::new(name).unwrap_or_default();
-    let nargs = i32::try_from(argtypes.len()).unwrap_or(0);
-    // SAFETY: buildoidvector copies the OIDs; GetSysCacheOid probes
-    // pg_proc's (name, argument types, schema) index: an exact signature
-    // in exactly this schema, never a search_path resolution.
-    let oid = unsafe {
-        let vec = pg_sys::buildoidvector(argtypes.as_ptr(), nargs);
-        pg_sys::GetSysCacheOid(
-            pg_sys::SysCacheIdentifier::PROCNAMEARGSNSP as i32,
-            pg_sys::Anum_pg_proc_oid as pg_sys::AttrNumber,
-            pg_sys::Datum::from(cname.as_ptr()),
-            pg_sys::Datum::from(vec),
-            pg_sys::Datum::from(nsp),
-            pg_sys::Datum::from(0),
-        )
-    };
-    let member = oid != pg_sys::InvalidOid
-        // SAFETY: a pg_depend look-up of an existing function
-        && unsafe { pg_sys::getExtensionOfObject(pg_sys::ProcedureRelationId, oid) } == ext;
-    if !member {
-        raise(
-            PgSqlErrorCode::ERRCODE_UNDEFINED_FUNCTION,
-            format!(
-                "pg_claim's internal function {}.{} {}",
-                crate::backend::catalog::quote_ident(&crate::backend::catalog::namespace_name(nsp)),
-                signature(name, argtypes),
-                if oid == pg_sys::InvalidOid {
-                    "does not exist"
-                } else {
-                    "is not a member of the extension pg_claim"
-                }
-            ),
-            HINT,
-        );
-    }
-    (oid, nsp)
 }
 
 /// Call the function `oid` with `args` (None: SQL NULL) under the default

@@ -3,6 +3,7 @@
 //!   input checks shared by several concepts;
 //! - `fmgr`:     the one macro for functions written against the function
 //!   manager (`pg_claim_<name>` and its info record);
+//! - `limits`:   fixed limits shared by the key layout and the settings;
 //! - `settings`: the `pg_claim.*` parameters, `_PG_init`'s registrations and
 //!   the dead-client check they switch on;
 //! - `internal`: the extension's internal SECURITY DEFINER functions, found by
@@ -17,4 +18,5 @@ pub mod compat;
 pub mod error;
 pub mod fmgr;
 pub mod internal;
+pub mod limits;
 pub mod settings;

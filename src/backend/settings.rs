@@ -50,7 +50,7 @@ pub fn init() {
         c"Every held slot, group membership and partition is an entry in the server's shared lock table, which all sessions share (max_locks_per_transaction x max_connections entries). A call that would take more is refused with SQLSTATE 53400. Only superusers may change it, so one role cannot fill the lock table.",
         &MAX_LOCKS_PER_SESSION,
         16,
-        crate::locks::MAX_KEY_INDEX,
+        crate::backend::limits::MAX_KEY_INDEX,
         GucContext::Suset,
         GucFlags::default(),
     );

@@ -74,6 +74,7 @@ ALLOWED = {
     "42P10": "invalid_column_reference: no single key column (no primary key, a two-column one): pass key",
     "42809": "wrong_object_type: not a table (a view, a composite type, a sequence, an index, a scalar)",
     "42883": "undefined_function: no function for these argument types (aggregate support functions take internal, PostgreSQL 15), or a key type without the hash or btree support needed; an internal function of the extension missing or not a member of it",
+    "42710": "duplicate_object: a name whose lock key (crc32) another name already has in the database's name registry",
     "53400": "configuration_limit_exceeded: more advisory locks than pg_claim.max_locks_per_session",
     "55000": "object_not_in_prerequisite_state: a name leased with another n or in the other mode; a foreign table whose wrapper cannot scan",
     "PC001": "fence: the token is not the slot's current one",
@@ -429,6 +430,10 @@ class Runner:
         stmt = fn.call_sql(exprs)
         what = f"{fn.signature} with {where} [{ascii(stmt)[:400]}]"
         try:
+            if fn.name in ("claim_slot", "claim_slots"):
+                # one mode per name: a live lease left by claim_lease('hm', ...)
+                # would refuse claim_slot('hm', ...) with 55000
+                self.conn.execute("DELETE FROM pg_claim_leases")
             if role:
                 self.conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
             if dropped == "recreated":

@@ -88,8 +88,8 @@ RESET DateStyle;
 SELECT fence('ls_session', 0, my_token('ls_session'));
 SELECT pc_try($$SELECT fence('ls_session', 1, my_token('ls_session'))$$) AS other_slot;
 SELECT pc_try($$SELECT * FROM claim_lease('ls_session', 2, 'lessee')$$) AS lease_a_claimed_name;
--- (claim_slot, the fast path, does not read leases; my_token refuses)
-SELECT claim_slot('ls', 2) AS claim_slot_ignores_leases;
+-- (claim_slot and my_token refuse a leased name)
+SELECT pc_try($$SELECT claim_slot('ls', 2)$$) AS claim_slot_of_a_leased_name;
 SELECT pc_try($$SELECT my_token('ls')$$) AS token_of_a_leased_name;
 SELECT release_slot('ls'), release_slot('ls_session');
 SELECT my_token('ls_session') IS NULL AS released_no_token;

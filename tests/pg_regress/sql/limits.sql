@@ -89,8 +89,16 @@ SELECT claim_partitions('lm_budget', 16) IS NOT NULL AS claimed;
 SELECT pg_advisory_unlock_all();
 SELECT claim_partitions('lm_budget2', 16) IS NOT NULL AS claimed_after_unlock_all;
 SELECT group_leave('lm_budget2');
+-- claim_slots is refused up front when max slots and the claim's two
+-- records would not fit, and takes nothing (20 = 18 slots + 2 records)
+SELECT pc_try($$SELECT claim_slots('lm_budget_slots', 64, 19)$$) AS max_too_large;
+SELECT pc_try($$SELECT claim_slots('lm_budget_slots', 64, 19, '1 s')$$) AS max_too_large_standby;
+SELECT lm_locks('lm_budget_slots') AS slots_locks;
+SELECT cardinality(claim_slots('lm_budget_slots', 64, 18)) AS max_that_fits;
+SELECT release_slot('lm_budget_slots');
 RESET pg_claim.max_locks_per_session;
 SHOW pg_claim.max_locks_per_session;
+SELECT pc_try($$SELECT claim_slots('lm_budget_slots', 1048576, 1048576)$$) AS max_of_2_20;
 -- only a superuser may raise it
 CREATE ROLE lm_worker;
 SET ROLE lm_worker;
