@@ -257,7 +257,7 @@ mod tests {
     #[test]
     fn sql_uses_the_lease_mutex_key() {
         let sql = include_str!("../sql/leases.sql");
-        assert!(sql.contains(&format!("::integer, {LEASE_MUTEX_KEY})")));
+        assert!(sql.contains(&format!("pg_advisory_lock(key_, {LEASE_MUTEX_KEY})")));
         assert_eq!(LEASE_MUTEX_KEY, 0x1010_0002);
     }
 }

@@ -21,7 +21,6 @@ use std::ffi::CString;
 const HINT: &str = "The installation of pg_claim in this database is incomplete or was altered: \
                     run ALTER EXTENSION pg_claim UPDATE, or reinstall the extension.";
 
-
 /// The OID and schema of the installed `pg_claim` extension.
 pub fn extension() -> (pg_sys::Oid, pg_sys::Oid) {
     // SAFETY: a catalog look-up by name; missing_ok
