@@ -416,6 +416,9 @@ def judge_planted(ran, warnings, extschema, failures, what, report):
              f"{', '.join(sorted(captured))} (called from: {first[1][:200]})")
     if direct:
         report.setdefault("direct", []).append(f"{what}: the statement itself resolved to {direct[0]}")
+        db = what.split("]")[0].lstrip("[")
+        report.setdefault("direct_runs", {}).setdefault(db, 0)
+        report["direct_runs"][db] += len(direct)
     if escalated and captured:
         fail(failures, f"{what}: {OWNER} BECAME A SUPERUSER through a captured call")
     elif escalated:
@@ -423,6 +426,15 @@ def judge_planted(ran, warnings, extschema, failures, what, report):
         report.setdefault("direct_escalation", []).append(f"{what}: {direct[0] if direct else '?'}")
     if ran and not warnings:
         fail(failures, f"{what}: {ran} planted function(s) ran (the sequence moved) without a warning reaching the caller")
+
+
+def reset_state(admin, db, extschema):
+    """Every role's calls start from no leases and no failure records, so
+    that each phase sees the same state (a superuser may write the tables)."""
+    with connect(admin, db, None) as c:
+        for t in ("pg_claim_leases", "pg_claim_failures"):
+            if c.execute("SELECT to_regclass(%s)", (f"{ident(extschema)}.{t}",)).fetchone()[0]:
+                c.execute(f"DELETE FROM {ident(extschema)}.{t}")
 
 
 def in_extschema(message, extschema):
@@ -433,6 +445,7 @@ def in_extschema(message, extschema):
 
 def run_calls(admin, db, extschema, roles, calls_of, baseline, failures, report, phase):
     for label, role in roles:
+        reset_state(admin, db, extschema)
         caller = Caller(admin, db, role, label)
         try:
             for fn, vol, stmt in calls_of:
@@ -581,7 +594,7 @@ def run_variant(admin, db, schema_opt, seed, failures, report):
     with connect(admin, db, None) as c:
         n = c.execute("SELECT count(*) FROM own.pl_ran").fetchone()[0]
         seq = c.execute("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM own.pl_hits").fetchone()[0]
-    direct = len([d for d in report.get("direct", []) if d.startswith(f"[{db}]")])
+    direct = report.get("direct_runs", {}).get(db, 0)
     if seq > direct:
         with connect(admin, db, None) as c:
             rows = c.execute("SELECT sig, cur, sess FROM own.pl_ran LIMIT 5").fetchall()
