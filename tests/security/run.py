@@ -151,6 +151,13 @@ def test_other_role_cannot_read_lease_token():
     rows = o.execute("SELECT slot, state, holder, token FROM slot_status('sec_read', 2)").fetchall()
     check(all(r[3] is None and (r[2] is None or r[2] != holder) for r in rows),
           f"slot_status shows another role the holder and token: {rows}")
+    # a session claim's token (my_token) likewise
+    s = as_fleet("sec_worker_a")
+    check(one(s, "SELECT claim_slot('sec_read_s', 2)")[0] is not None, "claim_slot got no slot")
+    stoken = one(s, "SELECT my_token('sec_read_s')")[0]
+    rows = o.execute("SELECT slot, state, token FROM slot_status('sec_read_s', 2) WHERE token IS NOT NULL").fetchall()
+    check(not rows, f"slot_status shows another role the token {stoken} of a session claim: {rows}")
+    s.close()
     # the fleet's own members do see them
     b = as_fleet("sec_worker_b")
     rows = b.execute("SELECT holder, token FROM lease_holders('sec_read') WHERE slot = %s", (slot,)).fetchall()
