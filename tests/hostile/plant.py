@@ -31,22 +31,31 @@ created (CREATE EXTENSION pg_claim SCHEMA claim). Then, as the owner:
 Every function of the extension is then called, schema-qualified and with
 valid arguments (matrix.py's generators, each argument cast to the declared
 type unless that is polymorphic), by the owner, by a superuser and by a third
-role with no grants, before planting (the baseline) and after. Also checked
-after planting, for each role: my_items and slot_counts on varchar,
-character(8), and domain keys give the shares Python computes as
-zlib.crc32(key::text) % n, and notify_slot on a varchar key notifies the
-channel of that slot for every inserted row.
+role with no grants, in batches of one name, each role's batch starting from
+no leases and no failure records: once before planting (the baseline), once
+with every plant in place, and once more with each called name's own
+overloads in the extension's schema lifted (dropped for its batch and created
+again after it), so that the call resolves at its top level and everything it
+calls inside meets every other plant. Then, for each role: my_items and
+slot_counts on varchar, character(8) and domain keys give the shares Python
+computes as zlib.crc32(key::text) % n, and notify_slot on a varchar key
+notifies the channel of that slot for every inserted row.
 
 A failure: a planted function that runs from inside a call of the extension
-(a capture), the owner becoming a superuser, a result or outcome that differs
-from the baseline, a share that differs from Python's. Reported apart, not
-failures: a call that ends in 42725 ("is not unique") because the owner
-planted a duplicate in the extension's own schema (the owner can break its own
-database), and a call whose own top-level resolution picks the owner's
-exact-typed overload of a polymorphic function in the extension's schema
-(PostgreSQL's function resolution of the caller's statement; docs/security.md
-says whom to trust with that schema). Exits non-zero on failure; prints one
-summary line with the counts.
+(a capture: its call stack has a frame of the extension's code), the owner
+becoming a superuser through one, a result or outcome that differs from the
+baseline, a share that differs from Python's. Reported apart, not failures:
+a call that ends in 42725 ("is not unique") because the owner planted a
+duplicate in the extension's own schema (the owner can break its own
+database); a call that generated SQL refuses with 42723 because the function
+it would call is not the extension's own; and a call whose own top-level
+statement resolves to the owner's exact-typed overload of a polymorphic
+function in the extension's schema (PostgreSQL's resolution of the caller's
+statement, even when the caller is a superuser: docs/security.md says what a
+superuser does about it). Exits non-zero on failure; the last line is a
+summary with the counts (-v lists the calls reported apart).
+
+    python3 tests/hostile/plant.py [-v] [--seed N] [--keep]
 """
 import argparse
 import os

@@ -32,7 +32,7 @@ import traceback
 import zlib
 
 import psycopg
-from psycopg import errors, sql
+from psycopg import sql
 
 DB = "pg_claim_security"
 ROLES = ["sec_worker_a", "sec_worker_b", "sec_other", "sec_attacker", "sec_fleet", "sec_owner"]
@@ -348,9 +348,8 @@ def test_superuser_search_path_plants_never_run():
     plant_all(connect("sec_attacker"), "att", SEARCH_PATH_PLANTS)
     su = connect()
     su.execute("SET search_path = att, public")
-    done = []
     try:
-        done.append(one(su, "SELECT slot FROM public.claim_lease('sec_su', 2, 'su:1')"))
+        one(su, "SELECT slot FROM public.claim_lease('sec_su', 2, 'su:1')")
         slot, token = one(su, "SELECT slot, token FROM public.lease_holders('sec_su') WHERE holder = 'su:1'")
         one(su, "SELECT public.renew_lease('sec_su', %s, %s)", (slot, token))
         su.execute("SELECT public.fence('sec_su', %s, %s)", (slot, token))
