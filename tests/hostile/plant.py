@@ -47,7 +47,9 @@ becoming a superuser through one, a result or outcome that differs from the
 baseline, a share that differs from Python's. Reported apart, not failures:
 a call that ends in 42725 ("is not unique") because the owner planted a
 duplicate in the extension's own schema (the owner can break its own
-database); a call that generated SQL refuses with 42723 because the function
+database), as long as a call the extension makes inside has exactly the
+argument types of one of its own functions (otherwise a single
+better-matching overload would capture it: a failure); a call that generated SQL refuses with 42723 because the function
 it would call is not the extension's own; and a call whose own top-level
 statement resolves to the owner's exact-typed overload of a polymorphic
 function in the extension's schema (PostgreSQL's resolution of the caller's
