@@ -134,6 +134,17 @@ hostile() {
         python3 tests/hostile/matrix.py --random 5000
 }
 
+# The installing owner plants look-alikes of every function in every schema
+# it can create in (tests/hostile/plant.py); other roles attack leases, names,
+# grants and tables (tests/security/run.py, each promise of docs/security.md).
+# Test names for run.py: -k WORDS.
+security() {
+    local rc=0
+    python3 tests/hostile/plant.py || rc=1
+    python3 tests/security/run.py "$@" || rc=1
+    return $rc
+}
+
 # The demo end to end on a smaller table: workers, standbys, a killed worker,
 # the takeover and the exactly-once check of the processing log (it exits
 # non-zero when any item was processed twice or not at all).

@@ -1,0 +1,598 @@
+#!/usr/bin/env python3
+"""The promises of docs/security.md, each checked by playing the attacker.
+
+Against a running cluster (PGHOST/PGPORT/PGUSER as scripts/lib.sh sets them,
+a superuser; or PGC_SECURITY_DSN, a keyword/value connection string to a
+maintenance database). Works in its own database, pg_claim_security, owned
+by the role sec_owner (not a superuser), which installs pg_claim itself (the
+trusted install), and with the roles below, all dropped and created again
+at every run: one run at a time per cluster.
+
+    sec_owner      owns the database, installed the extension
+    sec_fleet      NOLOGIN; the fleet's common role (docs/security.md)
+    sec_worker_a   LOGIN, member of sec_fleet
+    sec_worker_b   LOGIN, member of sec_fleet
+    sec_other      LOGIN, another role that can connect (a member of nothing)
+    sec_attacker   LOGIN, owns schema att, which is first in a superuser's
+                   search_path in one test
+
+Each test is a function named after the promise it checks (test_<promise>);
+its docstring is the promise as docs/security.md states it. Every test runs,
+failed or not, and the run ends with one line: how many passed and which
+failed. Waiting is polling with a deadline, never a fixed sleep.
+
+    python3 tests/security/run.py              # every test
+    python3 tests/security/run.py -k lease     # the tests whose name contains "lease"
+"""
+import argparse
+import os
+import sys
+import time
+import traceback
+import zlib
+
+import psycopg
+from psycopg import sql
+
+DB = "pg_claim_security"
+ROLES = ["sec_worker_a", "sec_worker_b", "sec_other", "sec_attacker", "sec_fleet", "sec_owner"]
+# Two names with the same crc32, so the same advisory lock keys and slots.
+COLLIDE = ("uablaijhsa", "pfcxpytzcn")
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def poll(fn, timeout, what, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        r = fn()
+        if r:
+            return r
+        if time.monotonic() > deadline:
+            raise Failure(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+ADMIN = os.environ.get("PGC_SECURITY_DSN", "dbname=postgres")
+
+
+def connect(role=None, db=DB):
+    c = psycopg.connect(ADMIN + f" dbname={db}" + (f" user={role}" if role else ""), autocommit=True)
+    c.add_notice_handler(lambda d: None)
+    c.execute("SET statement_timeout = '20s'")
+    return c
+
+
+def expect_error(conn, stmt, state, what, params=None):
+    """Runs stmt; Failure unless it ends in SQLSTATE state. Returns the error."""
+    try:
+        rows = conn.execute(stmt, params).fetchall()
+    except psycopg.Error as e:
+        check(e.diag.sqlstate == state,
+              f"{what}: expected SQLSTATE {state}, got {e.diag.sqlstate}: {e.diag.message_primary}")
+        return e
+    raise Failure(f"{what}: expected SQLSTATE {state}, got a result: {rows[:3]}")
+
+
+def one(conn, stmt, params=None):
+    return conn.execute(stmt, params).fetchone()
+
+
+# ---------------------------------------------------------------------------
+# Set-up
+
+
+def setup():
+    with psycopg.connect(ADMIN, autocommit=True) as c:
+        c.add_notice_handler(lambda d: None)
+        c.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+        for r in ROLES:
+            c.execute(f"DROP ROLE IF EXISTS {r}")
+        c.execute("CREATE ROLE sec_owner LOGIN")
+        c.execute("CREATE ROLE sec_fleet NOLOGIN")
+        c.execute("CREATE ROLE sec_worker_a LOGIN IN ROLE sec_fleet")
+        c.execute("CREATE ROLE sec_worker_b LOGIN IN ROLE sec_fleet")
+        c.execute("CREATE ROLE sec_other LOGIN")
+        c.execute("CREATE ROLE sec_attacker LOGIN")
+        c.execute(f"CREATE DATABASE {DB} OWNER sec_owner")
+    with connect("sec_owner") as c:
+        c.execute("CREATE EXTENSION pg_claim")
+        owner = one(c, "SELECT extowner::regrole::text FROM pg_extension WHERE extname = 'pg_claim'")[0]
+        check(owner == "sec_owner", f"the extension belongs to {owner}, not sec_owner")
+        c.execute("CREATE TABLE public.jobs (id varchar(20) PRIMARY KEY, v integer)")
+        c.execute("INSERT INTO public.jobs SELECT 'job' || g, g FROM generate_series(1, 40) g")
+        c.execute("GRANT SELECT, INSERT ON public.jobs TO PUBLIC")
+    with connect() as c:
+        c.execute("CREATE SCHEMA att AUTHORIZATION sec_attacker")
+
+
+def teardown():
+    with psycopg.connect(ADMIN, autocommit=True) as c:
+        c.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+        for r in ROLES:
+            c.execute(f"DROP ROLE IF EXISTS {r}")
+
+
+def as_fleet(role):
+    """A worker session that works as the fleet's common role (what
+    ALTER ROLE worker SET role = 'sec_fleet' gives at login)."""
+    c = connect(role)
+    c.execute("SET ROLE sec_fleet")
+    return c
+
+
+def lease_of(conn, name, n=1, holder=None, ttl="30 seconds"):
+    holder = holder or f"h:{conn.info.backend_pid}:{time.monotonic_ns()}"
+    r = one(conn, "SELECT slot, token FROM claim_lease(%s, %s, %s, %s::interval)", (name, n, holder, ttl))
+    check(r is not None, f"claim_lease({name!r}, {n}) by {conn.info.user} got no slot")
+    return r[0], r[1], holder
+
+
+# ---------------------------------------------------------------------------
+# Leases belong to roles (docs/security.md "Leases")
+
+
+def test_other_role_cannot_read_lease_token():
+    """Another role sees a lease's slot and expiry in lease_holders and
+    slot_status, but not its holder or token."""
+    a, o = as_fleet("sec_worker_a"), connect("sec_other")
+    slot, token, holder = lease_of(a, "sec_read", 2)
+    rows = o.execute("SELECT slot, holder, token FROM lease_holders('sec_read')").fetchall()
+    check(rows, "lease_holders shows another role no row at all (it should show the slot)")
+    check(all(r[1] is None and r[2] is None for r in rows),
+          f"lease_holders shows another role the holder and token: {rows}")
+    rows = o.execute("SELECT slot, state, holder, token FROM slot_status('sec_read', 2)").fetchall()
+    check(all(r[3] is None and (r[2] is None or r[2] != holder) for r in rows),
+          f"slot_status shows another role the holder and token: {rows}")
+    # a session claim's token (my_token) likewise
+    s = as_fleet("sec_worker_a")
+    check(one(s, "SELECT claim_slot('sec_read_s', 2)")[0] is not None, "claim_slot got no slot")
+    stoken = one(s, "SELECT my_token('sec_read_s')")[0]
+    rows = o.execute("SELECT slot, state, token FROM slot_status('sec_read_s', 2) WHERE token IS NOT NULL").fetchall()
+    check(not rows, f"slot_status shows another role the token {stoken} of a session claim: {rows}")
+    s.close()
+    # the fleet's own members do see them
+    b = as_fleet("sec_worker_b")
+    rows = b.execute("SELECT holder, token FROM lease_holders('sec_read') WHERE slot = %s", (slot,)).fetchall()
+    check(rows == [(holder, token)], f"a member of the fleet role does not see the fleet's lease: {rows}")
+
+
+def test_other_role_cannot_renew_with_stolen_token():
+    """renew_lease with another role's slot and current token extends
+    nothing (NULL)."""
+    a, o = as_fleet("sec_worker_a"), connect("sec_other")
+    slot, token, _ = lease_of(a, "sec_renew", 1, ttl="10 seconds")
+    before = one(a, "SELECT expires_at FROM lease_holders('sec_renew') WHERE slot = %s", (slot,))[0]
+    r = one(o, "SELECT renew_lease('sec_renew', %s, %s, '1 day')", (slot, token))[0]
+    check(r is None, f"another role renewed the lease with the stolen token until {r}")
+    after = one(a, "SELECT expires_at FROM lease_holders('sec_renew') WHERE slot = %s", (slot,))[0]
+    check(after == before, f"the lease's expiry moved from {before} to {after}")
+
+
+def test_other_role_cannot_release_with_stolen_token():
+    """release_lease with another role's current token releases nothing
+    (false)."""
+    a, o = as_fleet("sec_worker_a"), connect("sec_other")
+    slot, token, holder = lease_of(a, "sec_release", 1)
+    r = one(o, "SELECT release_lease('sec_release', %s, %s)", (slot, token))[0]
+    check(r is False, f"release_lease by another role with the stolen token returned {r}")
+    rows = a.execute("SELECT holder, token FROM lease_holders('sec_release') WHERE slot = %s", (slot,)).fetchall()
+    check(rows == [(holder, token)], f"the lease changed after another role's release: {rows}")
+
+
+def test_other_role_cannot_fence_with_stolen_token():
+    """fence with another role's current token raises PC001, as with a
+    wrong token; lease_valid is false."""
+    a, o = as_fleet("sec_worker_a"), connect("sec_other")
+    slot, token, _ = lease_of(a, "sec_fence", 1)
+    expect_error(o, "SELECT fence('sec_fence', %s, %s)", "PC001", "fence by another role with the stolen token",
+                 (slot, token))
+    r = one(o, "SELECT lease_valid('sec_fence', %s, %s)", (slot, token))[0]
+    check(r is False, f"lease_valid by another role with the stolen token returned {r}")
+    # the owner's fleet still passes
+    a.execute("SELECT fence('sec_fence', %s, %s)", (slot, token))
+
+
+def test_other_role_cannot_claim_live_lease_of_another_fleet():
+    """While a lease of a name is live, a role without the privileges of its
+    owner role cannot claim the name (42501, naming the role), not even with
+    the fleet's holder text."""
+    a, o = as_fleet("sec_worker_a"), connect("sec_other")
+    slot, token, holder = lease_of(a, "sec_steal", 2)
+    e = expect_error(o, "SELECT * FROM claim_lease('sec_steal', 2, 'intruder')", "42501",
+                     "claim_lease of a name another role leases")
+    check("sec_fleet" in (e.diag.message_primary or "") + (e.diag.message_detail or ""),
+          f"the refusal does not name the owner role sec_fleet: {e.diag.message_primary}")
+    expect_error(o, "SELECT * FROM claim_lease('sec_steal', 2, %s)", "42501",
+                 "claim_lease with the other fleet's holder text", (holder,))
+    rows = a.execute("SELECT holder, token FROM lease_holders('sec_steal') WHERE slot = %s", (slot,)).fetchall()
+    check(rows == [(holder, token)], f"the fleet's lease changed: {rows}")
+
+
+def test_expired_lease_can_be_taken_by_another_role():
+    """An expired (or released) slot can be taken by any role allowed to
+    claim."""
+    a, o = as_fleet("sec_worker_a"), connect("sec_other")
+    lease_of(a, "sec_expired", 1, ttl="200 milliseconds")
+
+    def take():
+        try:
+            return one(o, "SELECT slot FROM claim_lease('sec_expired', 1, 'other:1')")
+        except psycopg.errors.InsufficientPrivilege:
+            return None
+    poll(take, 10, "another role to take the expired lease")
+
+
+def test_fleet_shares_name_through_common_role():
+    """Workers that log in as different roles share a name through a common
+    role: as sec_fleet, worker b sees, renews and fences worker a's lease."""
+    with psycopg.connect(ADMIN + f" dbname={DB}", autocommit=True) as c:
+        c.execute("ALTER ROLE sec_worker_a IN DATABASE pg_claim_security SET role = 'sec_fleet'")
+        c.execute("ALTER ROLE sec_worker_b IN DATABASE pg_claim_security SET role = 'sec_fleet'")
+    try:
+        a, b = connect("sec_worker_a"), connect("sec_worker_b")
+        check(one(a, "SELECT current_user")[0] == "sec_fleet", "ALTER ROLE ... SET role did not apply at login")
+        slot, token, _ = lease_of(a, "sec_shared", 2)
+        s2, t2, _ = lease_of(b, "sec_shared", 2)
+        check(s2 != slot, f"both workers got slot {slot}")
+        r = one(b, "SELECT renew_lease('sec_shared', %s, %s)", (slot, token))[0]
+        check(r is not None, "a worker of the same fleet role could not renew the fleet's lease")
+        b.execute("SELECT fence('sec_shared', %s, %s)", (slot, token))
+    finally:
+        with psycopg.connect(ADMIN + f" dbname={DB}", autocommit=True) as c:
+            c.execute("ALTER ROLE sec_worker_a IN DATABASE pg_claim_security RESET role")
+            c.execute("ALTER ROLE sec_worker_b IN DATABASE pg_claim_security RESET role")
+
+
+# ---------------------------------------------------------------------------
+# The installing owner
+
+
+CLAIMING = [
+    # (function, a call as the third role, or None)
+    ("claim_slot(text, integer)", "SELECT claim_slot('sec_rv', 2)"),
+    ("claim_slot(text, integer, interval)", "SELECT claim_slot('sec_rv', 2, '0 s')"),
+    ("claim_slots(text, integer, integer)", "SELECT claim_slots('sec_rv', 2, 1)"),
+    ("claim_lease(text, integer, text, interval)", "SELECT * FROM claim_lease('sec_rv2', 2, 'x')"),
+    ("renew_lease(text, integer, bigint, interval)", "SELECT renew_lease('sec_rv2', 0, 1)"),
+    ("release_lease(text, integer, bigint)", "SELECT release_lease('sec_rv2', 0, 1)"),
+    ("lease_holders(text)", "SELECT * FROM lease_holders('sec_rv2')"),
+    ("my_token(text)", "SELECT my_token('sec_rv')"),
+    ("group_join(text)", "SELECT group_join('sec_rv3')"),
+    ("claim_partitions(text, integer)", "SELECT claim_partitions('sec_rv3', 4)"),
+]
+
+
+def test_owner_revoke_execute_takes_effect():
+    """The installing owner's REVOKE EXECUTE ... FROM PUBLIC on the claiming
+    functions takes effect (no warning): another role then gets 42501; a
+    role the owner grants EXECUTE to can claim."""
+    own = connect("sec_owner")
+    warnings = []
+    own.add_notice_handler(lambda d: warnings.append(d.message_primary))
+    try:
+        for fn, _ in CLAIMING:
+            own.execute(f"REVOKE EXECUTE ON FUNCTION {fn} FROM PUBLIC")
+        own.execute("GRANT EXECUTE ON FUNCTION claim_slot(text, integer) TO sec_worker_a")
+        check(not warnings, f"REVOKE by the installing owner warned: {warnings[:2]}")
+        o = connect("sec_other")
+        missed = []
+        for fn, stmt in CLAIMING:
+            try:
+                o.execute(stmt).fetchall()
+                missed.append(f"{fn}: a result")
+            except psycopg.errors.InsufficientPrivilege:
+                pass
+            except psycopg.Error as e:
+                missed.append(f"{fn}: {e.diag.sqlstate} {e.diag.message_primary}")
+            o.execute("SELECT pg_advisory_unlock_all()")
+        check(not missed, "after the owner's REVOKE, another role still calls: " + "; ".join(missed))
+        w = connect("sec_worker_a")
+        check(one(w, "SELECT claim_slot('sec_rv', 2)")[0] is not None, "the granted role cannot claim")
+    finally:
+        for fn, _ in CLAIMING:
+            own.execute(f"GRANT EXECUTE ON FUNCTION {fn} TO PUBLIC")
+
+
+# Helper names the extension's code calls or may call (issue 27's repros and
+# the internal functions of PLAN D2-D4), each planted in att with argument
+# types that match a non-exact call better than the real function.
+SEARCH_PATH_PLANTS = [
+    "lease_check(text, integer, integer, interval)",
+    "lease_check(text, integer, bigint, interval)",
+    "next_token(text)",
+    "next_token(bigint)",
+    "next_token(integer)",
+    "crc32(character varying)",
+    "crc32(name)",
+    "crc32(text)",
+    "slot_of(character varying, integer)",
+    "slot_of(character, integer)",
+    "slot_of(text, integer)",
+    "jump_slot(character varying, integer)",
+    "my_slot(text)",
+    "my_slot(character varying)",
+    "lease_valid(text, integer, bigint)",
+    "lease_holders(text)",
+    "slot_counts_query(regclass, integer, text, text, text)",
+    "slot_counts_query(oid, integer, text, text, text)",
+    "my_items_query(regclass, integer, integer, text, text, text, integer, text[], text, text)",
+    "slot_channel(text, integer)",
+    "pg_claim_register_name(text)",
+    "pg_claim_leased(text)",
+]
+
+
+def plant_sql(schema, sig, role):
+    """A planted function: records that it ran, then tries to make role a
+    superuser."""
+    return (f"CREATE FUNCTION {schema}.{sig} RETURNS integer LANGUAGE plpgsql AS $pl$ BEGIN "
+            f"INSERT INTO {schema}.ran VALUES ({sql.Literal(sig).as_string(None)}, current_user); "
+            f"BEGIN ALTER ROLE {role} SUPERUSER; EXCEPTION WHEN OTHERS THEN NULL; END; "
+            f"RETURN 0; END $pl$")
+
+
+def test_superuser_search_path_plants_never_run():
+    """A role that can create in a schema earlier in a superuser's
+    search_path plants look-alikes of the extension's helpers there; the
+    extension's functions, called by the superuser (schema-qualified: its own
+    unqualified call would resolve through its search_path, PostgreSQL's
+    rule), never run them, and the role gains nothing."""
+    plant_all(connect("sec_attacker"), "att", SEARCH_PATH_PLANTS)
+    su = connect()
+    su.execute("SET search_path = att, public")
+    try:
+        one(su, "SELECT slot FROM public.claim_lease('sec_su', 2, 'su:1')")
+        slot, token = one(su, "SELECT slot, token FROM public.lease_holders('sec_su') WHERE holder = 'su:1'")
+        one(su, "SELECT public.renew_lease('sec_su', %s, %s)", (slot, token))
+        su.execute("SELECT public.fence('sec_su', %s, %s)", (slot, token))
+        one(su, "SELECT public.release_lease('sec_su', %s, %s)", (slot, token))
+        one(su, "SELECT public.claim_slot('sec_su_s', 2)")
+        one(su, "SELECT public.my_token('sec_su_s')")
+        su.execute("SELECT * FROM public.slot_status('sec_su_s', 2)").fetchall()
+        su.execute("SELECT * FROM public.slot_counts('public.jobs', 4)").fetchall()
+        su.execute("SELECT * FROM public.slot_skew('public.jobs', 4)").fetchall()
+        su.execute("SELECT * FROM public.my_items(NULL::public.jobs, 0, 4)").fetchall()
+        su.execute("SELECT public.my_items_query('public.jobs'::regtype::oid, 0, 4)").fetchall()
+        su.execute("SELECT public.slot_channel('sec_su', 1)").fetchall()
+        su.execute("CREATE TRIGGER jobs_notify AFTER INSERT ON public.jobs FOR EACH ROW "
+                   "EXECUTE FUNCTION public.notify_slot('sec_su', '4', 'id')")
+        su.execute("INSERT INTO public.jobs VALUES ('su-job', 0)")
+        su.execute("SELECT public.record_failure('sec_su', 'item-1', 'boom')")
+        su.execute("SELECT * FROM public.failing_items('sec_su')").fetchall()
+        su.execute("SELECT public.group_join('sec_su_g')")
+        su.execute("SELECT public.claim_partitions('sec_su_g', 4)")
+    except psycopg.Error as e:
+        raise Failure(f"a superuser's call failed with {e.diag.sqlstate}: {e.diag.message_primary}")
+    finally:
+        su.execute("DROP TRIGGER IF EXISTS jobs_notify ON public.jobs")
+        su.execute("SELECT pg_advisory_unlock_all()")
+        ran = su.execute("SELECT sig, cur FROM att.ran").fetchall()
+        sup = one(su, "SELECT rolsuper FROM pg_roles WHERE rolname = 'sec_attacker'")[0]
+        su.execute("ALTER ROLE sec_attacker NOSUPERUSER")
+        su.close()
+    check(not sup, f"sec_attacker became a SUPERUSER through a planted function (ran: {ran[:5]})")
+    check(not ran, f"planted functions ran in the superuser's calls: {sorted(set(ran))[:8]}")
+
+
+def plant_all(conn, schema, sigs):
+    """Plants sigs into schema as conn's role, with a table the planted
+    functions record into."""
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {schema}.ran (sig text, cur text)")
+    conn.execute(f"GRANT INSERT, SELECT ON {schema}.ran TO PUBLIC")
+    conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO PUBLIC")
+    for sig in sigs:
+        try:
+            conn.execute(plant_sql(schema, sig, conn.info.user))
+        except psycopg.errors.DuplicateFunction:
+            pass
+
+
+def test_owner_plants_in_extension_schema_never_run():
+    """The installing owner plants, in the extension's own schema, the
+    look-alikes of issue 27 (lease_check, next_token, slot_of on varchar and
+    character, slot_counts_query on regclass); its own calls of claim_lease,
+    my_token (SECURITY DEFINER, run as the bootstrap superuser), slot_counts,
+    my_items and notify_slot never run them, the owner does not become a
+    superuser, and shares on a varchar key are crc32(key::text) % n."""
+    own = connect("sec_owner")
+    plant_all(own, "public", ["lease_check(text, integer, integer, interval)", "next_token(text)",
+                              "slot_of(character varying, integer)", "slot_of(character, integer)",
+                              "slot_counts_query(regclass, integer, text, text, text)", "crc32(character varying)"])
+    own.execute("DELETE FROM public.ran")
+    problems = []
+    n = 4
+    try:
+        for stmt in ("SELECT * FROM claim_lease('sec_own', 2, 'own:1')",
+                     "SELECT claim_slot('sec_own_s', 2)", "SELECT my_token('sec_own_s')",
+                     "SELECT * FROM slot_status('sec_own_s', 2)"):
+            try:
+                own.execute(stmt).fetchall()
+            except psycopg.Error as e:
+                problems.append(f"{stmt}: {e.diag.sqlstate} {e.diag.message_primary}")
+        keys = [r[0] for r in own.execute("SELECT id::text FROM public.jobs").fetchall()]
+        want = {s: sorted(k for k in keys if zlib.crc32(k.encode()) % n == s) for s in range(n)}
+        try:
+            counts = dict(own.execute("SELECT slot, items FROM slot_counts('public.jobs', %s)", (n,)).fetchall())
+            if counts != {s: len(v) for s, v in want.items()}:
+                problems.append(f"slot_counts gave {counts}, crc32 gives { {s: len(v) for s, v in want.items()} }")
+        except psycopg.Error as e:
+            problems.append(f"slot_counts: {e.diag.sqlstate} {e.diag.message_primary}")
+        for s in range(n):
+            try:
+                got = sorted(r[0] for r in own.execute("SELECT id::text FROM my_items(NULL::public.jobs, %s, %s)", (s, n)))
+            except psycopg.Error as e:
+                problems.append(f"my_items: {e.diag.sqlstate} {e.diag.message_primary}")
+                break
+            if got != want[s]:
+                problems.append(f"my_items slot {s} of {n} gave {len(got)} rows, crc32 gives {len(want[s])}")
+        own.execute("CREATE TRIGGER jobs_notify_own AFTER INSERT ON public.jobs FOR EACH ROW "
+                    "EXECUTE FUNCTION notify_slot('sec_own', '4', 'id')")
+        try:
+            own.execute("INSERT INTO public.jobs VALUES ('own-job', 0)")
+        except psycopg.Error as e:
+            problems.append(f"INSERT with notify_slot: {e.diag.sqlstate} {e.diag.message_primary}")
+    finally:
+        own.execute("SELECT pg_advisory_unlock_all()")
+        own.execute("DROP TRIGGER IF EXISTS jobs_notify_own ON public.jobs")
+        own.execute("DELETE FROM public.jobs WHERE id = 'own-job'")
+        ran = own.execute("SELECT sig, cur FROM public.ran").fetchall()
+        with connect() as su:
+            sup = one(su, "SELECT rolsuper FROM pg_roles WHERE rolname = 'sec_owner'")[0]
+            su.execute("ALTER ROLE sec_owner NOSUPERUSER")
+        for sig in ["lease_check(text, integer, integer, interval)", "next_token(text)",
+                    "slot_of(character varying, integer)", "slot_of(character, integer)",
+                    "slot_counts_query(regclass, integer, text, text, text)", "crc32(character varying)"]:
+            own.execute(f"DROP FUNCTION IF EXISTS public.{sig}")
+    check(not sup, f"sec_owner became a SUPERUSER through its planted functions (ran: {sorted(set(ran))[:5]})")
+    check(not ran, f"planted functions ran: {sorted(set(ran))[:8]}")
+    check(not problems, "; ".join(problems))
+
+
+def test_shares_on_varchar_key_match_crc32_with_plants():
+    """With look-alikes of slot_of for varchar and character in a schema
+    earlier in a worker's search_path, my_items and slot_counts on a
+    varchar key still give crc32(key::text) % n."""
+    plant_all(connect("sec_attacker"), "att",
+              ["slot_of(character varying, integer)", "slot_of(character, integer)", "crc32(character varying)"])
+    w = connect("sec_worker_a")
+    w.execute("SET search_path = att, public")
+    n = 4
+    keys = [r[0] for r in w.execute("SELECT id::text FROM public.jobs").fetchall()]
+    want = {s: sorted(k for k in keys if zlib.crc32(k.encode()) % n == s) for s in range(n)}
+    counts = dict(w.execute("SELECT slot, items FROM public.slot_counts('public.jobs', %s)", (n,)).fetchall())
+    check(counts == {s: len(v) for s, v in want.items()}, f"slot_counts gave {counts}, crc32 gives "
+          f"{ {s: len(v) for s, v in want.items()} }")
+    for s in range(n):
+        got = sorted(r[0] for r in w.execute("SELECT id::text FROM public.my_items(NULL::public.jobs, %s, %s)", (s, n)).fetchall())
+        check(got == want[s], f"my_items slot {s} of {n} gave {len(got)} rows, crc32 gives {len(want[s])}")
+
+
+# ---------------------------------------------------------------------------
+# Names never share slots in silence
+
+
+def collide_setup():
+    check(zlib.crc32(COLLIDE[0].encode()) == zlib.crc32(COLLIDE[1].encode()), "the two names do not collide")
+
+
+def refused_collision(conn, stmt, what):
+    e = expect_error(conn, stmt, "42710", what)
+    msg = (e.diag.message_primary or "") + " " + (e.diag.message_detail or "")
+    check(COLLIDE[0] in msg and COLLIDE[1] in msg, f"{what}: the message does not name both names: {msg}")
+    check((e.diag.message_hint or "").strip(), f"{what}: no hint")
+
+
+def first_claim_of_collide():
+    """The first name is taken (and so registered) once; idempotent."""
+    c = connect("sec_worker_a")
+    r = one(c, "SELECT claim_slot(%s, 2)", (COLLIDE[0],))[0]
+    check(r is not None, f"claim_slot({COLLIDE[0]!r}) got no slot")
+    c.close()
+
+
+def test_colliding_name_refused_by_claim_slot():
+    """A name whose crc32 equals a name already used is refused by
+    claim_slot and claim_slots with 42710, naming both names."""
+    collide_setup()
+    first_claim_of_collide()
+    c = connect("sec_worker_b")
+    refused_collision(c, f"SELECT claim_slot('{COLLIDE[1]}', 2)", "claim_slot of the colliding name")
+    refused_collision(c, f"SELECT claim_slots('{COLLIDE[1]}', 2, 1)", "claim_slots of the colliding name")
+
+
+def test_colliding_name_refused_by_claim_lease():
+    """claim_lease refuses a name whose crc32 equals a name already used
+    (42710, naming both)."""
+    collide_setup()
+    first_claim_of_collide()
+    c = connect("sec_other")
+    refused_collision(c, f"SELECT * FROM claim_lease('{COLLIDE[1]}', 2, 'h:1')", "claim_lease of the colliding name")
+
+
+def test_colliding_name_refused_by_group_join():
+    """group_join and claim_partitions refuse a name whose crc32 equals a
+    name already used (42710, naming both)."""
+    collide_setup()
+    first_claim_of_collide()
+    c = connect("sec_other")
+    refused_collision(c, f"SELECT group_join('{COLLIDE[1]}')", "group_join of the colliding name")
+    refused_collision(c, f"SELECT claim_partitions('{COLLIDE[1]}', 4)", "claim_partitions of the colliding name")
+
+
+# ---------------------------------------------------------------------------
+# The extension's tables
+
+
+TABLES = ["pg_claim_leases", "pg_claim_failures", "pg_claim_names"]
+
+
+def test_tables_closed_to_other_roles():
+    """pg_claim_leases, pg_claim_failures and pg_claim_names cannot be read
+    or written directly by a worker role or another role (42501): they
+    change only through the functions."""
+    present = {r[0] for r in connect().execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_depend d ON d.objid = c.oid AND d.classid = 'pg_class'::regclass "
+        "AND d.deptype = 'e' JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_claim'").fetchall()}
+    missing = [t for t in TABLES if t not in present]
+    problems = []
+    for role in ("sec_worker_a", "sec_other", "sec_attacker"):
+        c = connect(role)
+        for t in TABLES:
+            if t not in present:
+                continue
+            for stmt in (f"SELECT * FROM public.{t} LIMIT 1", f"DELETE FROM public.{t}",
+                         f"UPDATE public.{t} SET name = name", f"TRUNCATE public.{t}",
+                         f"INSERT INTO public.{t} (name) VALUES ('x')"):
+                try:
+                    c.execute(stmt)
+                    problems.append(f"{role}: {stmt} succeeded")
+                except psycopg.errors.InsufficientPrivilege:
+                    pass
+                except psycopg.Error as e:
+                    problems.append(f"{role}: {stmt}: {e.diag.sqlstate} (not 42501)")
+    check(not problems, "; ".join(problems))
+    check(not missing, f"the extension has no table {', '.join(missing)}")
+
+
+# ---------------------------------------------------------------------------
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-k", default="", help="run only the tests whose name contains this")
+    ap.add_argument("--keep", action="store_true", help="keep the database and roles")
+    a = ap.parse_args()
+    tests = [(n, f) for n, f in globals().items() if n.startswith("test_") and callable(f) and a.k in n]
+    t0 = time.monotonic()
+    setup()
+    failed = []
+    try:
+        for name, fn in tests:
+            try:
+                fn()
+                print(f"ok      {name}", flush=True)
+            except Failure as e:
+                failed.append(name)
+                print(f"FAILED  {name}: {e}", flush=True)
+            except Exception as e:  # noqa: BLE001 - an unexpected error fails the test, the run goes on
+                failed.append(name)
+                print(f"FAILED  {name}: {type(e).__name__}: {e}", flush=True)
+                traceback.print_exc(limit=3)
+    finally:
+        if not a.keep:
+            teardown()
+    print(f"security: {len(tests) - len(failed)} of {len(tests)} promises hold in {time.monotonic() - t0:.0f} s"
+          + (f"; failed: {', '.join(failed)}" if failed else ""), file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
