@@ -496,12 +496,12 @@ def run_calls(admin, db, extschema, roles, calls_of, baseline, failures, report,
                 if outcome == "42725":
                     judge_ambiguous(detail, caller.context, fn.name, extschema, failures, report, what)
                     continue
+                before = baseline.get((label, fn.signature))
                 if outcome == "42723" and before and before[0] != "42723":
                     # generated SQL refused to call a function that is not
-                    # the extension's own (PLAN D1): a refusal, not a capture
-                    report.setdefault("refused", []).append(f"{what}: {detail}")
+                    # the extension's own: a refusal, not a capture
+                    report.setdefault("refused_42723", []).append(f"{what}: {detail}")
                     continue
-                before = baseline.get((label, fn.signature))
                 now = comparable(fn, vol, outcome, detail)
                 direct = ran or warnings  # judged above: a capture failed already
                 if before != now and not direct:
@@ -548,7 +548,7 @@ def check_shares(admin, db, extschema, roles, failures, report):
                     judge_ambiguous(counts, caller.context, "slot_counts", extschema, failures, report,
                                     f"[{db}] shares: {label}: slot_counts on {t}")
                 elif o == "42723":
-                    report.setdefault("refused", []).append(f"[{db}] shares: {label}: slot_counts on {t}: {counts}")
+                    report.setdefault("refused_42723", []).append(f"[{db}] shares: {label}: slot_counts on {t}: {counts}")
                 elif o != "rows" or sorted(counts) != want:
                     fail(failures, f"{what}: slot_counts gave {counts if o in ('rows', 'value') else o + ' ' + str(counts)}, Python {want}")
                 for s in range(N_SHARES):
@@ -561,7 +561,7 @@ def check_shares(admin, db, extschema, roles, failures, report):
                         judge_ambiguous(rows, caller.context, "my_items", extschema, failures, report,
                                         f"[{db}] shares: {label}: my_items on {t}")
                     elif o == "42723":
-                        report.setdefault("refused", []).append(f"[{db}] shares: {label}: my_items on {t}: {rows}")
+                        report.setdefault("refused_42723", []).append(f"[{db}] shares: {label}: my_items on {t}: {rows}")
                     elif got != expect.get(s, set()):
                         fail(failures, f"{what}: my_items slot {s} of {N_SHARES} gave {sorted(got) if isinstance(got, set) else got}, "
                              f"Python {sorted(expect.get(s, set()))}")
@@ -692,9 +692,9 @@ def main():
     if amb:
         print(f"ambiguous (42725) only through the owner's duplicates in the extension's schema, "
               f"{len(amb)} calls of: {', '.join(fns(amb))}", file=sys.stderr)
-    if report.get("refused"):
-        print(f"refused with 42723 (generated SQL would call the owner's function), {len(report['refused'])} calls "
-              f"of: {', '.join(fns(report['refused']))}", file=sys.stderr)
+    if report.get("refused_42723"):
+        print(f"refused with 42723 (generated SQL would call the owner's function), {len(report['refused_42723'])} calls "
+              f"of: {', '.join(fns(report['refused_42723']))}", file=sys.stderr)
     if report.get("captured"):
         print(f"CAPTURED: {', '.join(sorted(report['captured']))}", file=sys.stderr)
     if direct:
