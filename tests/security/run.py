@@ -40,24 +40,8 @@ ROLES = ["sec_worker_a", "sec_worker_b", "sec_other", "sec_attacker", "sec_fleet
 COLLIDE = ("uablaijhsa", "pfcxpytzcn")
 
 
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-
-
-def poll(fn, timeout, what, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        r = fn()
-        if r:
-            return r
-        if time.monotonic() > deadline:
-            raise Failure(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pylib"))
+from fleet_driver import Failure, check, poll  # noqa: E402
 
 
 ADMIN = os.environ.get("PGC_SECURITY_DSN", "dbname=postgres")
