@@ -15,7 +15,7 @@ SELECT p.oid::regprocedure AS internal_function, prosecdef,
 FROM pg_proc p WHERE proname IN ('pg_claim_register_name', 'pg_claim_leased') ORDER BY p.proname;
 SELECT has_table_privilege('public', 'pg_claim_names', 'SELECT') AS public_may_read;
 -- and pg_dump keeps it
-SELECT extconfig::regclass[] AS dumped FROM pg_extension WHERE extname = 'pg_claim';
+SELECT array(SELECT c::regclass::text FROM unnest(extconfig) c ORDER BY 1) AS dumped FROM pg_extension WHERE extname = 'pg_claim';
 
 -- The first claim of a name registers it.
 SELECT claim_slot('uablaijhsa', 4) AS fleet_a_slot;
