@@ -532,8 +532,9 @@ def freeze(fleet, rng, mode, where):
     """SIGSTOP a holder of `mode` whose backend then is `where` ('idle', 'idle in
     transaction' after its fence, None: either). (worker, slot, token, backend
     pid, state, t0)."""
+    deadline = time.monotonic() + 40
     with fleet.cluster.connect() as c:
-        for _ in range(400):
+        while time.monotonic() < deadline:
             slot, w = rng.choice(sorted(fleet.holders(mode).items()))
             _, token, pid = w.claim()
             t0 = time.time()
@@ -549,7 +550,7 @@ def freeze(fleet, rng, mode, where):
                 return w, slot, token, pid, state, t0
             os.kill(w.pid, signal.SIGCONT)
             time.sleep(rng.uniform(0, 0.03))
-    raise Failure(f"could not freeze a {mode} holder {where}")
+    raise Failure(f"could not freeze a {mode} holder {where} within 40 s")
 
 
 def fault_sigstop(fleet, rng=None, mode=None, where=None):
