@@ -35,10 +35,11 @@ mod registry;
 pub(crate) use registry::{known_or_checked as name_registered, owns_key, register_name};
 
 use crate::backend::error::{internal, invalid_parameter, n_below_one, raise};
+use crate::backend::limits::MAX_N;
 use crate::backend::settings::{self, STANDBY_POLL_MAX};
 use crate::locks::{
     held_by_me, lock, locks_of, name_key, try_lock, unlock, CLAIMERS_KEY, CLAIM_MUTEX_KEY,
-    EXCLUSIVE, MAX_KEY_INDEX, N_RECORD_BASE, ROW_EXCLUSIVE, SHARE, WAITERS_KEY,
+    EXCLUSIVE, N_RECORD_BASE, ROW_EXCLUSIVE, SHARE, WAITERS_KEY,
 };
 use pgrx::prelude::*;
 use pgrx::PgTryBuilder;
@@ -58,9 +59,6 @@ pgrx::extension_sql_file!("../sql/names.sql", name = "names");
 // extension's owner, who can therefore revoke it (sql/grants.sql). Last in
 // the install script: it grants on functions defined everywhere else.
 pgrx::extension_sql_file!("../sql/grants.sql", name = "grants", finalize);
-
-/// The largest `n` accepted by `claim_slot`: the key layout's slot range.
-pub const MAX_N: i32 = MAX_KEY_INDEX;
 
 /// What this session holds, per name key.
 #[derive(Debug, Clone)]

@@ -258,7 +258,7 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
 
 /// The most slots `slot_counts` lists (one row each, empty ones included):
 /// the most `claim_slot` hands out.
-const MAX_COUNTED_SLOTS: i32 = crate::claim::MAX_N;
+const MAX_COUNTED_SLOTS: i32 = crate::backend::limits::MAX_N;
 
 pg_claim_fn!(guarded
 /// `slot_counts_query(rel oid, n, key, method, route) RETURNS text`: the
