@@ -150,6 +150,10 @@ unsafe fn slot_expr_matches(
     want_arg: pg_sys::Oid,
     n: i32,
 ) -> bool {
+    // SAFETY: the caller passes an index expression of an open, locked index
+    // (RelationGetIndexExpressions); every node is cast to a struct only
+    // after is_a checked its tag, lists are read within their length, and
+    // the catalog look-ups are on the oid of a function the expression calls.
     unsafe {
         if !pgrx::is_a(node, pg_sys::NodeTag::T_FuncExpr) {
             return false;
