@@ -49,10 +49,10 @@ use crate::backend::error::{invalid_parameter, n_below_one, raise};
 use crate::backend::limits::MAX_N;
 use crate::backend::settings::{self, STANDBY_POLL_MAX};
 use crate::locks::{
-    held_by_me, name_key, try_lock, unlock, CLAIMERS_KEY, EXCLUSIVE, N_RECORD_BASE, ROW_EXCLUSIVE,
-    SHARE, WAITERS_KEY,
+    held_by_me, name_key, try_lock, unlock, EXCLUSIVE, N_RECORD_BASE, ROW_EXCLUSIVE, SHARE,
+    WAITERS_KEY,
 };
-use establish::establish;
+use establish::{establish, leave};
 use pgrx::prelude::*;
 use pgrx::PgTryBuilder;
 use std::cell::RefCell;
@@ -138,19 +138,6 @@ fn others_waiting(key1: i32) -> bool {
         false
     } else {
         true
-    }
-}
-
-/// Release this session's n record and "claimers" holds of a name.
-fn leave(key1: i32, n: i32) {
-    for key2 in [N_RECORD_BASE + n, CLAIMERS_KEY] {
-        // bounded: each call releases one hold
-        for _ in 0..64 {
-            if !held_by_me(key1, key2, SHARE) {
-                break;
-            }
-            unlock(key1, key2, SHARE);
-        }
     }
 }
 

@@ -1,12 +1,13 @@
 //! Step 1 of the claim protocol: *establish* `n` for a name under its claim
-//! mutex, or name the live claimers that use another `n`.
+//! mutex, or name the live claimers that use another `n`; and `leave`, which
+//! gives back what it takes.
 
-use super::{leave, probe};
+use super::probe;
 use crate::backend::error::raise;
 use crate::backend::limits::MAX_N;
 use crate::locks::{
-    lock, locks_of, try_lock, unlock, CLAIMERS_KEY, CLAIM_MUTEX_KEY, EXCLUSIVE, N_RECORD_BASE,
-    SHARE,
+    held_by_me, lock, locks_of, try_lock, unlock, CLAIMERS_KEY, CLAIM_MUTEX_KEY, EXCLUSIVE,
+    N_RECORD_BASE, SHARE,
 };
 use pgrx::prelude::*;
 use pgrx::PgTryBuilder;
@@ -91,4 +92,17 @@ fn key_in_use(name: &str, key1: i32, key2: i32) -> ! {
         ),
         "Another application uses pg_claim's two-int4 advisory key range; see the key layout in docs/claiming.md.",
     )
+}
+
+/// Release this session's n record and "claimers" holds of a name.
+pub(super) fn leave(key1: i32, n: i32) {
+    for key2 in [N_RECORD_BASE + n, CLAIMERS_KEY] {
+        // bounded: each call releases one hold
+        for _ in 0..64 {
+            if !held_by_me(key1, key2, SHARE) {
+                break;
+            }
+            unlock(key1, key2, SHARE);
+        }
+    }
 }
