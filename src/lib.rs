@@ -32,11 +32,11 @@ mod mapping;
 mod spread;
 mod wake;
 
-// The concepts written only in SQL, with no Rust module: their files are
-// included here, in one place. (The SQL of a concept with Rust code is
-// included by its module: mapping, claim, items, spread, leases, wake.)
+// The concepts written only in SQL, with no Rust code, have their files
+// included here, in one place (the SQL of a concept with Rust code is
+// included by its module: mapping, claim, items, spread, leases, wake).
 //
-// Failing items: record_failure, failure_due, failing_items, clear_failure,
+// failures: record_failure, failure_due, failing_items, clear_failure,
 // item_failures (reference: docs/failures.md). A table written only through
 // SECURITY DEFINER functions, each one statement, like the leases; the
 // pg_regress test `failures` checks it, including one poison item in a share
