@@ -2,8 +2,11 @@
 //!
 //! `my_items(NULL::tbl, slot, n, ...)` returns `SETOF tbl`: it is a C
 //! set-returning function (`srf`) that gets its query text from
-//! `share_query` (validated against the catalogs in `catalog`, written by the
-//! pure `plan`, cached per session in `cache`) and runs it through a plan
+//! `share_query` (validated against the catalogs: the table opened in
+//! `catalog`, its columns in `columns`, the pending predicate in `pending`,
+//! hash-partition routing in `partitions`, index advice in `advice`, the
+//! mapping call's resolution in `resolve`; written by the pure `plan`, cached
+//! per session in `cache`) and runs it through a plan
 //! kept for the session. `my_items_query` returns the same text;
 //! `slot_counts` is a PL/pgSQL wrapper that runs `slot_counts_query`'s text
 //! with `RETURN QUERY EXECUTE`. All three are `pg_claim_fn!` functions that
