@@ -7,7 +7,7 @@
 -- READ COMMITTED transaction and through a transaction-mode pooler.
 --
 -- Leases belong to roles. The public functions (claim_lease, renew_lease,
--- release_lease, lease_holders, fence, lease_valid, my_token; src/lease.rs)
+-- release_lease, lease_holders, fence, lease_valid, my_token; src/leases.rs)
 -- run with the caller's rights and call the internal SECURITY DEFINER
 -- functions below (pg_claim_lease_*) directly through the function manager,
 -- passing the calling role's oid first. No role may EXECUTE the internal
@@ -171,7 +171,7 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_claim_check(text, integer, text, interval) FROM PUBLIC;
 
--- claim_lease (src/lease.rs) for `role`: takes the name's lease mutex at
+-- claim_lease (src/leases.rs) for `role`: takes the name's lease mutex at
 -- session level for this statement only, and always gives it back.
 CREATE FUNCTION @extschema@.pg_claim_lease_claim(
     role oid, name text, n integer, holder text, ttl interval,

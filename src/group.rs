@@ -253,6 +253,7 @@ fn group_members(
     let members = members_of(name);
     // SAFETY: plain catalog lookups on role membership.
     let user = unsafe { pg_sys::GetUserId() };
+    // SAFETY: a role membership look-up for the current user.
     let stats_reader = unsafe {
         pg_sys::has_privs_of_role(user, pg_sys::Oid::from(pg_sys::ROLE_PG_READ_ALL_STATS))
     };
@@ -260,6 +261,8 @@ fn group_members(
         .into_iter()
         .enumerate()
         .map(|(i, m)| {
+            // SAFETY: a role membership look-up; a role dropped meanwhile has
+            // no members and gives false.
             let visible = stats_reader || unsafe { pg_sys::has_privs_of_role(user, m.userid) };
             (
                 i as i32,

@@ -2,8 +2,11 @@
 //!
 //! `my_items(NULL::tbl, slot, n, ...)` returns `SETOF tbl`: it is a C
 //! set-returning function (`srf`) that gets its query text from
-//! `share_query` (validated against the catalogs in `catalog`, written by the
-//! pure `plan`, cached per session in `cache`) and runs it through a plan
+//! `share_query` (validated against the catalogs: the table opened in
+//! `catalog`, its columns in `columns`, the pending predicate in `pending`,
+//! hash-partition routing in `partitions`, index advice in `advice`, the
+//! mapping call's resolution in `resolve`; written by the pure `plan`, cached
+//! per session in `cache`) and runs it through a plan
 //! kept for the session. `my_items_query` returns the same text;
 //! `slot_counts` is a PL/pgSQL wrapper that runs `slot_counts_query`'s text
 //! with `RETURN QUERY EXECUTE`. All three are `pg_claim_fn!` functions that
@@ -13,9 +16,14 @@
 //! type's relation, its columns), always quoted; argument values reach the
 //! queries only as parameters.
 
+mod advice;
 mod cache;
 mod catalog;
+mod columns;
+mod partitions;
+mod pending;
 mod plan;
+mod resolve;
 mod srf;
 
 use crate::backend::error::{invalid_parameter, n_below_one, raise, N_HINT};
@@ -58,7 +66,7 @@ fn parse_method(method: Option<&str>) -> Method {
 /// The mapping expression for `method` on the resolved route column (the
 /// key unless `route` names another), or an ERROR naming its type. `arg` is
 /// the argument that named the column: "key" or "route".
-fn slot_mapping(method: Method, col: &catalog::Key, arg: &str) -> plan::Mapping {
+fn slot_mapping(method: Method, col: &columns::Key, arg: &str) -> plan::Mapping {
     plan::mapping(method, col.kind).unwrap_or_else(|why| {
         raise(
             PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
@@ -79,9 +87,9 @@ fn slot_mapping(method: Method, col: &catalog::Key, arg: &str) -> plan::Mapping 
 /// named it, for errors.
 fn route_of(
     table: &catalog::Table,
-    key: &catalog::Key,
+    key: &columns::Key,
     route: Option<&str>,
-) -> (catalog::Key, &'static str) {
+) -> (columns::Key, &'static str) {
     match route {
         Some(name) => (table.route(name), "route"),
         None => (key.clone(), "key"),
@@ -235,13 +243,13 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
             query(child, None)
         }
         None => {
-            catalog::check_mapping_resolves(&mapping, &route, &ext);
+            resolve::check_mapping_resolves(&mapping, &route, &ext);
             table.advise_index(&key, &route, &mapping, &ext, n, pending.as_ref());
             query(
                 &table.quoted,
                 Some(mapping.expr(
                     &ext.quoted,
-                    &catalog::key_arg(&mapping, &route),
+                    &resolve::key_arg(&mapping, &route),
                     &n.to_string(),
                 )),
             )
@@ -253,7 +261,7 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
 
 /// The most slots `slot_counts` lists (one row each, empty ones included):
 /// the most `claim_slot` hands out.
-const MAX_COUNTED_SLOTS: i32 = crate::claim::MAX_N;
+const MAX_COUNTED_SLOTS: i32 = crate::backend::limits::MAX_N;
 
 pg_claim_fn!(guarded
 /// `slot_counts_query(rel oid, n, key, method, route) RETURNS text`: the
@@ -316,10 +324,10 @@ unsafe fn counts_query(
     let mapping = slot_mapping(method, &route, route_arg);
     // SAFETY: as the caller promises
     let ext = catalog::extension_schema(unsafe { catalog::calling_function(fcinfo) });
-    catalog::check_mapping_resolves(&mapping, &route, &ext);
+    resolve::check_mapping_resolves(&mapping, &route, &ext);
     plan::counts_sql(
         &table.quoted,
-        &mapping.expr(&ext.quoted, &catalog::key_arg(&mapping, &route), "$1"),
+        &mapping.expr(&ext.quoted, &resolve::key_arg(&mapping, &route), "$1"),
     )
 }
 

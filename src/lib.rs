@@ -9,9 +9,10 @@
 //!   `slot_holders`, `slot_status` (SQL); pure core `claim::probe`
 //! - `items`:   `my_items`, `my_items_query`, `slot_counts`, `slot_skew`; pure core `items::plan`
 //! - `group`:   group membership, positions, `claim_partitions`; pure core `group::plan`
-//! - `lease`:   leases and fencing tokens (`claim_lease`, `fence`, `my_token`, ...): Rust
+//! - `leases`:  leases and fencing tokens (`claim_lease`, `fence`, `my_token`, ...): Rust
 //!   shells around internal SECURITY DEFINER functions in SQL
-//! - `failure`: failing items (`record_failure`, `failing_items`, ...), all in SQL
+//! - failures: failing items (`record_failure`, `failing_items`, ...), all in
+//!   SQL (`sql/failures.sql`, included below; no Rust module)
 //! - `wake`:    `slot_channel` (SQL) and the C trigger function `notify_slot`
 //! - `spread`:  `spread_agg`; pure core `spread::order`, `spread::groups`
 //!
@@ -23,14 +24,26 @@
 
 mod backend;
 mod claim;
-mod failure;
 mod group;
 mod items;
-mod lease;
+mod leases;
 mod locks;
 mod mapping;
 mod spread;
 mod wake;
+
+// The concepts written only in SQL, with no Rust code, have their files
+// included here, in one place (the SQL of a concept with Rust code is
+// included by its module: mapping, claim, items, spread, leases, wake).
+//
+// failures: record_failure, failure_due, failing_items, clear_failure,
+// item_failures (reference: docs/failures.md). A table written only through
+// SECURITY DEFINER functions, each one statement, like the leases; the
+// pg_regress test `failures` checks it, including one poison item in a share
+// of 10,000. The functions call failure_check and pg_claim_need_read_committed
+// (of sql/leases.sql) only inside PL/pgSQL bodies, schema-qualified and
+// exact-typed, resolved when they run: the file needs nothing created before it.
+pgrx::extension_sql_file!("../sql/failures.sql", name = "failures");
 
 /// Called once when the library is loaded into a backend.
 #[pgrx::pg_guard]

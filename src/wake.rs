@@ -15,6 +15,7 @@
 
 use crate::backend::catalog::{cstr_to_string, qualified_rel_name, quote_ident, type_name};
 use crate::backend::error::{invalid_parameter, raise};
+use crate::backend::limits::MAX_N;
 use crate::mapping::hashing::crc32;
 use crate::mapping::v1::{key_slot, utf8_bytes, KeyForm};
 use crate::pg_claim_fn;
@@ -24,9 +25,6 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::c_char;
 use std::rc::Rc;
-
-/// The largest n (and so the largest slot + 1) slot_channel takes.
-const MAX_N: i32 = 1_048_576;
 
 unsafe extern "C-unwind" {
     // commands/async.h (not in pgrx's bindings)

@@ -212,7 +212,7 @@ pub unsafe fn call(oid: pg_sys::Oid, args: &[Option<pg_sys::Datum>]) -> Option<p
         // Called as PostgreSQL calls a function: an ERROR it raises
         // propagates unchanged (its own SQLSTATE, such as PC001, its DETAIL
         // and CONTEXT), which pgrx's FFI guard would turn into XX000. The
-        // frames it unwinds through (this one, the callers in src/lease.rs
+        // frames it unwinds through (this one, the callers in src/leases.rs
         // and pgrx's wrapper) own nothing that needs dropping: their data
         // is on the stack or palloc'd.
         let result = f(fcinfo);

@@ -107,6 +107,14 @@ pg_claim_fn!(guarded
 /// `my_items(rel anyelement, slot, n, key, method, after, batch) RETURNS SETOF anyelement`
 ///
 my_items, |fcinfo| {
+    // SAFETY: fcinfo is the function manager's, for my_items as declared in
+    // sql/items.sql (positions 1, 2, 5 and 6 exist in every declaration since
+    // 0.2.0; omitted arguments get their defaults). InitMaterializedSRF
+    // raises unless the caller accepts a materialized set, then sets up
+    // rsinfo's tuplestore and descriptor, which the receiver writes into in
+    // the per-query memory context. SPI is connected before the kept plan is
+    // looked up and run, and finished after; the parameter list has the 4
+    // parameters the plan was prepared with.
     unsafe {
         let reltype = pg_sys::get_fn_expr_argtype((*fcinfo).flinfo, 0);
         if reltype == pg_sys::InvalidOid {

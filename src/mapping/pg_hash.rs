@@ -28,6 +28,10 @@ struct HashCache {
 /// a partition key column: default hash opclass, its family's extended hash
 /// support function for the opclass's input type.
 unsafe fn build_cache(fcinfo: pg_sys::FunctionCallInfo, typoid: pg_sys::Oid) -> *mut HashCache {
+    // SAFETY: `fcinfo` is the current call's (pg_hash_slot passes its own);
+    // catalog look-ups on a type the parser resolved; the cache is
+    // zero-allocated in fn_mcxt, which lives as long as flinfo and its
+    // fn_extra, where it is stored.
     unsafe {
         let flinfo = (*fcinfo).flinfo;
         if typoid == pg_sys::InvalidOid {

@@ -37,11 +37,16 @@ macro_rules! bare_datum {
             }
         }
 
+        // SAFETY: the argument is taken as the bare Datum the server passed,
+        // whatever its type (the type is looked up separately, `arg_type`),
+        // so no type is assumed that the datum might not have.
         unsafe impl<'fcx> ArgAbi<'fcx> for $ty {
             #[inline]
             unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
                 // The functions are STRICT: the server never calls them with NULL.
                 let index = arg.index();
+                // SAFETY: from_polymorphic_datum above keeps the datum as it
+                // is, which is right for any type the argument has.
                 unsafe { arg.unbox_arg_using_from_datum() }
                     .unwrap_or_else(|| panic!("argument {index} must not be null"))
             }

@@ -72,6 +72,10 @@ const TOAST_POINTER_LEN: usize = 2 + std::mem::size_of::<pg_sys::varatt_external
 /// it exists, so the same pointer names the same bounds, and a call site can
 /// reuse them without fetching and decompressing the value on every row.
 unsafe fn ondisk_toast_pointer(v: *const pg_sys::varlena) -> Option<[u8; TOAST_POINTER_LEN]> {
+    // SAFETY: the caller passes a non-NULL varlena datum (range_slot's STRICT
+    // bounds), which has at least its first header byte; the tag byte and the
+    // TOAST_POINTER_LEN bytes copied are read only when that header says the
+    // value is an on-disk TOAST pointer, which is exactly that long.
     unsafe {
         let b = v as *const u8;
         // 1-byte external header (0x01 on little-endian, 0x80 on big-endian), then the tag
@@ -95,6 +99,10 @@ unsafe fn new_cache(
     fncollation: pg_sys::Oid,
     elemtype: pg_sys::Oid,
 ) -> *mut RangeCache {
+    // SAFETY: `flinfo` is the current call's (range_slot passes its own); the
+    // type cache entry of an array's element type exists and stays valid; the
+    // cache is zero-allocated in fn_mcxt, which lives as long as flinfo and
+    // its fn_extra, where it is stored.
     unsafe {
         let tc = pg_sys::lookup_type_cache(elemtype, pg_sys::TYPECACHE_CMP_PROC_FINFO as i32);
         if (*tc).cmp_proc_finfo.fn_oid == pg_sys::InvalidOid {
@@ -125,6 +133,9 @@ unsafe fn new_cache(
 
 #[inline]
 unsafe fn compare(cache: *mut RangeCache, a: pg_sys::Datum, b: pg_sys::Datum) -> Ordering {
+    // SAFETY: the callers pass a cache made by new_cache (its `cmp` set up by
+    // fmgr_info_cxt for the element type's btree support function) and two
+    // datums of that element type.
     unsafe {
         match (*cache).how {
             Compare::Int16 => (a.value() as i16).cmp(&(b.value() as i16)),
@@ -140,6 +151,8 @@ unsafe fn compare(cache: *mut RangeCache, a: pg_sys::Datum, b: pg_sys::Datum) ->
 
 /// The text form of a value as a quoted SQL literal, for error messages.
 unsafe fn value_text(typoid: pg_sys::Oid, value: pg_sys::Datum) -> String {
+    // SAFETY: the caller passes a datum of type `typoid` (a bounds element);
+    // its output function returns a palloc'd NUL-terminated string.
     unsafe {
         let mut out = pg_sys::InvalidOid;
         let mut varlena = false;
@@ -157,6 +170,12 @@ unsafe fn load_bounds(
     arr: *mut pg_sys::ArrayType,
     len: usize,
 ) {
+    // SAFETY: the caller (range_slot) passes a cache made by new_cache, its
+    // flinfo's fn_mcxt, and a detoasted array with a plain 4-byte header of
+    // `len` bytes and that cache's element type. The copy is made in fn_mcxt
+    // and deconstructed there, with the element type's length, by-value flag
+    // and alignment from the type cache; the dimensions are read only when
+    // ndim is 1, and the null flags and elements only up to nelems.
     unsafe {
         if !(*cache).raw.is_null() {
             pg_sys::pfree((*cache).raw as *mut std::ffi::c_void);

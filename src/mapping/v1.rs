@@ -31,11 +31,25 @@ unsafe fn two_args<'a>(fcinfo: pg_sys::FunctionCallInfo) -> &'a [pg_sys::Nullabl
     unsafe { (*fcinfo).args.as_slice(2) }
 }
 
+/// The argument of a one-argument call (`crc32`).
+///
+/// # Safety
+/// `fcinfo` is the current call's, of a function declared with one argument
+/// and STRICT (so it is not NULL).
+#[inline(always)]
+unsafe fn one_arg<'a>(fcinfo: pg_sys::FunctionCallInfo) -> &'a [pg_sys::NullableDatum] {
+    // SAFETY: as the caller promises
+    unsafe { (*fcinfo).args.as_slice(1) }
+}
+
 #[inline(always)]
 fn arg_n(args: &[pg_sys::NullableDatum]) -> i32 {
     let n = args[1].value.value() as i32;
     if n < 1 {
         // Raises the ERROR (SQLSTATE 22023); never returns.
+        // SAFETY: only reached from the body of a version-1 C function called
+        // by the function manager, the boundary the guard is made for; it
+        // turns check_n's ERROR into a PostgreSQL ERROR.
         unsafe { pgrx_extern_c_guard(|| check_n(n)) }
     }
     n
@@ -72,6 +86,8 @@ unsafe fn varlena_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8] {
             return unsafe { std::slice::from_raw_parts(ptr.add(4), len - 4) };
         }
     }
+    // SAFETY: `datum` is a valid varlena (this function's contract), which is
+    // all detoasted_bytes needs.
     unsafe { detoasted_bytes(datum) }
 }
 
@@ -106,6 +122,9 @@ static DB_ENCODING: AtomicI32 = AtomicI32::new(-1);
 /// so a key hashes the same whatever the database encoding.
 #[inline(always)]
 unsafe fn text_utf8<'a>(datum: pg_sys::Datum) -> std::borrow::Cow<'a, [u8]> {
+    // SAFETY: the callers pass a non-NULL text argument of the current call
+    // (the functions are STRICT), a valid varlena for the whole call, in a
+    // backend.
     unsafe { utf8_bytes(varlena_bytes(datum)) }
 }
 
@@ -123,12 +142,17 @@ pub(crate) unsafe fn utf8_bytes(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     if as_is {
         return std::borrow::Cow::Borrowed(bytes);
     }
+    // SAFETY: called in a backend (this function's contract).
     unsafe { text_utf8_slow(bytes) }
 }
 
 #[cold]
 #[inline(never)]
 unsafe fn text_utf8_slow(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    // SAFETY: in a backend (the caller's contract), under the guard, which
+    // turns a conversion ERROR into a PostgreSQL ERROR. pg_server_to_any
+    // reads `bytes.len()` bytes of `bytes` and returns either `src` itself or
+    // a palloc'd NUL-terminated string, which is copied and then freed.
     unsafe {
         pgrx_extern_c_guard(|| {
             let enc = pg_sys::GetDatabaseEncoding();
@@ -154,79 +178,119 @@ unsafe fn text_utf8_slow(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
 }
 
 pg_claim_fn!(raw slot_of_int2, |fcinfo| {
+    // SAFETY: declared STRICT with two arguments in sql/mapping.sql; fcinfo is
+    // the function manager's for this call.
     let args = unsafe { two_args(fcinfo) };
     let n = arg_n(args);
     slot_datum(modulo_slot(args[0].value.value() as i16 as i64, n))
 });
 
 pg_claim_fn!(raw slot_of_int4, |fcinfo| {
+    // SAFETY: declared STRICT with two arguments in sql/mapping.sql; fcinfo is
+    // the function manager's for this call.
     let args = unsafe { two_args(fcinfo) };
     let n = arg_n(args);
     slot_datum(modulo_slot(args[0].value.value() as i32 as i64, n))
 });
 
 pg_claim_fn!(raw slot_of_int8, |fcinfo| {
+    // SAFETY: declared STRICT with two arguments in sql/mapping.sql; fcinfo is
+    // the function manager's for this call.
     let args = unsafe { two_args(fcinfo) };
     let n = arg_n(args);
     slot_datum(modulo_slot(args[0].value.value() as i64, n))
 });
 
 pg_claim_fn!(raw slot_of_text, |fcinfo| {
+    // SAFETY: declared STRICT with two arguments in sql/mapping.sql; fcinfo is
+    // the function manager's for this call.
     let args = unsafe { two_args(fcinfo) };
     let n = arg_n(args);
+    // SAFETY: STRICT, so args[0] is this call's non-NULL text datum, valid
+    // for the whole call.
     let bytes = unsafe { text_utf8(args[0].value) };
     slot_datum(crc32_slot(&bytes, n))
 });
 
 pg_claim_fn!(raw slot_of_bytea, |fcinfo| {
+    // SAFETY: declared STRICT with two arguments in sql/mapping.sql; fcinfo is
+    // the function manager's for this call.
     let args = unsafe { two_args(fcinfo) };
     let n = arg_n(args);
+    // SAFETY: STRICT, so args[0] is this call's non-NULL bytea datum, valid
+    // for the whole call.
     let bytes = unsafe { varlena_bytes(args[0].value) };
     slot_datum(crc32_slot(bytes, n))
 });
 
 pg_claim_fn!(raw slot_of_uuid, |fcinfo| {
+    // SAFETY: declared STRICT with two arguments in sql/mapping.sql; fcinfo is
+    // the function manager's for this call.
     let args = unsafe { two_args(fcinfo) };
     let n = arg_n(args);
+    // SAFETY: STRICT, so args[0] is this call's non-NULL uuid datum, valid
+    // for the whole call.
     let bytes = unsafe { uuid_bytes(args[0].value) };
     slot_datum(crc32_slot(&uuid_text(bytes), n))
 });
 
 pg_claim_fn!(raw crc32_text, |fcinfo| {
-    let args = unsafe { two_args(fcinfo) };
+    // SAFETY: declared STRICT with one argument in sql/mapping.sql; fcinfo is
+    // the function manager's for this call.
+    let args = unsafe { one_arg(fcinfo) };
+    // SAFETY: STRICT, so args[0] is this call's non-NULL text datum, valid
+    // for the whole call.
     let bytes = unsafe { text_utf8(args[0].value) };
     pg_sys::Datum::from(crc32(&bytes) as i64)
 });
 
 pg_claim_fn!(raw crc32_bytea, |fcinfo| {
-    let args = unsafe { two_args(fcinfo) };
+    // SAFETY: declared STRICT with one argument in sql/mapping.sql; fcinfo is
+    // the function manager's for this call.
+    let args = unsafe { one_arg(fcinfo) };
+    // SAFETY: STRICT, so args[0] is this call's non-NULL bytea datum, valid
+    // for the whole call.
     let bytes = unsafe { varlena_bytes(args[0].value) };
     pg_sys::Datum::from(crc32(bytes) as i64)
 });
 
 pg_claim_fn!(raw jump_slot_int8, |fcinfo| {
+    // SAFETY: declared STRICT with two arguments in sql/mapping.sql; fcinfo is
+    // the function manager's for this call.
     let args = unsafe { two_args(fcinfo) };
     let n = arg_n(args);
     slot_datum(jump_hash(args[0].value.value() as i64 as u64, n))
 });
 
 pg_claim_fn!(raw jump_slot_text, |fcinfo| {
+    // SAFETY: declared STRICT with two arguments in sql/mapping.sql; fcinfo is
+    // the function manager's for this call.
     let args = unsafe { two_args(fcinfo) };
     let n = arg_n(args);
+    // SAFETY: STRICT, so args[0] is this call's non-NULL text datum, valid
+    // for the whole call.
     let bytes = unsafe { text_utf8(args[0].value) };
     slot_datum(jump_hash(crc32(&bytes) as u64, n))
 });
 
 pg_claim_fn!(raw jump_slot_bytea, |fcinfo| {
+    // SAFETY: declared STRICT with two arguments in sql/mapping.sql; fcinfo is
+    // the function manager's for this call.
     let args = unsafe { two_args(fcinfo) };
     let n = arg_n(args);
+    // SAFETY: STRICT, so args[0] is this call's non-NULL bytea datum, valid
+    // for the whole call.
     let bytes = unsafe { varlena_bytes(args[0].value) };
     slot_datum(jump_hash(crc32(bytes) as u64, n))
 });
 
 pg_claim_fn!(raw jump_slot_uuid, |fcinfo| {
+    // SAFETY: declared STRICT with two arguments in sql/mapping.sql; fcinfo is
+    // the function manager's for this call.
     let args = unsafe { two_args(fcinfo) };
     let n = arg_n(args);
+    // SAFETY: STRICT, so args[0] is this call's non-NULL uuid datum, valid
+    // for the whole call.
     let bytes = unsafe { uuid_bytes(args[0].value) };
     slot_datum(jump_hash(uuid_crc32(bytes) as u64, n))
 });
