@@ -130,7 +130,7 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_claim_check(text, integer, text, interval) FROM PUBLIC;
 
--- claim_lease (src/lease.rs) for `role`: takes the name's lease mutex at
+-- claim_lease (src/leases.rs) for `role`: takes the name's lease mutex at
 -- session level for this statement only, and always gives it back.
 CREATE FUNCTION @extschema@.pg_claim_lease_claim(
     role oid, name text, n integer, holder text, ttl interval,
@@ -542,7 +542,7 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_leased(text) FROM PUBLIC;
 
--- The public lease functions become the Rust functions of src/lease.rs
+-- The public lease functions become the Rust functions of src/leases.rs
 -- (SECURITY INVOKER; the same names, arguments, defaults and result
 -- columns), which call the internal functions above with the caller's role.
 CREATE OR REPLACE FUNCTION @extschema@."claim_lease"(
