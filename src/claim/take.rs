@@ -19,6 +19,15 @@ pub(super) fn attempt_once(key1: i32, n: i32, seed: u32) -> Option<i32> {
     if n <= LINEAR_PROBES {
         return None;
     }
+    let held = held_slots(key1, n);
+    let found = probe::FreeSlots::new(n, &held)
+        .probe_order(seed)
+        .find(|&slot| try_slot(key1, slot));
+    found
+}
+
+/// The slots of `0..n` whose lock someone holds now, sorted, each once.
+fn held_slots(key1: i32, n: i32) -> Vec<i32> {
     let mut held: Vec<i32> = locks_of(key1, 0, n)
         .iter()
         .filter(|l| l.granted)
@@ -26,10 +35,7 @@ pub(super) fn attempt_once(key1: i32, n: i32, seed: u32) -> Option<i32> {
         .collect();
     held.sort_unstable();
     held.dedup();
-    let found = probe::FreeSlots::new(n, &held)
-        .probe_order(seed)
-        .find(|&slot| try_slot(key1, slot));
-    found
+    held
 }
 
 /// Take a slot unless someone holds it. The lock manager never lets a
@@ -68,13 +74,7 @@ pub(super) fn take_free(key1: i32, n: i32, want: usize) -> Vec<i32> {
     if n <= LINEAR_PROBES {
         return (0..n).filter(|&s| try_slot(key1, s)).take(want).collect();
     }
-    let mut held: Vec<i32> = locks_of(key1, 0, n)
-        .iter()
-        .filter(|l| l.granted)
-        .map(|l| l.key2)
-        .collect();
-    held.sort_unstable();
-    held.dedup();
+    let held = held_slots(key1, n);
     (0..n)
         .filter(|s| held.binary_search(s).is_err())
         .filter(|&s| try_slot(key1, s))

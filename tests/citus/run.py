@@ -24,10 +24,8 @@ Exits non-zero on any failed check.
 """
 import os
 import re
-import signal
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shards"))
 import shards  # noqa: E402
@@ -99,12 +97,9 @@ def fleet():
                                              None), 60, "a worker to claim a slot")
             poll(lambda: any(e["event"] == "batch" and e["proc"] == victim and e["total"] >= ITEMS // N // 3
                              for e in f.events()), 60, "the victim to process a third of its share")
-            f.procs[victim].send_signal(signal.SIGKILL)
-            f.procs[victim].wait()
-            check(f.wait(time.monotonic() + 120), "the fleet did not finish within 120 s")
+            failed = f.kill_one_then_finish(victim)
         finally:
             f.kill()
-        failed = [i for i, p in enumerate(f.procs) if i != victim and p.returncode != 0]
         check(not failed, f"workers {failed} failed")
         takers = {e["proc"] for e in f.events() if e["event"] == "claimed" and e["slot"] == slot}
         check(len(takers) >= 2, f"no standby took slot {slot} over: {takers}")

@@ -982,52 +982,70 @@ def lock_table_exhausted(cluster):
 # --------------------------------------------------------------------------
 # The two commands
 
+# The faults of the suite, by the names `scripts/test faults NAME...` takes.
+SUITE_FAULTS = ("cancels", "lock-table", "partition", "restart", "backend-kill", "sigstop", "failover")
+ONLY = set()  # the faults chosen on the command line; empty: all
+
+
+def want(name):
+    return not ONLY or name in ONLY
+
+
 def run_suite(workdir):
     cluster = Cluster(workdir)
     setup_db(cluster)
-    log("nothing half-made after cancels and timeouts:")
-    for r in cancels_and_timeouts(cluster):
-        log(f"  {r}")
-    log("the lock table exhausted (max_locks_per_transaction small):")
-    for r in lock_table_exhausted(cluster):
-        log(f"  {r}")
+    if want("cancels"):
+        log("nothing half-made after cancels and timeouts:")
+        for r in cancels_and_timeouts(cluster):
+            log(f"  {r}")
+    if want("lock-table"):
+        log("the lock table exhausted (max_locks_per_transaction small):")
+        for r in lock_table_exhausted(cluster):
+            log(f"  {r}")
+    if not ONLY - {"cancels", "lock-table"} and ONLY:
+        return cluster
 
     fleet = Fleet(cluster, workdir, lifetime=400)
     results = {}
     try:
         fleet.start_monitors()
-        ws = start_partition_workers(fleet)
-        for i in range(SESSION_WORKERS - 2):
+        partition = want("partition")
+        ws = start_partition_workers(fleet) if partition else None
+        for i in range(SESSION_WORKERS - (2 if partition else 0)):
             fleet.add("session")
-        for i in range(LEASE_WORKERS - 1):
+        for i in range(LEASE_WORKERS - (1 if partition else 0)):
             fleet.add("lease")
         fleet.wait_full()
         log(f"fleet: {len(fleet.workers)} workers (session and lease mode, n = {N} each, ttl {TTL_S:g} s,"
             f" renew every {RENEW_S:g} s), {PRODUCE_PER_S} new items per table and second")
         rng = random.Random(1)
-        log("silent partition between three workers and the server (a proxy in its own network namespace):")
-        fault_partition(fleet, ws, results)
-        with cluster.connect() as c:
-            log(f"  {assert_clean(c, fleet, 'partition')}")
+        if partition:
+            log("silent partition between three workers and the server (a proxy in its own network namespace):")
+            fault_partition(fleet, ws, results)
+            with cluster.connect() as c:
+                log(f"  {assert_clean(c, fleet, 'partition')}")
         for name, fn in (("server stop -m immediate + start", fault_restart),
                          ("backend SIGKILL (postmaster reset)", fault_backend_kill)):
+            if not want("restart" if fn is fault_restart else "backend-kill"):
+                continue
             what, moved = fn(fleet, rng)
             results[name] = (what, moved)
             with cluster.connect() as c:
                 counts = assert_clean(c, fleet, name)
             log(f"  {name}: share moving again after {moved:.2f} s; {counts}")
-        for m in ("session", "lease"):
+        for m in ("session", "lease") if want("sigstop") else ():
             for where in ("idle", "idle in transaction"):
                 what, moved = fault_sigstop(fleet, rng, m, where)
                 results[f"SIGSTOP of a {m} holder, {where}"] = (what, moved)
                 with cluster.connect() as c:
                     counts = assert_clean(c, fleet, f"SIGSTOP {m} {where}")
                 log(f"  SIGSTOP: {what}; {counts}")
-        what, moved = fault_failover(fleet, rng)
-        results["failover to a promoted replica"] = (what, moved)
-        with cluster.connect() as c:
-            counts = assert_clean(c, fleet, "failover")
-        log(f"  failover: {what}; share moving after {moved:.2f} s; {counts}")
+        if want("failover"):
+            what, moved = fault_failover(fleet, rng)
+            results["failover to a promoted replica"] = (what, moved)
+            with cluster.connect() as c:
+                counts = assert_clean(c, fleet, "failover")
+            log(f"  failover: {what}; share moving after {moved:.2f} s; {counts}")
         drained = drain(fleet)
         check(not fleet.errors(), f"worker errors: {fleet.errors()[:3]}")
     finally:
@@ -1103,7 +1121,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--soak", type=float, metavar="MINUTES")
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("faults", nargs="*", metavar="FAULT",
+                    help=f"run only these faults of the suite: {', '.join(SUITE_FAULTS)}")
     args = ap.parse_args()
+    bad = [f for f in args.faults if f not in SUITE_FAULTS]
+    if bad:
+        ap.error(f"no fault {bad[0]!r} (the faults: {', '.join(SUITE_FAULTS)})")
+    ONLY.update(args.faults)
     check(PGC_BIN and DATA0, "PGC_BIN and FAULTS_DATA must be set (scripts/test and scripts/soak set them)")
     limit = int((args.soak or 0) * 60 + (600 if args.soak else 420))
 
@@ -1121,7 +1145,10 @@ def main():
     ok = False
     cluster = None
     try:
-        if args.soak is None:
+        if args.soak is None and not want("partition"):
+            cluster = run_suite(workdir)
+            ok = True
+        elif args.soak is None:
             NET = Net(workdir)
             NET.up()
             with open(os.path.join(DATA0, "pg_hba.conf"), "a", encoding="utf-8") as f:

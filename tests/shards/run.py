@@ -24,10 +24,8 @@ Every wait polls with a deadline. Exits non-zero on any failed check.
 """
 import os
 import re
-import signal
 import sys
 import tempfile
-import time
 
 import shards
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pylib"))
@@ -125,12 +123,9 @@ def fleet():
             share = ITEMS // N
             poll(lambda: any(e["event"] == "batch" and e["proc"] == victim and e["total"] >= share // 3
                              for e in f.events()), 60, "the victim to process a third of its share", f)
-            f.procs[victim].send_signal(signal.SIGKILL)
-            f.procs[victim].wait()
-            check(f.wait(time.monotonic() + 120), "the fleet did not finish within 120 s")
+            failed = f.kill_one_then_finish(victim)
         finally:
             f.kill()
-        failed = [i for i, p in enumerate(f.procs) if i != victim and p.returncode != 0]
         check(not failed, f"workers {failed} failed")
         ev = f.events()
         check(not any(e["event"] == "done" and e["proc"] == victim for e in ev), "the victim finished before the kill")

@@ -279,6 +279,15 @@ class Fleet:
                 return False
         return True
 
+    def kill_one_then_finish(self, victim, seconds=120):
+        """SIGKILL worker `victim` and wait for the others to exit (a
+        fleet_driver.Failure when they have not within `seconds`); the indexes
+        of those that exited with an error."""
+        self.procs[victim].send_signal(signal.SIGKILL)
+        self.procs[victim].wait()
+        fleet_driver.check(self.wait(time.monotonic() + seconds), f"the fleet did not finish within {seconds} s")
+        return [i for i, p in enumerate(self.procs) if i != victim and p.returncode != 0]
+
     def kill(self):
         for p in self.procs:
             if p.poll() is None:
