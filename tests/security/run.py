@@ -285,8 +285,9 @@ def test_owner_revoke_execute_takes_effect():
             own.execute(f"GRANT EXECUTE ON FUNCTION {fn} TO PUBLIC")
 
 
-# Helper names the extension's code calls or may call (issue 27's repros and
-# the internal functions of PLAN D2-D4), each planted in att with argument
+# Helper names the extension's code calls or may call (the helpers 0.3.0's
+# functions reached through inexact calls, and the internal functions of the
+# lease functions and the name registry), each planted in att with argument
 # types that match a non-exact call better than the real function.
 SEARCH_PATH_PLANTS = [
     "lease_check(text, integer, integer, interval)",
