@@ -382,7 +382,7 @@ def plant_all(conn, schema, sigs):
 
 def test_owner_plants_in_extension_schema_never_run():
     """The installing owner plants, in the extension's own schema, the
-    look-alikes of issue 27 (lease_check, next_token, slot_of on varchar and
+    look-alikes that captured 0.3.0's calls (lease_check, next_token, slot_of on varchar and
     character, slot_counts_query on regclass); its own calls of claim_lease,
     my_token (SECURITY DEFINER, run as the bootstrap superuser), slot_counts,
     my_items and notify_slot never run them, the owner does not become a
