@@ -171,6 +171,33 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_claim_check(text, integer, text, interval) FROM PUBLIC;
 
+-- Hands slot `s` of name (its row locked FOR UPDATE by the caller: free,
+-- expired, given back, or a stale session record) to holder for role until
+-- ttl from `now_`, with the slot's next token. Refuses (55000) when a
+-- session holds the slot with claim_slot (its advisory lock); the
+-- transaction-level share lock taken here keeps claim_slot off the slot until
+-- the caller's transaction ends. Called by claim_lease and claim_leases only.
+CREATE FUNCTION @extschema@.pg_claim_lease_hand(
+    role oid, name text, s integer, n integer, holder text, ttl interval, key_ integer,
+    now_ timestamptz, OUT slot integer, OUT token bigint, OUT expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(key_, s) THEN
+        RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+            USING ERRCODE = '55000',
+            HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease.';
+    END IF;
+    UPDATE @extschema@.pg_claim_leases l
+    SET n = pg_claim_lease_hand.n, holder = pg_claim_lease_hand.holder, session = false,
+        owner = role, token = @extschema@.next_token(l.token),
+        acquired_at = now_, expires_at = now_ + ttl
+    WHERE l.name = pg_claim_lease_hand.name AND l.slot = s
+    RETURNING l.slot, l.token, l.expires_at
+    INTO pg_claim_lease_hand.slot, pg_claim_lease_hand.token, pg_claim_lease_hand.expires_at;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_hand(oid, text, integer, integer, text, interval, integer, timestamptz) FROM PUBLIC;
+
 -- claim_lease (src/leases.rs) for `role`: takes the name's lease mutex at
 -- session level for this statement only, and always gives it back.
 CREATE FUNCTION @extschema@.pg_claim_lease_claim(
@@ -260,14 +287,13 @@ BEGIN
             HINT = 'All workers of one name must use the same n. Use the same n, or let the leases of the other n expire or be released first (SELECT * FROM lease_holders(name)).';
     END IF;
 
-    -- the same holder again: the same slot and token, the expiry extended
-    -- (also when it expired and no one took it meanwhile); one holder holds
-    -- at most one slot of a name
+    -- the same holder again: the same slot and token, the expiry extended;
+    -- one holder holds at most one slot of a name
     SELECT l.slot INTO r FROM @extschema@.pg_claim_leases l
     WHERE l.name = pg_claim_lease_take.name AND l.holder = pg_claim_lease_take.holder
-      AND NOT l.session AND l.slot < pg_claim_lease_take.n
+      AND NOT l.session AND l.slot < pg_claim_lease_take.n AND l.expires_at > now_
       AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
-    ORDER BY l.expires_at > now_ DESC, l.slot
+    ORDER BY l.slot
     LIMIT 1
     FOR NO KEY UPDATE SKIP LOCKED;
     IF FOUND THEN
@@ -282,8 +308,21 @@ BEGIN
         RETURNING l.slot, l.token, l.expires_at
         INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at;
     ELSE
-        -- a new acquisition
+        -- a new acquisition: first the slot this holder had, when its lease
+        -- expired (or was released) and no one took it meanwhile (a new token)
+        SELECT l.slot INTO r FROM @extschema@.pg_claim_leases l
+        WHERE l.name = pg_claim_lease_take.name AND l.holder = pg_claim_lease_take.holder
+          AND NOT l.session AND l.slot < pg_claim_lease_take.n AND l.expires_at <= now_
+        ORDER BY l.slot
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            SELECT h.slot, h.token, h.expires_at
+            INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at
+            FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h;
+        END IF;
         LOOP
+            EXIT WHEN pg_claim_lease_take.slot IS NOT NULL;
             tries := tries + 1;
             EXIT WHEN tries > 1000;
             -- the lowest slot >= lo without a row: found from the rows of
@@ -311,18 +350,9 @@ BEGIN
             LIMIT 1
             FOR UPDATE SKIP LOCKED;
             IF FOUND THEN
-                IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(key_, r.slot) THEN
-                    RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
-                        USING ERRCODE = '55000',
-                        HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease.';
-                END IF;
-                UPDATE @extschema@.pg_claim_leases l
-                SET n = pg_claim_lease_take.n, holder = pg_claim_lease_take.holder, session = false,
-                    owner = role, token = @extschema@.next_token(l.token),
-                    acquired_at = now_, expires_at = now_ + ttl
-                WHERE l.name = pg_claim_lease_take.name AND l.slot = r.slot
-                RETURNING l.slot, l.token, l.expires_at
-                INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at;
+                SELECT h.slot, h.token, h.expires_at
+                INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at
+                FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h;
                 EXIT;
             END IF;
             EXIT WHEN g IS NULL;
@@ -345,9 +375,9 @@ BEGIN
             END IF;
             lo := g + 1;
         END LOOP;
-        -- the holder's other slots (after a change of n) are free now
+        -- the holder's other slots (after a change of n) are given back
         IF pg_claim_lease_take.slot IS NOT NULL THEN
-            UPDATE @extschema@.pg_claim_leases l SET holder = NULL, expires_at = NULL
+            UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
             WHERE l.name = pg_claim_lease_take.name
               AND l.slot IN (SELECT o.slot FROM @extschema@.pg_claim_leases o
                              WHERE o.name = pg_claim_lease_take.name
@@ -375,6 +405,7 @@ BEGIN
     UPDATE @extschema@.pg_claim_leases l SET expires_at = pg_catalog.clock_timestamp() + ttl
     WHERE l.name = pg_claim_lease_renew.name AND l.slot = pg_claim_lease_renew.slot
       AND l.token = pg_claim_lease_renew.token AND l.holder IS NOT NULL AND NOT l.session
+      AND l.expires_at > pg_catalog.clock_timestamp()
       AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
     RETURNING l.expires_at INTO until_;
     RETURN until_;
@@ -393,12 +424,15 @@ BEGIN
     PERFORM 1 FROM @extschema@.pg_claim_leases l
     WHERE l.name = pg_claim_lease_release.name AND l.slot = pg_claim_lease_release.slot
       AND l.token = pg_claim_lease_release.token AND l.holder IS NOT NULL AND NOT l.session
+      AND l.expires_at > pg_catalog.clock_timestamp()
       AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
     FOR UPDATE;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    UPDATE @extschema@.pg_claim_leases l SET holder = NULL, expires_at = NULL
+    -- released: expired from now on, the last holder kept (lease_holders
+    -- and slot_status show since when the slot is unserved)
+    UPDATE @extschema@.pg_claim_leases l SET expires_at = pg_catalog.clock_timestamp()
     WHERE l.name = pg_claim_lease_release.name AND l.slot = pg_claim_lease_release.slot;
     RETURN true;
 END $$;
@@ -465,6 +499,7 @@ BEGIN
     PERFORM 1 FROM @extschema@.pg_claim_leases l
     WHERE l.name = pg_claim_lease_valid.name AND l.slot = pg_claim_lease_valid.slot
       AND l.token = pg_claim_lease_valid.token AND l.holder IS NOT NULL
+      AND (l.session OR l.expires_at > pg_catalog.clock_timestamp())
       AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
     FOR KEY SHARE;
     RETURN FOUND;
@@ -484,21 +519,23 @@ BEGIN
     PERFORM 1 FROM @extschema@.pg_claim_leases l
     WHERE l.name = pg_claim_lease_fence.name AND l.slot = pg_claim_lease_fence.slot
       AND l.token = pg_claim_lease_fence.token AND l.holder IS NOT NULL
+      AND (l.session OR l.expires_at > pg_catalog.clock_timestamp())
       AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
     FOR KEY SHARE;
     IF FOUND THEN
         RETURN;
     END IF;
-    SELECT l.token, l.holder,
+    SELECT l.token, l.holder, l.expires_at,
            (l.owner IS NULL OR l.owner = role
             OR pg_catalog.pg_has_role(role, l.owner, 'USAGE')) AS visible
     INTO r FROM @extschema@.pg_claim_leases l
     WHERE l.name = pg_claim_lease_fence.name AND l.slot = pg_claim_lease_fence.slot;
     RAISE EXCEPTION 'fencing token % of slot % of "%" is not current (%)', token, slot, name,
         CASE WHEN r.token IS NULL THEN 'the slot was never claimed'
-             WHEN r.holder IS NULL THEN 'the slot was released'
+             WHEN r.holder IS NULL THEN 'the slot is not leased'
              WHEN NOT r.visible THEN 'the slot is held by a role whose privileges this role lacks'
-             ELSE 'its token is now ' || r.token END
+             WHEN r.token <> token THEN 'its token is now ' || r.token
+             ELSE 'the lease expired or was given back at ' || r.expires_at END
         USING ERRCODE = 'PC001',
         HINT = 'This worker lost the slot (its lease expired and was taken over, or it was released): stop writing, and claim again.';
 END $$;

@@ -1,4 +1,4 @@
-//! Leases and fencing tokens: claim_lease, renew_lease, release_lease,
+//! Leases and fencing tokens: claim_lease, claim_leases, renew_lease, release_lease,
 //! lease_holders, fence, lease_valid, my_token (reference: docs/leases.md).
 //!
 //! A lease belongs to the role that claimed it. The public functions here
@@ -19,6 +19,13 @@ use pgrx::prelude::*;
 // The internal functions call crc32 and my_slot only inside PL/pgSQL bodies,
 // which are resolved when they run: the file needs nothing created before it.
 pgrx::extension_sql_file!("../sql/leases.sql", name = "leases");
+// claim_leases' members table and internal functions, and indexes on the
+// leases table of leases.sql.
+pgrx::extension_sql_file!(
+    "../sql/leases_fleet.sql",
+    name = "leases_fleet",
+    requires = ["leases"]
+);
 
 const OID: pg_sys::Oid = pg_sys::OIDOID;
 const TEXT: pg_sys::Oid = pg_sys::TEXTOID;
@@ -44,7 +51,7 @@ fn invoke(
 ) -> Option<pg_sys::Datum> {
     let oid = internal_fn(name, argtypes);
     // on the stack: an ERROR of the call jumps over this frame
-    let mut all: [Option<pg_sys::Datum>; 5] = [None; 5];
+    let mut all: [Option<pg_sys::Datum>; 6] = [None; 6];
     all[0] = me();
     all[1..=args.len()].copy_from_slice(args);
     // SAFETY: the argument types are those of the signature looked up;
@@ -82,6 +89,46 @@ fn claim_lease(
         ))
     });
     TableIterator::new(got)
+}
+
+/// Renew, take and give back leases of `name` so that the live holders share
+/// its `n` slots evenly (at most `max` for this holder; `max => 0`: leave):
+/// every slot `holder` holds after the call, ordered by slot.
+#[pg_extern(volatile, parallel_unsafe)]
+fn claim_leases(
+    name: Option<&str>,
+    n: Option<i32>,
+    holder: Option<&str>,
+    max: default!(Option<i32>, "NULL"),
+    ttl: default!(Option<Interval>, "'30 seconds'"),
+) -> TableIterator<
+    'static,
+    (
+        name!(slot, i32),
+        name!(token, i64),
+        name!(expires_at, TimestampWithTimeZone),
+    ),
+> {
+    let row = invoke(
+        "pg_claim_leases_claim",
+        &[OID, TEXT, INT4, TEXT, INT4, INTERVAL],
+        &[d(name), d(n), d(holder), d(max), d(ttl)],
+    );
+    let mut rows = Vec::new();
+    if let Some(row) = row {
+        // SAFETY: the OUT parameters are arrays of these types, one element a lease
+        unsafe {
+            let slots = field::<Vec<Option<i32>>>(row, 1).unwrap_or_default();
+            let tokens = field::<Vec<Option<i64>>>(row, 2).unwrap_or_default();
+            let expires = field::<Vec<Option<TimestampWithTimeZone>>>(row, 3).unwrap_or_default();
+            for ((slot, token), until) in slots.into_iter().zip(tokens).zip(expires) {
+                if let (Some(slot), Some(token), Some(until)) = (slot, token, until) {
+                    rows.push((slot, token, until));
+                }
+            }
+        }
+    }
+    TableIterator::new(rows)
 }
 
 /// Extend a lease to `ttl` from now: the new expiry, or NULL when the lease
@@ -200,6 +247,8 @@ pgrx::extension_sql!(
     r#"
 COMMENT ON FUNCTION @extschema@.claim_lease(text, integer, text, interval) IS
     'claim the lowest free or expired slot of name in 0 .. n-1 for holder until ttl from now: one row (slot, token, expires_at), or none when all are leased';
+COMMENT ON FUNCTION @extschema@.claim_leases(text, integer, text, integer, interval) IS
+    'renew, take and give back leases of name so that the live holders share its n slots evenly (at most max for this holder; max => 0: leave): every slot holder holds after the call';
 COMMENT ON FUNCTION @extschema@.renew_lease(text, integer, bigint, interval) IS
     'extend a lease to ttl from now: the new expiry, or NULL when the lease was lost (taken over or released)';
 COMMENT ON FUNCTION @extschema@.release_lease(text, integer, bigint) IS
@@ -216,6 +265,7 @@ COMMENT ON FUNCTION @extschema@.my_token(text) IS
     name = "lease_comments",
     requires = [
         claim_lease,
+        claim_leases,
         renew_lease,
         release_lease,
         lease_holders,

@@ -1,0 +1,328 @@
+-- Elastic lease fleets: claim_leases (docs/leases.md, "claim_leases").
+--
+-- Every holder of a name calls claim_leases every ttl/3 or so. One call, under
+-- the name's lease mutex (the one claim_lease takes, for the statement only):
+--   1. records the holder as a member of the name's fleet until ttl from now
+--      (a member is live while it calls within its ttl, counted from its
+--      first call even when that call returns no slot);
+--   2. renews the holder's live leases (a lease that expired is not renewed:
+--      its token is dead, and the slot is taken again with a new token);
+--   3. computes every live member's target: n shared out as evenly as the
+--      members' max allow (a member whose max is below the even share gets
+--      its max, the others share the rest); of those that share the rest,
+--      the ones holding the most (then the earliest joined) get one more;
+--   4. gives back what the holder holds beyond its target, and takes
+--      unserved slots (free, expired, given back) up to it.
+-- So a joiner gets its share from holders above their targets, and a leaver's
+-- slots go to holders below theirs; no other slot moves.
+--
+-- Targets are computed from each member's count of leases as of its own last
+-- call (pg_claim_lease_members.held), so a call reads the members of the name
+-- and its own leases, never every slot: its cost grows with the number of
+-- live holders and the slots that change hands, not with n. (The first call
+-- that finds the name's rows below n creates the missing rows, once.)
+--
+-- A slot's hand-over takes its row FOR UPDATE SKIP LOCKED, so a slot whose
+-- row a fenced transaction holds (fence / lease_valid: FOR KEY SHARE) is not
+-- given back or taken until that transaction ends: at no moment do two
+-- holders pass fence for one slot. A given-back lease expires at once (the
+-- holder is kept, so lease_holders and slot_status show since when).
+
+CREATE TABLE @extschema@.pg_claim_lease_members (
+    name       text        NOT NULL,
+    holder     text        NOT NULL,
+    -- the role that called
+    owner      oid         NOT NULL,
+    n          integer     NOT NULL,
+    -- the most slots it takes (claim_leases' max)
+    max        integer     NOT NULL,
+    -- how many leases it held at the end of its last call
+    held       integer     NOT NULL,
+    joined_at  timestamptz NOT NULL,
+    seen_at    timestamptz NOT NULL,
+    -- live until then: seen_at + its ttl
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (name, holder)
+);
+REVOKE ALL ON @extschema@.pg_claim_lease_members FROM PUBLIC;
+COMMENT ON TABLE @extschema@.pg_claim_lease_members IS
+    'pg_claim''s claim_leases holders, one row per live holder of a name; written only through claim_leases';
+
+-- The leases of one holder (renewal, give-back) and the unserved slots of a
+-- name, found without reading every slot of the name.
+CREATE INDEX pg_claim_leases_holder ON @extschema@.pg_claim_leases (name, holder);
+CREATE INDEX pg_claim_leases_expiry ON @extschema@.pg_claim_leases (name, expires_at);
+
+-- claim_leases' argument checks (besides claim_lease's).
+CREATE FUNCTION @extschema@.pg_claim_leases_check(n integer, max integer)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF max < 0 OR max > n THEN
+        RAISE EXCEPTION 'max must be between 0 and n = %, got %', n, max USING ERRCODE = '22023',
+            HINT = 'max is the most slots this holder takes (NULL or n: no limit); max => 0 gives back every slot and leaves the fleet.';
+    END IF;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_check(integer, integer) FROM PUBLIC;
+
+-- claim_leases (src/leases.rs) for `role`: the name's lease mutex for this
+-- statement only, then the body. The holder's leases after the call, as
+-- arrays ordered by slot.
+CREATE FUNCTION @extschema@.pg_claim_leases_claim(
+    role oid, name text, n integer, holder text, max integer, ttl interval,
+    OUT slots integer[], OUT tokens bigint[], OUT expires timestamptz[])
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    crc_ bigint;
+    key_ integer;
+    max_ integer := coalesce(max, n);
+BEGIN
+    PERFORM @extschema@.pg_claim_need_read_committed('claim_leases'::text);
+    PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
+    PERFORM @extschema@.pg_claim_leases_check(n, max_);
+    -- the name registry before the mutex, as claim_lease
+    PERFORM @extschema@.pg_claim_register_name(name::pg_catalog.text);
+    crc_ := @extschema@.crc32(name);
+    key_ := (crc_::bit(32))::integer;
+    PERFORM pg_catalog.pg_advisory_lock(key_, 269484034);
+    BEGIN
+        SELECT t.slots, t.tokens, t.expires INTO slots, tokens, expires
+        FROM @extschema@.pg_claim_leases_take(role, name, n, holder, max_, ttl, crc_, key_) t;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        PERFORM pg_catalog.pg_advisory_unlock(key_, 269484034);
+        RAISE;
+    END;
+    PERFORM pg_catalog.pg_advisory_unlock(key_, 269484034);
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_claim(oid, text, integer, text, integer, interval) FROM PUBLIC;
+
+-- The body of claim_leases, under the name's mutex (called only by
+-- pg_claim_leases_claim, whose owner's rights it runs with).
+CREATE FUNCTION @extschema@.pg_claim_leases_take(
+    role oid, name text, n integer, holder text, max integer, ttl interval,
+    crc_ bigint, key_ integer,
+    OUT slots integer[], OUT tokens bigint[], OUT expires timestamptz[])
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+-- every column is qualified: a bare name is one of the arguments
+#variable_conflict use_variable
+DECLARE
+    now_ timestamptz := pg_catalog.clock_timestamp();
+    joining boolean;
+    r record;
+    mine integer;
+    target integer;
+    rest integer;
+    sharing integer;
+    capped integer;
+    ahead bigint;
+    given integer;
+    holders_ text[];
+    maxes_ integer[];
+BEGIN
+    -- the same checks again: a superuser may call this function directly
+    PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
+    PERFORM @extschema@.pg_claim_leases_check(n, max);
+    IF crc_ IS DISTINCT FROM @extschema@.crc32(name) OR key_ IS DISTINCT FROM (crc_::bit(32))::integer THEN
+        RAISE EXCEPTION 'crc_ and key_ must be crc32(name) and its int4 form, got % and %', crc_, key_
+            USING ERRCODE = '22023',
+            HINT = 'This is claim_leases''s internal function: call claim_leases.';
+    END IF;
+
+    -- the members of the name that are no longer live are forgotten
+    DELETE FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_take.name AND m.expires_at <= now_
+      AND m.holder <> pg_claim_leases_take.holder;
+    -- the live members of another role or another n
+    SELECT m.owner, m.n, m.holder INTO r FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
+      AND m.holder <> pg_claim_leases_take.holder
+      AND (m.n <> pg_claim_leases_take.n
+           OR (m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE')))
+    LIMIT 1;
+    IF FOUND AND r.n <> n THEN
+        RAISE EXCEPTION 'n = % does not match n = % used by the live leases of "%" (for example holder "%")',
+            n, r.n, name, r.holder
+            USING ERRCODE = '55000',
+            HINT = 'All workers of one name must use the same n. Use the same n, or let the leases of the other n expire or be released first (SELECT * FROM lease_holders(name)).';
+    ELSIF FOUND THEN
+        RAISE EXCEPTION 'name "%" is leased by role %; role % cannot lease it', name,
+            r.owner::regrole, role::regrole
+            USING ERRCODE = '42501',
+            HINT = 'A name is leased by one role at a time. Workers that log in as different roles share a name through a common role: GRANT fleet_role TO each worker role, and let them claim as fleet_role (SET ROLE, or ALTER ROLE worker SET role = ''fleet_role'').';
+    END IF;
+
+    SELECT m.expires_at <= now_ AS gone INTO r FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_take.name AND m.holder = pg_claim_leases_take.holder;
+    joining := NOT FOUND OR r.gone;
+    IF joining THEN
+        -- a joiner checks what the members do not show: the name's other
+        -- leases (claim_lease's holders) and its session claims
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_locks k
+                   WHERE k.locktype = 'advisory' AND k.objsubid = 2 AND k.granted
+                     AND k.mode = 'ExclusiveLock'
+                     AND k.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                       WHERE d.datname = pg_catalog.current_database())
+                     AND k.classid = crc_::oid AND k.objid::bigint <= 1048575) THEN
+            RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+                USING ERRCODE = '55000',
+                HINT = 'Use one mode per name: claim_slots on direct connections, or claim_leases. The sessions that hold its slots: SELECT * FROM slot_status(name, n).';
+        END IF;
+        SELECT l.owner, l.n, l.holder INTO r FROM @extschema@.pg_claim_leases l
+        WHERE l.name = pg_claim_leases_take.name AND NOT l.session AND l.holder IS NOT NULL
+          AND l.expires_at > now_
+          AND (l.n <> pg_claim_leases_take.n
+               OR (l.owner IS NOT NULL AND l.owner <> role
+                   AND NOT pg_catalog.pg_has_role(role, l.owner, 'USAGE')))
+        LIMIT 1;
+        IF FOUND AND r.n <> n THEN
+            RAISE EXCEPTION 'n = % does not match n = % used by the live leases of "%" (for example holder "%")',
+                n, r.n, name, r.holder
+                USING ERRCODE = '55000',
+                HINT = 'All workers of one name must use the same n. Use the same n, or let the leases of the other n expire or be released first (SELECT * FROM lease_holders(name)).';
+        ELSIF FOUND THEN
+            RAISE EXCEPTION 'name "%" is leased by role %; role % cannot lease it', name,
+                r.owner::regrole, role::regrole
+                USING ERRCODE = '42501',
+                HINT = 'A name is leased by one role at a time. Workers that log in as different roles share a name through a common role: GRANT fleet_role TO each worker role, and let them claim as fleet_role (SET ROLE, or ALTER ROLE worker SET role = ''fleet_role'').';
+        END IF;
+    END IF;
+
+    -- 1. the holder is a live member until ttl from now (max => 0: it leaves)
+    INSERT INTO @extschema@.pg_claim_lease_members AS m
+        (name, holder, owner, n, max, held, joined_at, seen_at, expires_at)
+    VALUES (name, holder, role, n, max, 0, now_, now_,
+            CASE WHEN max = 0 THEN now_ ELSE now_ + ttl END)
+    ON CONFLICT ON CONSTRAINT pg_claim_lease_members_pkey DO UPDATE
+        SET owner = excluded.owner, n = excluded.n, max = excluded.max,
+            joined_at = CASE WHEN joining THEN excluded.joined_at ELSE m.joined_at END,
+            held = CASE WHEN joining THEN 0 ELSE m.held END,
+            seen_at = excluded.seen_at, expires_at = excluded.expires_at;
+
+    -- 2. renew its live leases below n; those at or above n (n changed) are
+    -- given back below
+    UPDATE @extschema@.pg_claim_leases l SET expires_at = now_ + ttl
+    WHERE l.name = pg_claim_leases_take.name AND l.holder = pg_claim_leases_take.holder
+      AND NOT l.session AND l.expires_at > now_ AND l.slot < n
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'));
+    GET DIAGNOSTICS mine = ROW_COUNT;
+
+    -- 3. its target: members whose max is below the even share of what is
+    -- left get their max; the others share the rest, one more each for the
+    -- first (rest mod sharing) of them by (held desc, joined_at, holder),
+    -- from each member's count as of its own last call
+    SELECT pg_catalog.array_agg(m.holder ORDER BY m.max, m.holder),
+           pg_catalog.array_agg(m.max ORDER BY m.max, m.holder)
+    INTO holders_, maxes_
+    FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_;
+    sharing := coalesce(pg_catalog.cardinality(holders_), 0);
+    rest := n;
+    capped := 0;
+    WHILE capped < pg_catalog.cardinality(holders_)
+          AND maxes_[capped + 1]::bigint * sharing <= rest LOOP
+        capped := capped + 1;
+        IF holders_[capped] = holder THEN
+            target := maxes_[capped];
+        END IF;
+        rest := rest - maxes_[capped];
+        sharing := sharing - 1;
+    END LOOP;
+    IF max = 0 THEN
+        target := 0;
+    ELSIF target IS NULL AND sharing > 0 THEN
+        target := rest / sharing;
+        IF rest % sharing > 0 THEN
+            SELECT m.held, m.joined_at INTO r FROM @extschema@.pg_claim_lease_members m
+            WHERE m.name = pg_claim_leases_take.name AND m.holder = pg_claim_leases_take.holder;
+            -- the sharing members ranked before this holder
+            SELECT count(*) INTO ahead FROM @extschema@.pg_claim_lease_members m
+            WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
+              AND m.holder <> ALL (holders_[1:capped]) AND m.holder <> pg_claim_leases_take.holder
+              AND (m.held > r.held
+                   OR (m.held = r.held AND (m.joined_at, m.holder) < (r.joined_at, pg_claim_leases_take.holder)));
+            IF ahead < rest % sharing THEN
+                target := target + 1;
+            END IF;
+        END IF;
+    END IF;
+    target := least(coalesce(target, 0), max);
+
+    -- 4a. give back every live lease at or above n (n changed), and what it
+    -- holds beyond the target (its highest slots); a slot whose row a fenced
+    -- transaction holds stays until that transaction ends
+    UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
+    WHERE l.name = pg_claim_leases_take.name
+      AND l.slot IN (SELECT o.slot FROM @extschema@.pg_claim_leases o
+                     WHERE o.name = pg_claim_leases_take.name
+                       AND o.holder = pg_claim_leases_take.holder AND NOT o.session
+                       AND o.expires_at > now_ AND o.slot >= n
+                     FOR UPDATE SKIP LOCKED);
+    IF mine > target THEN
+        UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
+        WHERE l.name = pg_claim_leases_take.name
+          AND l.slot IN (SELECT o.slot FROM @extschema@.pg_claim_leases o
+                         WHERE o.name = pg_claim_leases_take.name
+                           AND o.holder = pg_claim_leases_take.holder AND NOT o.session
+                           AND o.expires_at > now_ AND o.slot < n
+                           AND (o.owner IS NULL OR o.owner = role
+                                OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
+                         ORDER BY o.slot DESC
+                         LIMIT mine - target
+                         FOR UPDATE SKIP LOCKED);
+        GET DIAGNOSTICS given = ROW_COUNT;
+        mine := mine - given;
+    END IF;
+
+    -- 4b. take unserved slots up to the target: first its own slots whose
+    -- lease expired (or was given back), then the longest unserved (never
+    -- leased: expiry -infinity; then by expiry), then those with no expiry
+    -- (released before 0.5.0, and records of sessions that left); each
+    -- found by index, so the cost follows the slots taken, not n
+    IF mine < target THEN
+        -- the name's rows 0 .. n-1 exist (made once, when they do not)
+        IF coalesce((SELECT l.slot FROM @extschema@.pg_claim_leases l
+                     WHERE l.name = pg_claim_leases_take.name
+                     ORDER BY l.slot DESC LIMIT 1), -1) < n - 1 THEN
+            INSERT INTO @extschema@.pg_claim_leases AS l (name, slot, n, token, expires_at)
+            SELECT name, g, n, 0, '-infinity' FROM pg_catalog.generate_series(0, n - 1) g
+            WHERE NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases o
+                              WHERE o.name = pg_claim_leases_take.name AND o.slot = g)
+            ON CONFLICT ON CONSTRAINT pg_claim_leases_pkey DO NOTHING;
+        END IF;
+        FOR r IN SELECT l.slot FROM @extschema@.pg_claim_leases l
+                 WHERE l.name = pg_claim_leases_take.name AND l.holder = pg_claim_leases_take.holder
+                   AND NOT l.session AND l.slot < n AND l.expires_at <= now_
+                 ORDER BY l.slot LIMIT target - mine
+                 FOR UPDATE SKIP LOCKED LOOP
+            PERFORM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_);
+            mine := mine + 1;
+        END LOOP;
+        FOR r IN SELECT l.slot FROM @extschema@.pg_claim_leases l
+                 WHERE l.name = pg_claim_leases_take.name AND l.expires_at <= now_ AND l.slot < n
+                 ORDER BY l.expires_at LIMIT target - mine
+                 FOR UPDATE SKIP LOCKED LOOP
+            PERFORM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_);
+            mine := mine + 1;
+        END LOOP;
+        FOR r IN SELECT l.slot FROM @extschema@.pg_claim_leases l
+                 WHERE l.name = pg_claim_leases_take.name AND l.expires_at IS NULL AND l.slot < n
+                 ORDER BY l.slot LIMIT target - mine
+                 FOR UPDATE SKIP LOCKED LOOP
+            PERFORM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_);
+            mine := mine + 1;
+        END LOOP;
+    END IF;
+
+    UPDATE @extschema@.pg_claim_lease_members m SET held = mine
+    WHERE m.name = pg_claim_leases_take.name AND m.holder = pg_claim_leases_take.holder;
+
+    SELECT pg_catalog.array_agg(l.slot ORDER BY l.slot), pg_catalog.array_agg(l.token ORDER BY l.slot),
+           pg_catalog.array_agg(l.expires_at ORDER BY l.slot)
+    INTO slots, tokens, expires
+    FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_leases_take.name AND l.holder = pg_claim_leases_take.holder
+      AND NOT l.session AND l.expires_at > now_ AND l.slot < n
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'));
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_take(oid, text, integer, text, integer, interval, bigint, integer) FROM PUBLIC;
