@@ -1,0 +1,725 @@
+-- pg_claim 0.4.0 -> 0.5.0, run by ALTER EXTENSION pg_claim UPDATE.
+-- History, append-only: a released step is never edited; a change goes in a new step.
+--
+-- Mapping values do not change: indexes, generated columns and partitions
+-- built on 0.4.0 stay valid.
+
+\echo Use "ALTER EXTENSION pg_claim UPDATE TO '0.5.0'" to load this file. \quit
+
+-- ==== lease ====
+-- A lease's token is dead once the lease expired or was released:
+-- renew_lease, release_lease, lease_valid and fence refuse it; release_lease
+-- expires the lease now and keeps its last holder; claim_lease gives a holder
+-- whose lease expired its slot back with a new token, through the new
+-- pg_claim_lease_hand (shared with claim_leases). (The bodies are those of
+-- sql/leases.sql.)
+CREATE FUNCTION @extschema@.pg_claim_lease_hand(
+    role oid, name text, s integer, n integer, holder text, ttl interval, key_ integer,
+    now_ timestamptz, OUT slot integer, OUT token bigint, OUT expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(key_, s) THEN
+        RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+            USING ERRCODE = '55000',
+            HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease.';
+    END IF;
+    UPDATE @extschema@.pg_claim_leases l
+    SET n = pg_claim_lease_hand.n, holder = pg_claim_lease_hand.holder, session = false,
+        owner = role, token = @extschema@.next_token(l.token),
+        acquired_at = now_, expires_at = now_ + ttl
+    WHERE l.name = pg_claim_lease_hand.name AND l.slot = s
+    RETURNING l.slot, l.token, l.expires_at
+    INTO pg_claim_lease_hand.slot, pg_claim_lease_hand.token, pg_claim_lease_hand.expires_at;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_hand(oid, text, integer, integer, text, interval, integer, timestamptz) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION @extschema@.pg_claim_lease_take(
+    role oid, name text, n integer, holder text, ttl interval, crc_ bigint, key_ integer,
+    OUT slot integer, OUT token bigint, OUT expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    now_ timestamptz := pg_catalog.clock_timestamp();
+    r record;
+    lo integer := 0;
+    g integer;
+    tries integer := 0;
+BEGIN
+    -- the same checks again: a superuser may call this function directly
+    PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
+    IF crc_ IS DISTINCT FROM @extschema@.crc32(name) OR key_ IS DISTINCT FROM (crc_::bit(32))::integer THEN
+        RAISE EXCEPTION 'crc_ and key_ must be crc32(name) and its int4 form, got % and %', crc_, key_
+            USING ERRCODE = '22023',
+            HINT = 'This is claim_lease''s internal function: call claim_lease.';
+    END IF;
+    -- a name in session mode: claim_slot holds a slot of it
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_locks k
+               WHERE k.locktype = 'advisory' AND k.objsubid = 2 AND k.granted
+                 AND k.mode = 'ExclusiveLock'
+                 AND k.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                   WHERE d.datname = pg_catalog.current_database())
+                 AND k.classid = crc_::oid AND k.objid::bigint <= 1048575) THEN
+        RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+            USING ERRCODE = '55000',
+            HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease. The sessions that hold its slots: SELECT * FROM slot_status(name, n).';
+    END IF;
+    -- a name is leased by one role at a time
+    SELECT l.owner INTO r FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_lease_take.name AND NOT l.session AND l.holder IS NOT NULL
+      AND l.expires_at > now_ AND l.owner IS NOT NULL AND l.owner <> role
+      AND NOT pg_catalog.pg_has_role(role, l.owner, 'USAGE')
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'name "%" is leased by role %; role % cannot lease it', name,
+            r.owner::regrole, role::regrole
+            USING ERRCODE = '42501',
+            HINT = 'A name is leased by one role at a time. Workers that log in as different roles share a name through a common role: GRANT fleet_role TO each worker role, and let them claim as fleet_role (SET ROLE, or ALTER ROLE worker SET role = ''fleet_role'').';
+    END IF;
+    -- live leases of another n
+    SELECT l.n, l.holder INTO r FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_lease_take.name AND NOT l.session AND l.holder IS NOT NULL
+      AND l.expires_at > now_ AND l.n <> pg_claim_lease_take.n
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'n = % does not match n = % used by the live leases of "%" (for example holder "%")',
+            pg_claim_lease_take.n, r.n, name, r.holder
+            USING ERRCODE = '55000',
+            HINT = 'All workers of one name must use the same n. Use the same n, or let the leases of the other n expire or be released first (SELECT * FROM lease_holders(name)).';
+    END IF;
+
+    -- the same holder again: the same slot and token, the expiry extended;
+    -- one holder holds at most one slot of a name
+    SELECT l.slot INTO r FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_lease_take.name AND l.holder = pg_claim_lease_take.holder
+      AND NOT l.session AND l.slot < pg_claim_lease_take.n AND l.expires_at > now_
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
+    ORDER BY l.slot
+    LIMIT 1
+    FOR NO KEY UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(key_, r.slot) THEN
+            RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+                USING ERRCODE = '55000',
+                HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease.';
+        END IF;
+        UPDATE @extschema@.pg_claim_leases l
+        SET expires_at = now_ + ttl, n = pg_claim_lease_take.n
+        WHERE l.name = pg_claim_lease_take.name AND l.slot = r.slot
+        RETURNING l.slot, l.token, l.expires_at
+        INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at;
+    ELSE
+        -- a new acquisition: first the slot this holder had, when its lease
+        -- expired (or was released) and no one took it meanwhile (a new token)
+        SELECT l.slot INTO r FROM @extschema@.pg_claim_leases l
+        WHERE l.name = pg_claim_lease_take.name AND l.holder = pg_claim_lease_take.holder
+          AND NOT l.session AND l.slot < pg_claim_lease_take.n AND l.expires_at <= now_
+        ORDER BY l.slot
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            SELECT h.slot, h.token, h.expires_at
+            INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at
+            FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h;
+        END IF;
+        LOOP
+            EXIT WHEN pg_claim_lease_take.slot IS NOT NULL;
+            tries := tries + 1;
+            EXIT WHEN tries > 1000;
+            -- the lowest slot >= lo without a row: found from the rows of
+            -- the name, whatever n is
+            SELECT CASE WHEN lo < pg_claim_lease_take.n AND NOT EXISTS (
+                             SELECT 1 FROM @extschema@.pg_claim_leases l
+                             WHERE l.name = pg_claim_lease_take.name AND l.slot = lo)
+                        THEN lo
+                        ELSE (SELECT min(l.slot) + 1 FROM @extschema@.pg_claim_leases l
+                              WHERE l.name = pg_claim_lease_take.name AND l.slot >= lo
+                                AND l.slot < pg_claim_lease_take.n - 1
+                                AND NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases m
+                                                WHERE m.name = pg_claim_lease_take.name
+                                                  AND m.slot = l.slot + 1)) END
+            INTO g;
+            -- a lower slot whose lease expired or was released, or whose
+            -- session record's session is gone (no session holds a slot of
+            -- the name: checked above); a slot whose row a fenced
+            -- transaction holds is skipped, never waited for
+            SELECT l.slot INTO r FROM @extschema@.pg_claim_leases l
+            WHERE l.name = pg_claim_lease_take.name
+              AND l.slot < coalesce(g, pg_claim_lease_take.n)
+              AND (l.holder IS NULL OR l.session OR l.expires_at <= now_)
+            ORDER BY l.slot
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED;
+            IF FOUND THEN
+                SELECT h.slot, h.token, h.expires_at
+                INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at
+                FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h;
+                EXIT;
+            END IF;
+            EXIT WHEN g IS NULL;
+            -- the slot's first row; another claim_lease that is inserting it
+            -- in a transaction not yet committed holds the reservation
+            IF pg_catalog.pg_try_advisory_xact_lock(key_, 270532608 + g) THEN
+                IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(key_, g) THEN
+                    RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+                        USING ERRCODE = '55000',
+                        HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease.';
+                END IF;
+                INSERT INTO @extschema@.pg_claim_leases AS l
+                    (name, slot, n, holder, token, acquired_at, expires_at, owner)
+                VALUES (pg_claim_lease_take.name, g, pg_claim_lease_take.n, pg_claim_lease_take.holder,
+                        @extschema@.next_token(NULL::bigint), now_, now_ + ttl, role)
+                ON CONFLICT ON CONSTRAINT pg_claim_leases_pkey DO NOTHING
+                RETURNING l.slot, l.token, l.expires_at
+                INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at;
+                EXIT WHEN FOUND;
+            END IF;
+            lo := g + 1;
+        END LOOP;
+        -- the holder's other slots (after a change of n) are given back
+        IF pg_claim_lease_take.slot IS NOT NULL THEN
+            UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
+            WHERE l.name = pg_claim_lease_take.name
+              AND l.slot IN (SELECT o.slot FROM @extschema@.pg_claim_leases o
+                             WHERE o.name = pg_claim_lease_take.name
+                               AND o.holder = pg_claim_lease_take.holder AND NOT o.session
+                               AND o.slot <> pg_claim_lease_take.slot
+                               AND (o.owner IS NULL OR o.owner = role
+                                    OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
+                             FOR UPDATE SKIP LOCKED);
+        END IF;
+        -- else: every slot is leased (or fenced): a standby
+    END IF;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_take(oid, text, integer, text, interval, bigint, integer) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION @extschema@.pg_claim_lease_renew(
+    role oid, name text, slot integer, token bigint, ttl interval)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    until_ timestamptz;
+BEGIN
+    PERFORM @extschema@.pg_claim_need_read_committed('renew_lease'::text);
+    PERFORM @extschema@.lease_check(name, slot, token, ttl);
+    UPDATE @extschema@.pg_claim_leases l SET expires_at = pg_catalog.clock_timestamp() + ttl
+    WHERE l.name = pg_claim_lease_renew.name AND l.slot = pg_claim_lease_renew.slot
+      AND l.token = pg_claim_lease_renew.token AND l.holder IS NOT NULL AND NOT l.session
+      AND l.expires_at > pg_catalog.clock_timestamp()
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
+    RETURNING l.expires_at INTO until_;
+    RETURN until_;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_renew(oid, text, integer, bigint, interval) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION @extschema@.pg_claim_lease_release(role oid, name text, slot integer, token bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM @extschema@.pg_claim_need_read_committed('release_lease'::text);
+    PERFORM @extschema@.lease_check(name, slot, token, interval '1 second');
+    -- waits for the holder's own fenced transactions: the slot changes hands
+    -- only after them
+    PERFORM 1 FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_lease_release.name AND l.slot = pg_claim_lease_release.slot
+      AND l.token = pg_claim_lease_release.token AND l.holder IS NOT NULL AND NOT l.session
+      AND l.expires_at > pg_catalog.clock_timestamp()
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    -- released: expired from now on, the last holder kept (lease_holders
+    -- and slot_status show since when the slot is unserved)
+    UPDATE @extschema@.pg_claim_leases l SET expires_at = pg_catalog.clock_timestamp()
+    WHERE l.name = pg_claim_lease_release.name AND l.slot = pg_claim_lease_release.slot;
+    RETURN true;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_release(oid, text, integer, bigint) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION @extschema@.pg_claim_lease_valid(role oid, name text, slot integer, token bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF name IS NULL OR slot IS NULL OR token IS NULL THEN
+        PERFORM @extschema@.lease_check(name, slot, token, interval '1 second');
+    END IF;
+    PERFORM 1 FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_lease_valid.name AND l.slot = pg_claim_lease_valid.slot
+      AND l.token = pg_claim_lease_valid.token AND l.holder IS NOT NULL
+      AND (l.session OR l.expires_at > pg_catalog.clock_timestamp())
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
+    FOR KEY SHARE;
+    RETURN FOUND;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_valid(oid, text, integer, bigint) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION @extschema@.pg_claim_lease_fence(role oid, name text, slot integer, token bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r record;
+BEGIN
+    IF name IS NULL OR slot IS NULL OR token IS NULL THEN
+        PERFORM @extschema@.lease_check(name, slot, token, interval '1 second');
+    END IF;
+    PERFORM 1 FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_lease_fence.name AND l.slot = pg_claim_lease_fence.slot
+      AND l.token = pg_claim_lease_fence.token AND l.holder IS NOT NULL
+      AND (l.session OR l.expires_at > pg_catalog.clock_timestamp())
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
+    FOR KEY SHARE;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    SELECT l.token, l.holder, l.expires_at,
+           (l.owner IS NULL OR l.owner = role
+            OR pg_catalog.pg_has_role(role, l.owner, 'USAGE')) AS visible
+    INTO r FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_lease_fence.name AND l.slot = pg_claim_lease_fence.slot;
+    RAISE EXCEPTION 'fencing token % of slot % of "%" is not current (%)', token, slot, name,
+        CASE WHEN r.token IS NULL THEN 'the slot was never claimed'
+             WHEN r.holder IS NULL THEN 'the slot is not leased'
+             WHEN NOT r.visible THEN 'the slot is held by a role whose privileges this role lacks'
+             WHEN r.token <> token THEN 'its token is now ' || r.token
+             ELSE 'the lease expired or was given back at ' || r.expires_at END
+        USING ERRCODE = 'PC001',
+        HINT = 'This worker lost the slot (its lease expired and was taken over, or it was released): stop writing, and claim again.';
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_fence(oid, text, integer, bigint) FROM PUBLIC;
+
+-- ==== lease: claim_leases ====
+-- Elastic lease fleets (sql/leases_fleet.sql, whole).
+-- Elastic lease fleets: claim_leases (docs/leases.md, "claim_leases").
+--
+-- Every holder of a name calls claim_leases every ttl/3 or so. One call, under
+-- the name's lease mutex (the one claim_lease takes, for the statement only):
+--   1. records the holder as a member of the name's fleet until ttl from now
+--      (a member is live while it calls within its ttl, counted from its
+--      first call even when that call returns no slot);
+--   2. renews the holder's live leases (a lease that expired is not renewed:
+--      its token is dead, and the slot is taken again with a new token);
+--   3. computes every live member's target: n shared out as evenly as the
+--      members' max allow (a member whose max is below the even share gets
+--      its max, the others share the rest); of those that share the rest,
+--      the ones holding the most (then the earliest joined) get one more;
+--   4. gives back what the holder holds beyond its target, and takes
+--      unserved slots (free, expired, given back) up to it.
+-- So a joiner gets its share from holders above their targets, and a leaver's
+-- slots go to holders below theirs; no other slot moves.
+--
+-- Targets are computed from each member's count of leases as of its own last
+-- call (pg_claim_lease_members.held), so a call reads the members of the name
+-- and its own leases, never every slot: its cost grows with the number of
+-- live holders and the slots that change hands, not with n. (The first call
+-- that finds the name's rows below n creates the missing rows, once.)
+--
+-- A slot's hand-over takes its row FOR UPDATE SKIP LOCKED, so a slot whose
+-- row a fenced transaction holds (fence / lease_valid: FOR KEY SHARE) is not
+-- given back or taken until that transaction ends: at no moment do two
+-- holders pass fence for one slot. A given-back lease expires at once (the
+-- holder is kept, so lease_holders and slot_status show since when).
+
+CREATE TABLE @extschema@.pg_claim_lease_members (
+    name       text        NOT NULL,
+    holder     text        NOT NULL,
+    -- the role that called
+    owner      oid         NOT NULL,
+    n          integer     NOT NULL,
+    -- the most slots it takes (claim_leases' max)
+    max        integer     NOT NULL,
+    -- how many leases it held at the end of its last call
+    held       integer     NOT NULL,
+    joined_at  timestamptz NOT NULL,
+    seen_at    timestamptz NOT NULL,
+    -- live until then: seen_at + its ttl
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (name, holder)
+);
+REVOKE ALL ON @extschema@.pg_claim_lease_members FROM PUBLIC;
+COMMENT ON TABLE @extschema@.pg_claim_lease_members IS
+    'pg_claim''s claim_leases holders, one row per live holder of a name; written only through claim_leases';
+
+-- The leases of one holder (renewal, give-back) and the unserved slots of a
+-- name, found without reading every slot of the name.
+CREATE INDEX pg_claim_leases_holder ON @extschema@.pg_claim_leases (name, holder);
+CREATE INDEX pg_claim_leases_expiry ON @extschema@.pg_claim_leases (name, expires_at);
+
+-- claim_leases' argument checks (besides claim_lease's).
+CREATE FUNCTION @extschema@.pg_claim_leases_check(n integer, max integer)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF max < 0 OR max > n THEN
+        RAISE EXCEPTION 'max must be between 0 and n = %, got %', n, max USING ERRCODE = '22023',
+            HINT = 'max is the most slots this holder takes (NULL or n: no limit); max => 0 gives back every slot and leaves the fleet.';
+    END IF;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_check(integer, integer) FROM PUBLIC;
+
+-- claim_leases (src/leases.rs) for `role`: the name's lease mutex for this
+-- statement only, then the body. The holder's leases after the call, as
+-- arrays ordered by slot.
+CREATE FUNCTION @extschema@.pg_claim_leases_claim(
+    role oid, name text, n integer, holder text, max integer, ttl interval,
+    OUT slots integer[], OUT tokens bigint[], OUT expires timestamptz[])
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    crc_ bigint;
+    key_ integer;
+    max_ integer := coalesce(max, n);
+BEGIN
+    PERFORM @extschema@.pg_claim_need_read_committed('claim_leases'::text);
+    PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
+    PERFORM @extschema@.pg_claim_leases_check(n, max_);
+    -- the name registry before the mutex, as claim_lease
+    PERFORM @extschema@.pg_claim_register_name(name::pg_catalog.text);
+    crc_ := @extschema@.crc32(name);
+    key_ := (crc_::bit(32))::integer;
+    PERFORM pg_catalog.pg_advisory_lock(key_, 269484034);
+    BEGIN
+        SELECT t.slots, t.tokens, t.expires INTO slots, tokens, expires
+        FROM @extschema@.pg_claim_leases_take(role, name, n, holder, max_, ttl, crc_, key_) t;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        PERFORM pg_catalog.pg_advisory_unlock(key_, 269484034);
+        RAISE;
+    END;
+    PERFORM pg_catalog.pg_advisory_unlock(key_, 269484034);
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_claim(oid, text, integer, text, integer, interval) FROM PUBLIC;
+
+-- The body of claim_leases, under the name's mutex (called only by
+-- pg_claim_leases_claim, whose owner's rights it runs with).
+CREATE FUNCTION @extschema@.pg_claim_leases_take(
+    role oid, name text, n integer, holder text, max integer, ttl interval,
+    crc_ bigint, key_ integer,
+    OUT slots integer[], OUT tokens bigint[], OUT expires timestamptz[])
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+-- every column is qualified: a bare name is one of the arguments
+#variable_conflict use_variable
+DECLARE
+    now_ timestamptz := pg_catalog.clock_timestamp();
+    joining boolean;
+    r record;
+    mine integer;
+    target integer;
+    rest integer;
+    sharing integer;
+    capped integer;
+    ahead bigint;
+    given integer;
+    holders_ text[];
+    maxes_ integer[];
+BEGIN
+    -- the same checks again: a superuser may call this function directly
+    PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
+    PERFORM @extschema@.pg_claim_leases_check(n, max);
+    IF crc_ IS DISTINCT FROM @extschema@.crc32(name) OR key_ IS DISTINCT FROM (crc_::bit(32))::integer THEN
+        RAISE EXCEPTION 'crc_ and key_ must be crc32(name) and its int4 form, got % and %', crc_, key_
+            USING ERRCODE = '22023',
+            HINT = 'This is claim_leases''s internal function: call claim_leases.';
+    END IF;
+
+    -- the members of the name that are no longer live are forgotten
+    DELETE FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_take.name AND m.expires_at <= now_
+      AND m.holder <> pg_claim_leases_take.holder;
+    -- the live members of another role or another n
+    SELECT m.owner, m.n, m.holder INTO r FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
+      AND m.holder <> pg_claim_leases_take.holder
+      AND (m.n <> pg_claim_leases_take.n
+           OR (m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE')))
+    LIMIT 1;
+    IF FOUND AND r.n <> n THEN
+        RAISE EXCEPTION 'n = % does not match n = % used by the live leases of "%" (for example holder "%")',
+            n, r.n, name, r.holder
+            USING ERRCODE = '55000',
+            HINT = 'All workers of one name must use the same n. Use the same n, or let the leases of the other n expire or be released first (SELECT * FROM lease_holders(name)).';
+    ELSIF FOUND THEN
+        RAISE EXCEPTION 'name "%" is leased by role %; role % cannot lease it', name,
+            r.owner::regrole, role::regrole
+            USING ERRCODE = '42501',
+            HINT = 'A name is leased by one role at a time. Workers that log in as different roles share a name through a common role: GRANT fleet_role TO each worker role, and let them claim as fleet_role (SET ROLE, or ALTER ROLE worker SET role = ''fleet_role'').';
+    END IF;
+
+    SELECT m.expires_at <= now_ AS gone INTO r FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_take.name AND m.holder = pg_claim_leases_take.holder;
+    joining := NOT FOUND OR r.gone;
+    IF joining THEN
+        -- a joiner checks what the members do not show: the name's other
+        -- leases (claim_lease's holders) and its session claims
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_locks k
+                   WHERE k.locktype = 'advisory' AND k.objsubid = 2 AND k.granted
+                     AND k.mode = 'ExclusiveLock'
+                     AND k.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                       WHERE d.datname = pg_catalog.current_database())
+                     AND k.classid = crc_::oid AND k.objid::bigint <= 1048575) THEN
+            RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+                USING ERRCODE = '55000',
+                HINT = 'Use one mode per name: claim_slots on direct connections, or claim_leases. The sessions that hold its slots: SELECT * FROM slot_status(name, n).';
+        END IF;
+        SELECT l.owner, l.n, l.holder INTO r FROM @extschema@.pg_claim_leases l
+        WHERE l.name = pg_claim_leases_take.name AND NOT l.session AND l.holder IS NOT NULL
+          AND l.expires_at > now_
+          AND (l.n <> pg_claim_leases_take.n
+               OR (l.owner IS NOT NULL AND l.owner <> role
+                   AND NOT pg_catalog.pg_has_role(role, l.owner, 'USAGE')))
+        LIMIT 1;
+        IF FOUND AND r.n <> n THEN
+            RAISE EXCEPTION 'n = % does not match n = % used by the live leases of "%" (for example holder "%")',
+                n, r.n, name, r.holder
+                USING ERRCODE = '55000',
+                HINT = 'All workers of one name must use the same n. Use the same n, or let the leases of the other n expire or be released first (SELECT * FROM lease_holders(name)).';
+        ELSIF FOUND THEN
+            RAISE EXCEPTION 'name "%" is leased by role %; role % cannot lease it', name,
+                r.owner::regrole, role::regrole
+                USING ERRCODE = '42501',
+                HINT = 'A name is leased by one role at a time. Workers that log in as different roles share a name through a common role: GRANT fleet_role TO each worker role, and let them claim as fleet_role (SET ROLE, or ALTER ROLE worker SET role = ''fleet_role'').';
+        END IF;
+    END IF;
+
+    -- 1. the holder is a live member until ttl from now (max => 0: it leaves)
+    INSERT INTO @extschema@.pg_claim_lease_members AS m
+        (name, holder, owner, n, max, held, joined_at, seen_at, expires_at)
+    VALUES (name, holder, role, n, max, 0, now_, now_,
+            CASE WHEN max = 0 THEN now_ ELSE now_ + ttl END)
+    ON CONFLICT ON CONSTRAINT pg_claim_lease_members_pkey DO UPDATE
+        SET owner = excluded.owner, n = excluded.n, max = excluded.max,
+            joined_at = CASE WHEN joining THEN excluded.joined_at ELSE m.joined_at END,
+            held = CASE WHEN joining THEN 0 ELSE m.held END,
+            seen_at = excluded.seen_at, expires_at = excluded.expires_at;
+
+    -- 2. renew its live leases below n; those at or above n (n changed) are
+    -- given back below
+    UPDATE @extschema@.pg_claim_leases l SET expires_at = now_ + ttl
+    WHERE l.name = pg_claim_leases_take.name AND l.holder = pg_claim_leases_take.holder
+      AND NOT l.session AND l.expires_at > now_ AND l.slot < n
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'));
+    GET DIAGNOSTICS mine = ROW_COUNT;
+
+    -- 3. its target: members whose max is below the even share of what is
+    -- left get their max; the others share the rest, one more each for the
+    -- first (rest mod sharing) of them by (held desc, joined_at, holder),
+    -- from each member's count as of its own last call
+    SELECT pg_catalog.array_agg(m.holder ORDER BY m.max, m.holder),
+           pg_catalog.array_agg(m.max ORDER BY m.max, m.holder)
+    INTO holders_, maxes_
+    FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_;
+    sharing := coalesce(pg_catalog.cardinality(holders_), 0);
+    rest := n;
+    capped := 0;
+    WHILE capped < pg_catalog.cardinality(holders_)
+          AND maxes_[capped + 1]::bigint * sharing <= rest LOOP
+        capped := capped + 1;
+        IF holders_[capped] = holder THEN
+            target := maxes_[capped];
+        END IF;
+        rest := rest - maxes_[capped];
+        sharing := sharing - 1;
+    END LOOP;
+    IF max = 0 THEN
+        target := 0;
+    ELSIF target IS NULL AND sharing > 0 THEN
+        target := rest / sharing;
+        IF rest % sharing > 0 THEN
+            SELECT m.held, m.joined_at INTO r FROM @extschema@.pg_claim_lease_members m
+            WHERE m.name = pg_claim_leases_take.name AND m.holder = pg_claim_leases_take.holder;
+            -- the sharing members ranked before this holder
+            SELECT count(*) INTO ahead FROM @extschema@.pg_claim_lease_members m
+            WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
+              AND m.holder <> ALL (holders_[1:capped]) AND m.holder <> pg_claim_leases_take.holder
+              AND (m.held > r.held
+                   OR (m.held = r.held AND (m.joined_at, m.holder) < (r.joined_at, pg_claim_leases_take.holder)));
+            IF ahead < rest % sharing THEN
+                target := target + 1;
+            END IF;
+        END IF;
+    END IF;
+    target := least(coalesce(target, 0), max);
+
+    -- 4a. give back every live lease at or above n (n changed), and what it
+    -- holds beyond the target (its highest slots); a slot whose row a fenced
+    -- transaction holds stays until that transaction ends
+    UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
+    WHERE l.name = pg_claim_leases_take.name
+      AND l.slot IN (SELECT o.slot FROM @extschema@.pg_claim_leases o
+                     WHERE o.name = pg_claim_leases_take.name
+                       AND o.holder = pg_claim_leases_take.holder AND NOT o.session
+                       AND o.expires_at > now_ AND o.slot >= n
+                     FOR UPDATE SKIP LOCKED);
+    IF mine > target THEN
+        UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
+        WHERE l.name = pg_claim_leases_take.name
+          AND l.slot IN (SELECT o.slot FROM @extschema@.pg_claim_leases o
+                         WHERE o.name = pg_claim_leases_take.name
+                           AND o.holder = pg_claim_leases_take.holder AND NOT o.session
+                           AND o.expires_at > now_ AND o.slot < n
+                           AND (o.owner IS NULL OR o.owner = role
+                                OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
+                         ORDER BY o.slot DESC
+                         LIMIT mine - target
+                         FOR UPDATE SKIP LOCKED);
+        GET DIAGNOSTICS given = ROW_COUNT;
+        mine := mine - given;
+    END IF;
+
+    -- 4b. take unserved slots up to the target: first its own slots whose
+    -- lease expired (or was given back), then the longest unserved (never
+    -- leased: expiry -infinity; then by expiry), then those with no expiry
+    -- (released before 0.5.0, and records of sessions that left); each
+    -- found by index, so the cost follows the slots taken, not n
+    IF mine < target THEN
+        -- the name's rows 0 .. n-1 exist (made once, when they do not)
+        IF coalesce((SELECT l.slot FROM @extschema@.pg_claim_leases l
+                     WHERE l.name = pg_claim_leases_take.name
+                     ORDER BY l.slot DESC LIMIT 1), -1) < n - 1 THEN
+            INSERT INTO @extschema@.pg_claim_leases AS l (name, slot, n, token, expires_at)
+            SELECT name, g, n, 0, '-infinity' FROM pg_catalog.generate_series(0, n - 1) g
+            WHERE NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases o
+                              WHERE o.name = pg_claim_leases_take.name AND o.slot = g)
+            ON CONFLICT ON CONSTRAINT pg_claim_leases_pkey DO NOTHING;
+        END IF;
+        FOR r IN SELECT l.slot FROM @extschema@.pg_claim_leases l
+                 WHERE l.name = pg_claim_leases_take.name AND l.holder = pg_claim_leases_take.holder
+                   AND NOT l.session AND l.slot < n AND l.expires_at <= now_
+                 ORDER BY l.slot LIMIT target - mine
+                 FOR UPDATE SKIP LOCKED LOOP
+            PERFORM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_);
+            mine := mine + 1;
+        END LOOP;
+        FOR r IN SELECT l.slot FROM @extschema@.pg_claim_leases l
+                 WHERE l.name = pg_claim_leases_take.name AND l.expires_at <= now_ AND l.slot < n
+                 ORDER BY l.expires_at LIMIT target - mine
+                 FOR UPDATE SKIP LOCKED LOOP
+            PERFORM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_);
+            mine := mine + 1;
+        END LOOP;
+        FOR r IN SELECT l.slot FROM @extschema@.pg_claim_leases l
+                 WHERE l.name = pg_claim_leases_take.name AND l.expires_at IS NULL AND l.slot < n
+                 ORDER BY l.slot LIMIT target - mine
+                 FOR UPDATE SKIP LOCKED LOOP
+            PERFORM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_);
+            mine := mine + 1;
+        END LOOP;
+    END IF;
+
+    UPDATE @extschema@.pg_claim_lease_members m SET held = mine
+    WHERE m.name = pg_claim_leases_take.name AND m.holder = pg_claim_leases_take.holder;
+
+    SELECT pg_catalog.array_agg(l.slot ORDER BY l.slot), pg_catalog.array_agg(l.token ORDER BY l.slot),
+           pg_catalog.array_agg(l.expires_at ORDER BY l.slot)
+    INTO slots, tokens, expires
+    FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_leases_take.name AND l.holder = pg_claim_leases_take.holder
+      AND NOT l.session AND l.expires_at > now_ AND l.slot < n
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'));
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_take(oid, text, integer, text, integer, interval, bigint, integer) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@."claim_leases"(
+	"name" TEXT,
+	"n" INT,
+	"holder" TEXT,
+	"max" INT DEFAULT NULL,
+	"ttl" interval DEFAULT '30 seconds'
+) RETURNS TABLE (
+	"slot" INT,
+	"token" bigint,
+	"expires_at" timestamp with time zone
+)
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'claim_leases_wrapper';
+COMMENT ON FUNCTION @extschema@.claim_leases(text, integer, text, integer, interval) IS
+    'renew, take and give back leases of name so that the live holders share its n slots evenly (at most max for this holder; max => 0: leave): every slot holder holds after the call';
+
+-- ==== claim: grants (keep this section last) ====
+-- Who may claim (sql/grants.sql, whole): claim_leases is granted to PUBLIC by
+-- the extension's owner, as the other claiming functions.
+-- Who may claim (docs/claiming.md, "Who may claim"). Runs last in the
+-- install script, and again in every upgrade script that adds such a
+-- function.
+--
+-- The functions that take, renew or report claims are granted to PUBLIC by
+-- the extension's owner, so that the owner can restrict who may claim with
+-- REVOKE EXECUTE ... FROM PUBLIC and GRANT EXECUTE ... TO a role. (In a
+-- trusted install the functions belong to the bootstrap superuser, and
+-- PUBLIC's default EXECUTE is granted by that superuser: the installing
+-- owner's REVOKE would change nothing.) So, for each of these functions:
+-- EXECUTE to the extension's owner WITH GRANT OPTION, revoked from PUBLIC,
+-- then granted to PUBLIC again by the extension's owner, from a temporary
+-- SECURITY DEFINER function that belongs to the owner (SET ROLE is not
+-- allowed in a trusted install script), dropped at once.
+--
+-- In an upgrade, a function whose EXECUTE was revoked from PUBLIC before
+-- stays revoked. The functions are selected by name among the extension's members, so that
+-- every overload is covered. The pure mappings (slot_of, crc32, ...) and the
+-- caller-rights readers (my_items, slot_counts, ...) keep PUBLIC's default
+-- EXECUTE from their owner.
+
+-- The grants to PUBLIC, made by the extension's owner: this function is
+-- given to the owner below and dropped once called.
+CREATE FUNCTION @extschema@.pg_claim_grant_to_public(fns pg_catalog.regprocedure[])
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    f pg_catalog.regprocedure;
+BEGIN
+    FOREACH f IN ARRAY fns LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO PUBLIC', f);
+    END LOOP;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_grant_to_public(pg_catalog.regprocedure[]) FROM PUBLIC;
+
+DO $grants$
+DECLARE
+    fns pg_catalog.regprocedure[];
+    public_fns pg_catalog.regprocedure[];
+    f pg_catalog.regprocedure;
+    owner_ pg_catalog.text;
+    path_ pg_catalog.text := pg_catalog.current_setting('search_path');
+BEGIN
+    -- function signatures below print schema-qualified
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    SELECT e.extowner::pg_catalog.regrole::pg_catalog.text INTO owner_
+    FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_claim';
+    SELECT pg_catalog.array_agg(p.oid::pg_catalog.regprocedure ORDER BY p.oid) INTO fns
+    FROM pg_catalog.pg_depend d
+    JOIN pg_catalog.pg_proc p ON p.oid = d.objid
+    WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+      AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+      AND d.deptype = 'e'
+      AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_claim')
+      AND (p.proname = ANY (ARRAY[
+               'claim_slot', 'claim_slots', 'release_slot', 'my_slot', 'my_slots',
+               'slot_holders', 'slot_status',
+               'claim_lease', 'claim_leases', 'renew_lease', 'release_lease',
+               'lease_holders', 'fence', 'lease_valid', 'my_token',
+               'claim_partitions', 'my_partitions',
+               'record_failure', 'failure_due', 'failing_items', 'clear_failure',
+               'item_failures']::pg_catalog.name[])
+           OR p.proname OPERATOR(pg_catalog.~~) 'group\_%');
+    -- (in an upgrade, a function whose EXECUTE was already revoked from
+    -- PUBLIC stays revoked)
+    SELECT pg_catalog.array_agg(f2 ORDER BY f2::pg_catalog.oid) INTO public_fns
+    FROM pg_catalog.unnest(fns) f2
+    WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_proc p,
+                  pg_catalog.aclexplode(coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
+                  WHERE p.oid = f2::pg_catalog.oid AND a.grantee = 0 AND a.privilege_type = 'EXECUTE');
+    FOREACH f IN ARRAY fns LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s WITH GRANT OPTION', f, owner_);
+        EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+    END LOOP;
+    EXECUTE pg_catalog.format(
+        'ALTER FUNCTION @extschema@.pg_claim_grant_to_public(pg_catalog.regprocedure[]) OWNER TO %s', owner_);
+    PERFORM @extschema@.pg_claim_grant_to_public(coalesce(public_fns, '{}'));
+    PERFORM pg_catalog.set_config('search_path', path_, true);
+END $grants$;
+
+DROP FUNCTION @extschema@.pg_claim_grant_to_public(pg_catalog.regprocedure[]);
