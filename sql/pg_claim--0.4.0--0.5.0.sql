@@ -286,7 +286,7 @@ BEGIN
              WHEN r.holder IS NULL THEN 'the slot is not leased'
              WHEN NOT r.visible THEN 'the slot is held by a role whose privileges this role lacks'
              WHEN r.token <> token THEN 'its token is now ' || r.token
-             ELSE 'the lease expired or was given back at ' || r.expires_at END
+             ELSE 'the lease expired or was given back' END
         USING ERRCODE = 'PC001',
         HINT = 'This worker lost the slot (its lease expired and was taken over, or it was released): stop writing, and claim again.';
 END $$;

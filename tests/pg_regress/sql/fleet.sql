@@ -39,9 +39,10 @@ SELECT slot, state, holder, token IS NOT NULL AS has_token,
        since = (SELECT CASE WHEN state = 'lease' THEN acquired_at ELSE expires_at END
                 FROM lease_holders('fs_lease') h WHERE h.slot = s.slot) AS since_right
 FROM slot_status('fs_lease', 3) s;
--- a released lease: unserved, since unknown
+-- a released lease: unserved since its release, its last holder shown
 SELECT release_lease('fs_lease', 0, (SELECT token FROM lease_holders('fs_lease') WHERE slot = 0));
-SELECT slot, state, holder, since FROM slot_status('fs_lease', 3) WHERE slot = 0;
+SELECT slot, state, holder, since IS NOT NULL AND since <= now() AS since_release
+FROM slot_status('fs_lease', 3) WHERE slot = 0;
 
 -- Bad input: SQLSTATE, message naming the value, hint.
 SELECT pc_try($$SELECT claim_slots(NULL, 8, 8)$$) AS null_name;

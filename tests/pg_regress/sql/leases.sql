@@ -66,11 +66,13 @@ INSERT INTO ls_got SELECT 'taker', * FROM claim_lease('ls_exp', 1, 'taker');
 SELECT (SELECT token FROM ls_got WHERE who = 'taker') > (SELECT token FROM ls_got WHERE who = 'short') AS greater_token,
        renew_lease('ls_exp', 0, (SELECT token FROM ls_got WHERE who = 'short')) IS NULL AS old_renewal_lost;
 SELECT pc_try(format('SELECT fence(%L, 0, %s)', 'ls_exp', (SELECT token FROM ls_got WHERE who = 'short'))) AS old_fence;
--- an expired lease no one took is still its holder's: same slot and token
+-- an expired lease no one took: its holder gets the same slot back, with a
+-- new token (the old one died with the lease)
 INSERT INTO ls_got SELECT 'nap', * FROM claim_lease('ls_nap', 1, 'nap', '10 milliseconds');
 SELECT pg_sleep(0.05);
 INSERT INTO ls_got SELECT 'nap back', * FROM claim_lease('ls_nap', 1, 'nap');
-SELECT (SELECT token FROM ls_got WHERE who = 'nap back') = (SELECT token FROM ls_got WHERE who = 'nap') AS same_token;
+SELECT (SELECT slot FROM ls_got WHERE who = 'nap back') = (SELECT slot FROM ls_got WHERE who = 'nap') AS same_slot,
+       (SELECT token FROM ls_got WHERE who = 'nap back') > (SELECT token FROM ls_got WHERE who = 'nap') AS newer_token;
 
 -- Session mode: my_token is the token of this session's claim_slot claim,
 -- stable while it holds the slot, NULL without a claim; it fences like a

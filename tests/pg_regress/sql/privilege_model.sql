@@ -130,7 +130,7 @@ SELECT slot, holder FROM lease_holders('pm_lease') ORDER BY slot;
 -- call the functions can release another holder's lease with its token
 SELECT release_lease('pm_lease', 1, (SELECT token FROM lease_holders('pm_lease') WHERE slot = 1))
     AS released_with_token_shown;
-SELECT slot, holder FROM lease_holders('pm_lease') ORDER BY slot;
+SELECT slot, holder, expired FROM lease_holders('pm_lease') ORDER BY slot;
 RESET ROLE;
 
 -- Back to the defaults for the tests that follow.
