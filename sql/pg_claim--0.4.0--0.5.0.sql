@@ -425,10 +425,14 @@ BEGIN
             HINT = 'This is claim_leases''s internal function: call claim_leases.';
     END IF;
 
-    -- the members of the name that are no longer live are forgotten
+    -- the members of the name that are no longer live are forgotten (a
+    -- row that a claimer's open transaction holds waits for the next call)
     DELETE FROM @extschema@.pg_claim_lease_members m
-    WHERE m.name = pg_claim_leases_take.name AND m.expires_at <= now_
-      AND m.holder <> pg_claim_leases_take.holder;
+    WHERE m.name = pg_claim_leases_take.name
+      AND m.holder IN (SELECT o.holder FROM @extschema@.pg_claim_lease_members o
+                       WHERE o.name = pg_claim_leases_take.name AND o.expires_at <= now_
+                         AND o.holder <> pg_claim_leases_take.holder
+                       FOR UPDATE SKIP LOCKED);
     -- the live members of another role or another n
     SELECT m.owner, m.n, m.holder INTO r FROM @extschema@.pg_claim_lease_members m
     WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
