@@ -168,6 +168,13 @@ BEGIN
             USING ERRCODE = CASE WHEN holder IS NULL THEN '22004' ELSE '22023' END,
             HINT = 'The holder names one claim instance (one worker process), the same on every call, e.g. host:pid:random.';
     END IF;
+    -- holders are keys of an index of pg_claim_leases, as names are
+    IF pg_catalog.octet_length(holder) > 1024 THEN
+        RAISE EXCEPTION 'holder must be at most 1024 bytes, got % bytes (starting "%")',
+            pg_catalog.octet_length(holder), pg_catalog.left(holder, 20)
+            USING ERRCODE = '22023',
+            HINT = 'The holder names one claim instance (one worker process): use a short text such as host:pid:random.';
+    END IF;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_claim_check(text, integer, text, interval) FROM PUBLIC;
 

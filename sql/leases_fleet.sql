@@ -82,6 +82,11 @@ BEGIN
     PERFORM @extschema@.pg_claim_leases_check(n, max_);
     -- the name registry before the mutex, as claim_lease
     PERFORM @extschema@.pg_claim_register_name(name::pg_catalog.text);
+    IF max_ = 0 THEN
+        -- leaving: no mutex (it may wait for the holder's fenced transactions)
+        PERFORM @extschema@.pg_claim_leases_leave(role, name, holder);
+        RETURN;
+    END IF;
     crc_ := @extschema@.crc32(name);
     key_ := (crc_::bit(32))::integer;
     PERFORM pg_catalog.pg_advisory_lock(key_, 269484034);
@@ -95,6 +100,52 @@ BEGIN
     PERFORM pg_catalog.pg_advisory_unlock(key_, 269484034);
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_claim(oid, text, integer, text, integer, interval) FROM PUBLIC;
+
+-- claim_leases(..., max => 0): the holder leaves the fleet. Its member row
+-- stops counting at once, and every lease it holds is given back, after the
+-- holder's own fenced transactions in progress end (as release_lease waits
+-- for them); nothing is renewed. Called only by pg_claim_leases_claim.
+CREATE FUNCTION @extschema@.pg_claim_leases_leave(role oid, name text, holder text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+-- every column is qualified: a bare name is one of the arguments
+#variable_conflict use_variable
+DECLARE
+    r record;
+BEGIN
+    IF role IS NULL OR name IS NULL OR holder IS NULL THEN
+        RAISE EXCEPTION '% must not be null',
+            CASE WHEN role IS NULL THEN 'role' WHEN name IS NULL THEN 'name' ELSE 'holder' END
+            USING ERRCODE = '22004',
+            HINT = 'This is claim_leases''s internal function: call claim_leases(name, n, holder, max => 0).';
+    END IF;
+    -- another role's live member of that holder text is not this role's to end
+    SELECT m.owner INTO r FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_leave.name AND m.holder = pg_claim_leases_leave.holder
+      AND m.expires_at > pg_catalog.clock_timestamp()
+      AND m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE');
+    IF FOUND THEN
+        RAISE EXCEPTION 'name "%" is leased by role %; role % cannot lease it', name,
+            r.owner::regrole, role::regrole
+            USING ERRCODE = '42501',
+            HINT = 'A name is leased by one role at a time. Workers that log in as different roles share a name through a common role: GRANT fleet_role TO each worker role, and let them claim as fleet_role (SET ROLE, or ALTER ROLE worker SET role = ''fleet_role'').';
+    END IF;
+    UPDATE @extschema@.pg_claim_lease_members m
+    SET expires_at = pg_catalog.clock_timestamp(), max = 0, held = 0
+    WHERE m.name = pg_claim_leases_leave.name AND m.holder = pg_claim_leases_leave.holder;
+    -- FOR UPDATE waits for the fenced transactions (FOR KEY SHARE)
+    PERFORM 1 FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_leases_leave.name AND l.holder = pg_claim_leases_leave.holder
+      AND NOT l.session AND l.expires_at > pg_catalog.clock_timestamp()
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
+    FOR UPDATE;
+    UPDATE @extschema@.pg_claim_leases l SET expires_at = pg_catalog.clock_timestamp()
+    WHERE l.name = pg_claim_leases_leave.name AND l.holder = pg_claim_leases_leave.holder
+      AND NOT l.session AND l.expires_at > pg_catalog.clock_timestamp()
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'));
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_leave(oid, text, text) FROM PUBLIC;
 
 -- The body of claim_leases, under the name's mutex (called only by
 -- pg_claim_leases_claim, whose owner's rights it runs with).
@@ -123,6 +174,11 @@ BEGIN
     -- the same checks again: a superuser may call this function directly
     PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
     PERFORM @extschema@.pg_claim_leases_check(n, max);
+    IF role IS NULL THEN
+        RAISE EXCEPTION 'role must not be null' USING ERRCODE = '22004',
+            HINT = 'This is claim_leases''s internal function: call claim_leases.';
+    END IF;
+    max := coalesce(max, n);
     IF crc_ IS DISTINCT FROM @extschema@.crc32(name) OR key_ IS DISTINCT FROM (crc_::bit(32))::integer THEN
         RAISE EXCEPTION 'crc_ and key_ must be crc32(name) and its int4 form, got % and %', crc_, key_
             USING ERRCODE = '22023',
@@ -137,23 +193,28 @@ BEGIN
                        WHERE o.name = pg_claim_leases_take.name AND o.expires_at <= now_
                          AND o.holder <> pg_claim_leases_take.holder
                        FOR UPDATE SKIP LOCKED);
-    -- the live members of another role or another n
-    SELECT m.owner, m.n, m.holder INTO r FROM @extschema@.pg_claim_lease_members m
+    -- a live member of a role whose privileges this role lacks, this
+    -- holder's own row included (its holder text is no key to it)
+    SELECT m.owner INTO r FROM @extschema@.pg_claim_lease_members m
     WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
-      AND m.holder <> pg_claim_leases_take.holder
-      AND (m.n <> pg_claim_leases_take.n
-           OR (m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE')))
+      AND m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE')
     LIMIT 1;
-    IF FOUND AND r.n <> n THEN
-        RAISE EXCEPTION 'n = % does not match n = % used by the live leases of "%" (for example holder "%")',
-            n, r.n, name, r.holder
-            USING ERRCODE = '55000',
-            HINT = 'All workers of one name must use the same n. Use the same n, or let the leases of the other n expire or be released first (SELECT * FROM lease_holders(name)).';
-    ELSIF FOUND THEN
+    IF FOUND THEN
         RAISE EXCEPTION 'name "%" is leased by role %; role % cannot lease it', name,
             r.owner::regrole, role::regrole
             USING ERRCODE = '42501',
             HINT = 'A name is leased by one role at a time. Workers that log in as different roles share a name through a common role: GRANT fleet_role TO each worker role, and let them claim as fleet_role (SET ROLE, or ALTER ROLE worker SET role = ''fleet_role'').';
+    END IF;
+    -- a live member of another n
+    SELECT m.n, m.holder INTO r FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
+      AND m.holder <> pg_claim_leases_take.holder AND m.n <> pg_claim_leases_take.n
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'n = % does not match n = % used by the live leases of "%" (for example holder "%")',
+            n, r.n, name, r.holder
+            USING ERRCODE = '55000',
+            HINT = 'All workers of one name must use the same n. Use the same n, or let the leases of the other n expire or be released first (SELECT * FROM lease_holders(name)).';
     END IF;
 
     SELECT m.expires_at <= now_ AS gone INTO r FROM @extschema@.pg_claim_lease_members m

@@ -312,6 +312,11 @@ VALID_BY_NAME = {
     ("holder", "text"): "'w'::text",
     ("name", "text"): "'hm'::text",
     ("grp", "text"): "'g'::text",
+    # the internal lease functions: the calling role, and crc32('hm') and
+    # its int4 form (what claim_lease and claim_leases pass)
+    ("role", "oid"): "'postgres'::regrole::oid",
+    ("crc_", "bigint"): "3758026421",
+    ("key_", "integer"): "-536940875",
 }
 VALID_BY_TYPE = {
     "integer": "2",

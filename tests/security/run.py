@@ -200,6 +200,28 @@ def test_other_role_cannot_claim_live_lease_of_another_fleet():
     check(rows == [(holder, token)], f"the fleet's lease changed: {rows}")
 
 
+def test_other_role_cannot_join_or_shrink_another_fleet():
+    """While a claim_leases fleet of a name is live, a role without the
+    privileges of its owner role cannot join it (42501, naming the role),
+    not even with a member's holder text, and cannot make a member give its
+    slots back (max => 0 with the member's holder text); the fleet's leases
+    and tokens are unchanged."""
+    a, o = as_fleet("sec_worker_a"), connect("sec_other")
+    holder = f"h:{a.info.backend_pid}:elastic"
+    held = a.execute("SELECT slot, token FROM claim_leases('sec_elastic', 4, %s)", (holder,)).fetchall()
+    check(len(held) == 4, f"the only member of the fleet holds {len(held)} of 4 slots")
+    e = expect_error(o, "SELECT * FROM claim_leases('sec_elastic', 4, 'intruder')", "42501",
+                     "claim_leases joining another role's fleet")
+    check("sec_fleet" in (e.diag.message_primary or ""),
+          f"the refusal does not name the owner role sec_fleet: {e.diag.message_primary}")
+    expect_error(o, "SELECT * FROM claim_leases('sec_elastic', 4, %s, max => 0)", "42501",
+                 "claim_leases with a member's holder text and max => 0", (holder,))
+    expect_error(o, "SELECT * FROM claim_lease('sec_elastic', 4, 'intruder')", "42501",
+                 "claim_lease of a name a claim_leases fleet of another role leases")
+    after = a.execute("SELECT slot, token FROM lease_holders('sec_elastic') WHERE NOT expired ORDER BY slot").fetchall()
+    check(after == held, f"the fleet's leases changed: {held} -> {after}")
+
+
 def test_expired_lease_can_be_taken_by_another_role():
     """An expired (or released) slot can be taken by any role allowed to
     claim."""
@@ -245,6 +267,7 @@ CLAIMING = [
     ("claim_slot(text, integer, interval)", "SELECT claim_slot('sec_rv', 2, '0 s')"),
     ("claim_slots(text, integer, integer)", "SELECT claim_slots('sec_rv', 2, 1)"),
     ("claim_lease(text, integer, text, interval)", "SELECT * FROM claim_lease('sec_rv2', 2, 'x')"),
+    ("claim_leases(text, integer, text, integer, interval)", "SELECT * FROM claim_leases('sec_rv4', 2, 'x')"),
     ("renew_lease(text, integer, bigint, interval)", "SELECT renew_lease('sec_rv2', 0, 1)"),
     ("release_lease(text, integer, bigint)", "SELECT release_lease('sec_rv2', 0, 1)"),
     ("lease_holders(text)", "SELECT * FROM lease_holders('sec_rv2')"),
@@ -335,6 +358,7 @@ def test_superuser_search_path_plants_never_run():
     su.execute("SET search_path = att, public")
     try:
         one(su, "SELECT slot FROM public.claim_lease('sec_su', 2, 'su:1')")
+        su.execute("SELECT * FROM public.claim_leases('sec_su_e', 2, 'su:2')").fetchall()
         slot, token = one(su, "SELECT slot, token FROM public.lease_holders('sec_su') WHERE holder = 'su:1'")
         one(su, "SELECT public.renew_lease('sec_su', %s, %s)", (slot, token))
         su.execute("SELECT public.fence('sec_su', %s, %s)", (slot, token))
@@ -396,6 +420,7 @@ def test_owner_plants_in_extension_schema_never_run():
     n = 4
     try:
         for stmt in ("SELECT * FROM claim_lease('sec_own', 2, 'own:1')",
+                     "SELECT * FROM claim_leases('sec_own_e', 2, 'own:2')",
                      "SELECT claim_slot('sec_own_s', 2)", "SELECT my_token('sec_own_s')",
                      "SELECT * FROM slot_status('sec_own_s', 2)"):
             try:
@@ -516,11 +541,11 @@ def test_colliding_name_refused_by_group_join():
 # The extension's tables
 
 
-TABLES = ["pg_claim_leases", "pg_claim_failures", "pg_claim_names"]
+TABLES = ["pg_claim_leases", "pg_claim_lease_members", "pg_claim_failures", "pg_claim_names"]
 
 
 def test_tables_closed_to_other_roles():
-    """pg_claim_leases, pg_claim_failures and pg_claim_names cannot be read
+    """pg_claim_leases, pg_claim_lease_members, pg_claim_failures and pg_claim_names cannot be read
     or written directly by a worker role or another role (42501): they
     change only through the functions."""
     present = {r[0] for r in connect().execute(
