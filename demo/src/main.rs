@@ -36,6 +36,7 @@ mod check;
 mod config;
 mod display;
 mod fleet;
+mod lease_fleet;
 mod lease_worker;
 mod state;
 mod table;
