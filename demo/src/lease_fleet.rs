@@ -45,8 +45,8 @@ pub fn run(
     // last holder, expired): none may be live once every worker has left.
     let left: i64 = admin
         .query_one(
-            "SELECT count(*) FROM lease_holders($1) WHERE NOT expired",
-            &[&NAME],
+            "SELECT count(*) FROM lease_holders($1) WHERE NOT expired AND slot < $2",
+            &[&NAME, &(cfg.slots as i32)],
         )
         .map_err(|e| format!("lease_holders: {}", describe(&e)))?
         .get(0);
@@ -178,8 +178,9 @@ fn watch(
                 state,
                 start,
                 format!(
-                    "JOIN {role} starts at {:.0}% of all items; with {live} live holders the fair share of {} slots is {}",
+                    "JOIN {role} starts at {:.0}% of all items; with {live} live holder{} the fair share of {} slots is {}",
                     100.0 * frac,
+                    if live == 1 { "" } else { "s" },
                     cfg.slots,
                     fair(cfg.slots, live)
                 ),
@@ -187,28 +188,39 @@ fn watch(
             workers.push(lease_worker::spawn(role, cfg, state, start));
         }
         if !leave_asked && frac >= cfg.leave_at {
-            // the first running worker that is not the paused one
-            let paused = lock(state).pause.as_ref().map(|p| p.role.clone());
+            // The first running worker that did not pause leaves, once
+            // another one is running and not paused (it takes the slots).
+            let (paused, pausing) = {
+                let s = lock(state);
+                let role = s.pause.as_ref().map(|p| p.role.clone());
+                let pausing = role.clone().filter(|_| s.late_write_rejected.is_none());
+                (role, pausing)
+            };
             let running: Vec<&Handle> = workers
                 .iter()
                 .filter(|w| w.stop.load(Ordering::SeqCst) == RUN)
                 .collect();
+            let awake = running
+                .iter()
+                .filter(|w| Some(&w.role) != pausing.as_ref())
+                .count();
             if let Some(w) = running
                 .iter()
                 .find(|w| Some(&w.role) != paused.as_ref())
-                .filter(|_| running.len() >= 2)
+                .filter(|_| awake >= 2)
             {
                 leave_asked = true;
+                let live = running.len() - 1;
                 event(
                     state,
                     start,
                     format!(
                         "LEAVING {} at {:.0}% of all items: it finishes its batch and gives its slots back; \
-                         with {} live holders the fair share is {}",
+                         with {live} live holder{} the fair share is {}",
                         w.role,
                         100.0 * frac,
-                        running.len() - 1,
-                        fair(cfg.slots, running.len() - 1)
+                        if live == 1 { "" } else { "s" },
+                        fair(cfg.slots, live)
                     ),
                 );
                 w.stop.store(LEAVE, Ordering::SeqCst);
@@ -248,9 +260,10 @@ fn shares(admin: &mut Client, cfg: &Config) -> Result<String, String> {
         .query(
             "SELECT holder, coalesce(expired, false), array_agg(slot ORDER BY slot)
                FROM lease_holders($1)
+              WHERE slot < $2
               GROUP BY 1, 2
               ORDER BY length(holder), holder, 2",
-            &[&NAME],
+            &[&NAME, &(cfg.slots as i32)],
         )
         .map_err(|e| format!("lease_holders: {}", describe(&e)))?;
     let mut held = vec![false; cfg.slots];

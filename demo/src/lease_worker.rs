@@ -64,19 +64,18 @@ pub struct Handle {
     pub thread: JoinHandle<()>,
 }
 
-/// One lease of the map: its token and its expiry (seconds since the epoch
-/// on the server's clock), and, when it took a paused worker's lease over,
-/// that takeover (reported by the work loop once it knows where the share
-/// stands).
+/// One lease of the map: its token and, when it took a paused worker's
+/// lease over, that takeover (reported by the work loop once it knows where
+/// the share stands).
 #[derive(Clone)]
 struct Lease {
     token: i64,
-    expires: f64,
     taken: Option<Taken>,
 }
 
-/// A slot taken from the paused worker: its token and expiry, and when it
-/// paused.
+/// A slot taken from the paused worker: its token and expiry, when it
+/// paused, and when the taking call returned (`acquired`: on the server's
+/// clock, in seconds since the epoch).
 #[derive(Clone)]
 struct Taken {
     victim: String,
@@ -84,6 +83,7 @@ struct Taken {
     expired: Option<f64>,
     paused: Instant,
     claimed: Instant,
+    acquired: f64,
 }
 
 /// The map the lease thread publishes: every slot the worker holds, and
@@ -250,6 +250,8 @@ fn publish(w: &Worker, got: Vec<(i32, i64, f64)>, sent: Instant) {
                     expired: before.1,
                     paused: p.at,
                     claimed,
+                    // claim_leases set expires_at = its clock_timestamp() + ttl
+                    acquired: expires - w.cfg.ttl.as_secs_f64(),
                 });
                 let v = &mut s.slots[slot as usize];
                 v.holder = Some((w.role.clone(), 0));
@@ -258,14 +260,7 @@ fn publish(w: &Worker, got: Vec<(i32, i64, f64)>, sent: Instant) {
             }
         };
         s.slots[slot as usize].expires = Some(expires);
-        slots.insert(
-            slot,
-            Lease {
-                token,
-                expires,
-                taken,
-            },
-        );
+        slots.insert(slot, Lease { token, taken });
     }
     // Slots given back (or lost): their lines show no holder until the
     // next holder takes them.
@@ -499,12 +494,10 @@ fn frontier(w: &Worker, c: &mut Client, slot: i32, lease: &Lease) -> Result<Opti
     let Some(t) = &lease.taken else {
         return Ok(after);
     };
-    // claim_leases set expires_at = its clock_timestamp() + ttl
-    let acquired = lease.expires - w.cfg.ttl.as_secs_f64();
     let after_expiry = match t.expired {
-        Some(e) if acquired >= e => format!(
+        Some(e) if t.acquired >= e => format!(
             ", {} after that lease expired",
-            ms(Duration::from_secs_f64(acquired - e))
+            ms(Duration::from_secs_f64(t.acquired - e))
         ),
         _ => String::new(),
     };
