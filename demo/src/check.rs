@@ -1,6 +1,6 @@
 //! The final exactly-once check of the processing log, printed as a verdict
 //! with counts; in lease mode also whether the paused worker's late write
-//! was rejected.
+//! was rejected and whether every lease was given back at the end.
 
 use crate::config::Config;
 use crate::state::{lock, State};
@@ -13,6 +13,7 @@ pub fn check(
     cfg: &Config,
     elapsed: Duration,
     state: &State,
+    leases_left: Option<i64>,
 ) -> Result<bool, String> {
     let r = c
         .query_one(
@@ -83,13 +84,23 @@ pub fn check(
     } else {
         None
     };
-    let fenced = match late {
-        None | Some(Some(true)) => "",
-        Some(Some(false)) => ", and the paused worker's late write was not rejected by fence",
+    if let Some(left) = leases_left {
+        println!("  live leases after max => 0        {left}");
+    }
+    let mut fenced = match late {
+        None | Some(Some(true)) => String::new(),
+        Some(Some(false)) => {
+            ", and the paused worker's late write was not rejected by fence".to_string()
+        }
         Some(None) => {
-            ", and no worker paused (its slot was done before it fetched another batch: try a smaller --pause-at)"
+            ", and no worker paused (its slot was done before it fetched another batch: try a smaller --pause-at)".to_string()
         }
     };
+    if let Some(left @ 1..) = leases_left {
+        fenced.push_str(&format!(
+            ", and {left} leases were still live after every worker gave its slots back"
+        ));
+    }
     let ok = once && fenced.is_empty();
     if ok {
         let rejected = if late.is_some() {
@@ -115,8 +126,9 @@ pub fn check(
 }
 
 /// Lease mode: the log by slot, holder and fencing token (with how many
-/// server backends the pooler ran each holder's writes on), the takeover of
-/// the paused worker's lease and the writes fence rejected.
+/// server backends the pooler ran each holder's writes on), the takeovers
+/// of the paused worker's leases, the writes fence rejected and the batches
+/// dropped because their slot was given back.
 fn print_lease_log(c: &mut Client, state: &State) -> Result<(), String> {
     let per = c
         .query(
@@ -141,16 +153,19 @@ fn print_lease_log(c: &mut Client, state: &State) -> Result<(), String> {
     }
     println!("(backends: the server connections the pooler ran that holder's batches on)");
     let s = lock(state);
-    if let Some(line) = &s.takeover_line {
-        println!("takeover of the paused worker's lease:");
-        println!("  {line}");
+    if !s.takeover_lines.is_empty() {
+        println!("takeovers of the paused worker's leases:");
+        for line in &s.takeover_lines {
+            println!("  {line}");
+        }
     }
-    println!(
-        "writes rejected by fence (PC001) and leases lost at a renewal: {}",
-        s.rejected.len()
-    );
+    println!("writes rejected by fence (PC001): {}", s.rejected.len());
     for line in &s.rejected {
         println!("  {line}");
     }
+    println!(
+        "batches dropped unwritten, their slot given back by claim_leases during the work: {}",
+        s.dropped_batches
+    );
     Ok(())
 }

@@ -81,7 +81,8 @@ impl Display {
                 (Some((r, _)), Some(t)) => format!("{r} token {t}"),
                 (Some((r, p)), None) => format!("{r} pid {p}"),
                 (None, _) if v.finished => "done".to_string(),
-                (None, _) => "NO HOLDER".to_string(),
+                (None, Some(_)) => "given back, not taken yet".to_string(),
+                (None, None) => "NO HOLDER".to_string(),
             };
             out.push_str(&format!(
                 "slot {i:2} [{}{}] {:5.1}% {:>9}/{:<9} {:>8} items/s  {who}\n",
@@ -111,6 +112,11 @@ impl Display {
             .collect();
         if !sb.is_empty() {
             out.push_str(&format!("standbys: {}\n", sb.join("; ")));
+            lines += 1;
+        }
+        if !s.shares.is_empty() {
+            // lease mode: who holds how many slots, and which
+            out.push_str(&format!("shares: {}\n", s.shares));
             lines += 1;
         }
         self.drawn_lines = lines;

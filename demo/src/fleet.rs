@@ -1,16 +1,16 @@
-//! The coordinator: sets up the table, starts the workers and then the
-//! standbys, watches the progress, kills one worker mid-run (in lease mode:
-//! has one pause past its TTL), stops the fleet and has the processing log
-//! checked.
+//! The coordinator of session mode: sets up the table, starts the workers
+//! and then the standbys, watches the progress, kills one worker mid-run,
+//! stops the fleet and has the processing log checked. Lease mode's
+//! coordinator is `lease_fleet`.
 
 use crate::check::check;
 use crate::config::{Config, NAME};
 use crate::display::Display;
-use crate::lease_worker::lease_worker;
+use crate::lease_fleet;
 use crate::state::{event, lock, SlotView, State};
-use crate::table::{print_holders, print_leases, print_status, setup, slot_totals, unserved};
+use crate::table::{print_holders, print_status, setup, slot_totals, unserved};
 use crate::worker::worker;
-use pg_claim_support::{connect, describe, ms, poll, thousands, wait_until};
+use pg_claim_support::{connect, describe, poll, thousands, wait_until};
 use postgres::Client;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -38,14 +38,14 @@ pub fn run(cfg: &Config) -> Result<bool, String> {
             })
             .collect();
     }
+    if cfg.leases {
+        return lease_fleet::run(cfg, &mut admin, &state, start);
+    }
     // `finished` stops the workers, `stop_standbys` the standbys (first, so a
     // standby does not pick up the slot of a worker that is leaving).
     let finished = Arc::new(AtomicBool::new(false));
     let stop_standbys = Arc::new(AtomicBool::new(false));
 
-    if cfg.leases {
-        print_lease_mode(cfg);
-    }
     // Workers first: each claims a slot (all n are free, so each gets one).
     let workers = spawn(
         cfg,
@@ -77,11 +77,7 @@ pub fn run(cfg: &Config) -> Result<bool, String> {
             cfg.workers
         ));
     }
-    if cfg.leases {
-        print_leases(&mut admin, "leases at the start")?;
-    } else {
-        print_holders(&mut admin, "slot holders at the start")?;
-    }
+    print_holders(&mut admin, "slot holders at the start")?;
     print_status(&mut admin, cfg)?;
     let standbys = spawn(
         cfg,
@@ -95,11 +91,7 @@ pub fn run(cfg: &Config) -> Result<bool, String> {
     );
 
     let (elapsed, timed_out) = watch(&mut admin, cfg, &state, start)?;
-    if cfg.leases {
-        print_leases(&mut admin, "leases at the end").ok();
-    } else {
-        print_holders(&mut admin, "slot holders at the end").ok();
-    }
+    print_holders(&mut admin, "slot holders at the end").ok();
     print_status(&mut admin, cfg).ok();
     // Waiting standbys leave first (within one claim round), then the holders.
     stop_standbys.store(true, Ordering::SeqCst);
@@ -111,16 +103,15 @@ pub fn run(cfg: &Config) -> Result<bool, String> {
         let _ = h.join();
     }
     let failures = lock(&state).failures.clone();
-    let verdict = check(&mut admin, cfg, elapsed, &state)?;
+    let verdict = check(&mut admin, cfg, elapsed, &state, None)?;
     for f in &failures {
         println!("worker error: {f}");
     }
     Ok(verdict && failures.is_empty() && !timed_out)
 }
 
-/// Starts `count` threads running the worker loop (session or lease mode)
-/// as `{kind}-{i}`; standbys when `standby`, which stop at `stop_standbys`
-/// (in lease mode a worker that lost its lease becomes a standby too).
+/// Starts `count` threads running the worker loop as `{kind}-{i}`;
+/// standbys when `standby`, which stop at `stop_standbys`.
 #[allow(clippy::too_many_arguments)]
 fn spawn(
     cfg: &Config,
@@ -138,39 +129,15 @@ fn spawn(
             let stop = stop_standbys.clone();
             let role = format!("{kind}-{i}");
             thread::spawn(move || {
-                if cfg.leases {
-                    lease_worker(role, &cfg, &state, &finished, &stop, standby, start)
-                } else {
-                    let stop = standby.then_some(&*stop);
-                    worker(role, &cfg, &state, &finished, stop, start)
-                }
+                let stop = standby.then_some(&*stop);
+                worker(role, &cfg, &state, &finished, stop, start)
             })
         })
         .collect()
 }
 
-/// Lease mode: what the run does, before it starts.
-fn print_lease_mode(cfg: &Config) {
-    let ttl = cfg.ttl.as_secs_f64();
-    println!(
-        "lease mode: claim_lease('{NAME}', {}, holder, ttl {ttl} s), renewed every {}, each batch written behind fence()",
-        cfg.slots,
-        ms(cfg.ttl / 3)
-    );
-    println!("  workers and standbys connect to: {}", cfg.worker_dsn);
-    if cfg.kill_at > 0.0 {
-        println!(
-            "  the holder of slot {} pauses for {:.2} s at {:.0}% of its share, holding a fetched batch",
-            cfg.kill_slot,
-            cfg.pause.as_secs_f64(),
-            100.0 * cfg.kill_at
-        );
-    }
-}
-
 /// Redraws the progress until every share is finished (or the timeout),
-/// killing the victim on the way (in lease mode: asking it to pause, and
-/// waiting for its late write); the run's time and whether it timed out.
+/// killing the victim on the way; the run's time and whether it timed out.
 fn watch(
     admin: &mut Client,
     cfg: &Config,
@@ -180,66 +147,36 @@ fn watch(
     let mut display = Display::new();
     let mut killed = cfg.kill_at == 0.0;
     let mut timed_out = false;
-    // A slot that slot_status shows unserved for this long has no standby
-    // left to take it: its items would never be done, so the run stops.
-    let gap_limit = Duration::from_secs(3).max(2 * cfg.ttl);
-    let mut gap_since: Option<Instant> = None;
-    let mut last_gap_check = Instant::now();
+    let mut gap = GapWatch::new(cfg);
     loop {
         thread::sleep(Duration::from_millis(100));
-        if last_gap_check.elapsed() >= Duration::from_secs(1) {
-            last_gap_check = Instant::now();
-            let gap = unserved(admin, cfg)?;
-            let unfinished: Vec<i32> = {
-                let s = lock(state);
-                gap.into_iter()
-                    .filter(|&g| s.slots.get(g as usize).is_some_and(|v| !v.finished))
-                    .collect()
-            };
-            if unfinished.is_empty() {
-                gap_since = None;
-            } else if gap_since.get_or_insert_with(Instant::now).elapsed() >= gap_limit {
-                event(
-                    state,
-                    start,
-                    format!(
-                        "UNSERVED  slot_status('{NAME}', {}) shows slots {unfinished:?} unserved for {:.0} s and no standby took them: \
-                         {} workers + {} standbys cannot serve {} slots; stopping",
-                        cfg.slots,
-                        gap_limit.as_secs_f64(),
-                        cfg.workers,
-                        cfg.standbys,
-                        cfg.slots
-                    ),
-                );
-                timed_out = true;
-                break;
-            }
+        if let Some(unfinished) = gap.check(admin, cfg, state)? {
+            event(
+                state,
+                start,
+                format!(
+                    "UNSERVED  slot_status('{NAME}', {}) shows slots {unfinished:?} unserved for {:.0} s and no standby took them: \
+                     {} workers + {} standbys cannot serve {} slots; stopping",
+                    cfg.slots,
+                    gap.limit.as_secs_f64(),
+                    cfg.workers,
+                    cfg.standbys,
+                    cfg.slots
+                ),
+            );
+            timed_out = true;
+            break;
         }
         let (all_done, victim) = {
-            let mut s = lock(state);
+            let s = lock(state);
             let all = s.slots.iter().all(|v| v.finished);
             let k = &s.slots[cfg.kill_slot.min(s.slots.len() - 1)];
-            if cfg.leases {
-                // Lease mode: the victim's holder pauses after fetching its
-                // next batch; the run ends once its late write was tried.
-                if !killed && k.done as f64 >= cfg.kill_at * k.total as f64 {
-                    killed = true;
-                    s.pause_request = true;
-                }
-                let settled = cfg.kill_at == 0.0
-                    || s.late_write_rejected.is_some()
-                    || s.pause.is_none()
-                    || !s.failures.is_empty();
-                (all && settled, None)
-            } else {
-                // Strike while the victim is inside a batch transaction, to show
-                // that its uncommitted work is rolled back, not half-applied.
-                let due = !killed
-                    && k.done as f64 >= cfg.kill_at * k.total as f64
-                    && (k.uncommitted > 0 || k.done as f64 >= (cfg.kill_at + 0.1) * k.total as f64);
-                (all, if due { k.holder.clone() } else { None })
-            }
+            // Strike while the victim is inside a batch transaction, to show
+            // that its uncommitted work is rolled back, not half-applied.
+            let due = !killed
+                && k.done as f64 >= cfg.kill_at * k.total as f64
+                && (k.uncommitted > 0 || k.done as f64 >= (cfg.kill_at + 0.1) * k.total as f64);
+            (all, if due { k.holder.clone() } else { None })
         };
         if let Some((role, pid)) = victim {
             killed = true;
@@ -249,22 +186,75 @@ fn watch(
         if all_done {
             break;
         }
-        if start.elapsed() > cfg.timeout {
+        if timeout(cfg, state, start) {
             timed_out = true;
-            event(
-                state,
-                start,
-                format!(
-                    "TIMEOUT after {:?}: not every share was finished",
-                    cfg.timeout
-                ),
-            );
             break;
         }
     }
     let elapsed = start.elapsed();
     display.draw(state, start, true);
     Ok((elapsed, timed_out))
+}
+
+/// Whether the run is past `--timeout` (recorded as an event).
+pub fn timeout(cfg: &Config, state: &State, start: Instant) -> bool {
+    if start.elapsed() <= cfg.timeout {
+        return false;
+    }
+    event(
+        state,
+        start,
+        format!(
+            "TIMEOUT after {:?}: not every share was finished",
+            cfg.timeout
+        ),
+    );
+    true
+}
+
+/// Watches `slot_status` once a second for slots nobody serves: a slot
+/// unserved (and unfinished) for `limit` has nobody left to take it, its
+/// items would never be done, and the run stops.
+pub struct GapWatch {
+    pub limit: Duration,
+    since: Option<Instant>,
+    last_check: Instant,
+}
+
+impl GapWatch {
+    pub fn new(cfg: &Config) -> GapWatch {
+        GapWatch {
+            limit: Duration::from_secs(3).max(2 * cfg.ttl),
+            since: None,
+            last_check: Instant::now(),
+        }
+    }
+
+    /// The unfinished slots unserved for longer than `limit`, if any.
+    pub fn check(
+        &mut self,
+        admin: &mut Client,
+        cfg: &Config,
+        state: &State,
+    ) -> Result<Option<Vec<i32>>, String> {
+        if self.last_check.elapsed() < Duration::from_secs(1) {
+            return Ok(None);
+        }
+        self.last_check = Instant::now();
+        let gap = unserved(admin, cfg)?;
+        let unfinished: Vec<i32> = {
+            let s = lock(state);
+            gap.into_iter()
+                .filter(|&g| s.slots.get(g as usize).is_some_and(|v| !v.finished))
+                .collect()
+        };
+        if unfinished.is_empty() {
+            self.since = None;
+        } else if self.since.get_or_insert_with(Instant::now).elapsed() >= self.limit {
+            return Ok(Some(unfinished));
+        }
+        Ok(None)
+    }
 }
 
 /// Terminates the victim's backend, as an operator or the OOM killer would.

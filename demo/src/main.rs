@@ -19,16 +19,21 @@
 //! --kill-slot K --no-kill --timeout SECS --dsn DSN`.
 //!
 //! Lease mode (`--leases`, run by `scripts/demo --pooler` through PgBouncer
-//! in transaction mode, `--worker-dsn DSN`): the workers hold leases
-//! (`claim_lease`, `renew_lease`) and write each batch behind `fence`; one
-//! worker pauses past its TTL instead of being killed, a standby takes its
-//! lease over, and the paused worker's late write must be rejected (`PC001`).
-//! Options `--ttl SECS --pause-at F --pause-slot K --pause SECS --no-pause`.
+//! in transaction mode, `--worker-dsn DSN`): an elastic fleet of fewer
+//! workers than slots, each calling `claim_leases` every third of the TTL
+//! for its fair share and writing each batch behind `fence`; one worker
+//! joins and one leaves (`claim_leases(..., max => 0)`) mid-run, one pauses
+//! past its TTL instead of being killed, the others take its slots, and its
+//! late write must be rejected (`PC001`). Options `--slots N --workers W
+//! --ttl SECS --join-at F --no-join --leave-at F --no-leave --pause-at F
+//! --pause-slot K --pause SECS --no-pause`.
 //!
 //! The modules, one job each: `config` (the options), `table` (the work
 //! table and the queries about it), `fleet` (the coordinator: starts the
-//! workers and standbys, kills or pauses one, stops them), `worker` (the
-//! worker loop), `lease_worker` (the lease-mode worker loop), `state` (what
+//! workers and standbys, kills one, stops them), `lease_fleet` (lease
+//! mode's coordinator: the join, the leave, the pause, the shares),
+//! `worker` (the worker loop), `lease_worker` (the lease-mode worker: its
+//! lease thread and its work loop), `state` (what
 //! the threads share), `display` (live progress) and `check` (the
 //! exactly-once verdict).
 
@@ -36,6 +41,7 @@ mod check;
 mod config;
 mod display;
 mod fleet;
+mod lease_fleet;
 mod lease_worker;
 mod state;
 mod table;

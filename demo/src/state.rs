@@ -25,8 +25,8 @@ pub struct SlotView {
 /// Lease mode: the worker that stopped mid-run, as in a GC pause.
 pub struct Pause {
     pub role: String,
-    pub slot: i32,
-    pub token: i64,
+    /// The leases it held when it stopped, `(slot, token)`.
+    pub held: Vec<(i32, i64)>,
     pub at: Instant,
 }
 
@@ -35,24 +35,33 @@ pub struct Shared {
     pub slots: Vec<SlotView>,
     /// Messages to print once, in order (kill, takeover, errors).
     pub events: Vec<String>,
-    /// Standbys and what they do: `(role, pid, state)`.
+    /// Session mode: standbys and what they do: `(role, pid, state)`.
     pub standbys: Vec<(String, i32, String)>,
     pub kill_time: Option<Instant>,
     pub takeover: Option<std::time::Duration>,
     /// Errors that are not the expected termination of the victim.
     pub failures: Vec<String>,
-    /// Lease mode: set by the coordinator, taken by the holder of the victim
-    /// slot, which pauses after fetching its next batch.
+    /// Lease mode: set by the coordinator, taken by the worker that fetches
+    /// the next batch of the victim slot, which pauses before writing it.
     pub pause_request: bool,
     pub pause: Option<Pause>,
-    /// Lease mode: the takeover of the paused worker's slot, as printed.
-    pub takeover_line: Option<String>,
-    /// Lease mode: the writes `fence` rejected and the leases lost at a
-    /// renewal, as printed.
+    /// Lease mode: the takeovers of the paused worker's slots, as printed.
+    pub takeover_lines: Vec<String>,
+    /// Lease mode: the writes `fence` rejected, as printed.
     pub rejected: Vec<String>,
     /// Lease mode: whether the paused worker's late write was rejected
     /// (`None`: it has not tried yet).
     pub late_write_rejected: Option<bool>,
+    /// Lease mode: the fleet's shares as `lease_holders` last showed them,
+    /// one line (for the live view).
+    pub shares: String,
+    /// Lease mode: batches fetched and worked on whose slot `claim_leases`
+    /// gave back before the write; dropped unwritten (the slot's next
+    /// holder does them).
+    pub dropped_batches: u64,
+    /// Lease mode: the mid-run leave, as printed, once the leaving worker's
+    /// `claim_leases(..., max => 0)` returned.
+    pub left: Option<String>,
 }
 
 pub type State = Arc<Mutex<Shared>>;
