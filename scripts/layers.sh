@@ -167,6 +167,23 @@ demo_gap() {
         { echo "demo: no UNSERVED line for slots 6 and 7:" >&2; echo "$out" >&2; return 1; }
 }
 
+# The lease demo through PgBouncer in transaction mode (scripts/demo
+# --pooler): 3 workers share 8 slots with
+# claim_leases, a fourth joins, one pauses past its TTL and its late write is
+# rejected, one leaves with max => 0; every item exactly once.
+demo_pooler() {
+    local out rc=0 want
+    cargo build --release --quiet -p pg_claim_demo --bin pg_claim_demo || return 1
+    pgc_pgbouncer_start 3 || return 1
+    out=$(PGDATABASE=postgres target/release/pg_claim_demo --leases --items 40000 \
+        --worker-dsn "host=127.0.0.1 port=$PGC_POOLER_PORT user=postgres dbname=postgres" </dev/null) || rc=$?
+    printf '%s\n' "$out" | grep -vE '^\[ *[0-9.]+s\] +(slot|progress)' | tail -30
+    ((rc == 0)) || { echo "demo --pooler: exit $rc" >&2; return 1; }
+    for want in "JOIN worker-3" "LEAVE worker-" "REJECTED worker-" "live leases after max => 0 +0" "VERDICT: PASS"; do
+        grep -qE "$want" <<<"$out" || { echo "demo --pooler: no line matching '$want'" >&2; return 1; }
+    done
+}
+
 # Native sharding (docs/scale-out.md): the test cluster as the coordinator of
 # two shard servers started from the same installation, a hash-partitioned
 # table whose partitions are postgres_fdw foreign tables (and one local), a
