@@ -559,7 +559,15 @@ def freeze(fleet, rng, mode, where):
             # inside the transaction: after its fence (not right after BEGIN)
             fenced = state == "idle in transaction" and not query.lstrip().upper().startswith("BEGIN")
             if (state == "idle" or fenced) and where in (None, state):
-                return w, slot, token, pid, state, t0
+                if mode != "elastic":
+                    return w, slot, token, pid, state, t0
+                # an elastic holder holds several slots: the slot of its batch in
+                # progress (the one its transaction fenced), if it has one
+                ev = w.last(("fetched", "wrote", "rejected"))
+                if ev and ev["event"] == "fetched" and w.claims().get(ev["slot"], (None,))[0] == ev["token"]:
+                    return w, ev["slot"], ev["token"], pid, state, t0
+                if not fenced:
+                    return w, slot, token, pid, state, t0
             os.kill(w.pid, signal.SIGCONT)
             time.sleep(rng.uniform(0, 0.03))
     raise Failure(f"could not freeze a {mode} holder {where} within 40 s")
@@ -1052,7 +1060,7 @@ def run_suite(workdir):
         for m in MODES if want("sigstop") else ():
             for where in ("idle", "idle in transaction"):
                 what, moved = fault_sigstop(fleet, rng, m, where)
-                results[f"SIGSTOP of a {m} holder, {where}"] = (what, moved)
+                results[f"SIGSTOP of {'an' if m == 'elastic' else 'a'} {m} holder, {where}"] = (what, moved)
                 with cluster.connect() as c:
                     counts = assert_clean(c, fleet, f"SIGSTOP {m} {where}")
                 log(f"  SIGSTOP: {what}; {counts}")
