@@ -382,12 +382,33 @@ def run(workdir):
     check(0 < servers.max <= POOL, f"{servers.max} server connections seen for a pool of {POOL}")
     (tokens,) = d.execute("SELECT count(DISTINCT token) FROM processing_log").fetchone()
     per_lang = {lang: sum(w.count("wrote") for w in fleet.workers if w.lang == lang) for lang in ("python", "node")}
-    rejected = sum(w.count("rejected") for w in fleet.workers)
+    rejected = [e for w in fleet.workers for e in w.events if e["event"] == "rejected"]
+    given_back = given_back_in_flight(fleet.workers)
     d.close()
     log(f"summary: {items} items processed once each by {len(fleet.workers)} holders over at most"
         f" {servers.max} server connections (pool {POOL}); batches written: {per_lang['python']} Python,"
         f" {per_lang['node']} Node, with {tokens} tokens; no write of an older token after a newer one"
-        f" in any slot; {rejected} writes rejected by fence; {history.handovers(0)} hand-overs in all")
+        f" in any slot; {len(rejected)} writes rejected by fence ({len(given_back)} of them batches"
+        f" of {sum(e['items'] for e in given_back)} items in all whose slot a rebalance moved while they"
+        f" were worked on); {history.handovers(0)} hand-overs in all")
+
+
+def given_back_in_flight(workers):
+    """The rejected writes of batches whose slot the worker's claim_leases gave
+    back between the batch's fetch and its write, the stopped workers' late
+    writes apart: the cost of a rebalance."""
+    out = []
+    for w in workers:
+        late = getattr(w, "stop", (None, None))[1]
+        fetched = {}  # slot -> [token of the batch in progress, whether a call gave the slot back since]
+        for e in w.events:
+            if e["event"] == "fetched":
+                fetched[e["slot"]] = [e["token"], False]
+            elif e["event"] == "lost" and fetched.get(e["slot"], [None])[0] == e["token"]:
+                fetched[e["slot"]][1] = True
+            elif e["event"] == "rejected" and int(e["token"]) != late and fetched.get(e["slot"], [None, False])[1]:
+                out.append(e)
+    return out
 
 
 def main():
