@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""pg_claim under faults: a fleet drains two tables while the server, the
+"""pg_claim under faults: a fleet drains three tables while the server, the
 network and the workers fail, and a checker reads what was written.
 
     tests/faults/run.py                 every fault once, each checked (the
@@ -17,8 +17,9 @@ the driver admits the namespace's subnet in pg_hba.conf.
 The fleet (tests/faults/worker.py, real processes on real TCP connections):
 session-mode workers (claim_slot, my_token) on table items_session, lease-
 mode workers (claim_lease, renew_lease) on items_lease, each n = 4 with
-standbys, writing every batch behind fence() with a row per item in
-processing_log. A producer adds items all along; at the end it stops and the
+standbys, and elastic lease workers (claim_leases: each holds its share of
+the n = 4 slots, 3 workers for 4 slots) on items_elastic, writing every
+batch behind fence() with a row per item in processing_log. A producer adds items all along; at the end it stops and the
 fleet drains. Workers find the server through a file holding its conninfo,
 which the driver rewrites after a failover.
 
@@ -58,6 +59,9 @@ DB = "pg_claim_faults"
 N = 4
 SESSION_WORKERS = 6  # 4 holders + 2 standbys
 LEASE_WORKERS = 6
+ELASTIC_WORKERS = 3  # fewer than the slots: one holds 2
+MODES = ("session", "lease", "elastic")
+TABLES = tuple(f"items_{m}" for m in MODES)
 TTL_S, RENEW_S = 3.0, 1.0
 BATCH = 20
 ITEM_MS = 1
@@ -251,11 +255,22 @@ class Worker(WorkerProcess):
         self.holder = holder or f"{mode}-{self.pid}"
 
     def claim(self):
-        """(slot, token, backend pid) of its current claim, or None."""
+        """(slot, token, backend pid) of its current claim, or None (session
+        and lease mode)."""
         e = self.last(("claimed", "lost", "disconnected"))
         if e is None or e["event"] != "claimed":
             return None
         return e["slot"], e["token"], e["pid"]
+
+    def claims(self):
+        """{slot: (token, backend pid)} of its current claims, in any mode."""
+        if self.mode != "elastic":
+            c = self.claim()
+            return {} if c is None else {c[0]: (c[1], c[2])}
+        e = self.last(("held", "disconnected"))
+        if e is None or e["event"] != "held":
+            return {}
+        return {slot: (token, e["pid"]) for slot, token in e["slots"]}
 
     def __str__(self):
         return f"{self.mode} worker {self.pid}"
@@ -284,9 +299,9 @@ class Fleet:
         for t in self.threads:
             t.start()
 
-    def start(self, session=SESSION_WORKERS, lease=LEASE_WORKERS):
+    def start(self, session=SESSION_WORKERS, lease=LEASE_WORKERS, elastic=ELASTIC_WORKERS):
         self.start_monitors()
-        modes = ["session"] * session + ["lease"] * lease
+        modes = ["session"] * session + ["lease"] * lease + ["elastic"] * elastic
         for m in sorted(modes, key=lambda m: random.random()):
             self.add(m)
 
@@ -317,9 +332,9 @@ class Fleet:
 
         def body(conn):
             if self.producing.is_set():
-                for t in ("items_session", "items_lease"):
+                for t in TABLES:
                     conn.execute(f"INSERT INTO {t} (done) SELECT false FROM generate_series(1, %s)", (k,))
-                self.produced += 2 * k
+                self.produced += len(TABLES) * k
         self._loop(body, period)
 
     def _monitor(self):
@@ -331,9 +346,8 @@ class Fleet:
             if server[0] != conn.info.port:  # a failover: the new primary's history starts here
                 server[0] = conn.info.port
                 last.clear()
-            rows = conn.execute("SELECT 'fleet_session', slot, holder, token FROM lease_holders('fleet_session')"
-                                " UNION ALL SELECT 'fleet_lease', slot, holder, token"
-                                " FROM lease_holders('fleet_lease')").fetchall()
+            rows = conn.execute(" UNION ALL ".join(
+                f"SELECT 'fleet_{m}', slot, holder, token FROM lease_holders('fleet_{m}')" for m in MODES)).fetchall()
             now = time.time()
             for name, slot, holder, token in rows:
                 key = (name, slot)
@@ -350,17 +364,16 @@ class Fleet:
         out = {}
         for w in self.workers:
             if w.mode == mode and w.proc.poll() is None:
-                c = w.claim()
-                if c is not None:
-                    out[c[0]] = w
+                for slot in w.claims():
+                    out[slot] = w
         return out
 
     def wait_full(self, timeout=60):
         def full():
-            if all(len(self.holders(m)) == N for m in ("session", "lease")):
+            if all(len(self.holders(m)) == N for m in MODES):
                 return True
             return False
-        poll(full, timeout, f"both fleets to hold all {N} slots")
+        poll(full, timeout, f"every fleet to hold all {N} slots")
 
     def moved_since(self, t0, slots, timeout=90):
         """Seconds from t0 until every (table, slot) of slots has a write logged after t0."""
@@ -395,7 +408,7 @@ class Fleet:
         return [(str(w), e) for w in self.workers for e in w.events if e["event"] in ("error", "garbage")]
 
 
-ALL_SLOTS = {(t, s) for t in ("items_session", "items_lease") for s in range(N)}
+ALL_SLOTS = {(t, s) for t in TABLES for s in range(N)}
 
 
 # --------------------------------------------------------------------------
@@ -408,17 +421,15 @@ def check_log(conn, final=False):
                            " HAVING count(*) > 1) x").fetchone()
     lost = 0
     items = 0
-    for t in ("items_session", "items_lease"):
+    for t in TABLES:
         (k, not_done, unlogged) = conn.execute(
             f"SELECT count(*), count(*) FILTER (WHERE NOT done), count(*) FILTER (WHERE NOT EXISTS"
             f" (SELECT 1 FROM processing_log l WHERE l.tbl = %s AND l.item = i.id)) FROM {t} i",
             (t,)).fetchone()
         items += k
         lost += max(not_done, unlogged) if final else unlogged - not_done
-    (orphans,) = conn.execute("SELECT count(*) FROM processing_log l WHERE NOT EXISTS"
-                              " (SELECT 1 FROM items_session i WHERE l.tbl = 'items_session' AND i.id = l.item"
-                              "  UNION ALL SELECT 1 FROM items_lease i WHERE l.tbl = 'items_lease'"
-                              "  AND i.id = l.item)").fetchone()
+    (orphans,) = conn.execute("SELECT count(*) FROM processing_log l WHERE NOT EXISTS (" + " UNION ALL ".join(
+        f"SELECT 1 FROM {t} i WHERE l.tbl = '{t}' AND i.id = l.item" for t in TABLES) + ")").fetchone()
     (overlap,) = conn.execute(
         "SELECT count(*) FROM (SELECT token, max(token) OVER (PARTITION BY tbl, slot ORDER BY id"
         " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS newest_before FROM processing_log) x"
@@ -442,6 +453,7 @@ def setup_db(cluster):
         d.execute("""
             CREATE TABLE items_session (id bigserial PRIMARY KEY, done boolean NOT NULL);
             CREATE TABLE items_lease (id bigserial PRIMARY KEY, done boolean NOT NULL);
+            CREATE TABLE items_elastic (id bigserial PRIMARY KEY, done boolean NOT NULL);
             CREATE TABLE processing_log (id bigserial PRIMARY KEY, tbl text NOT NULL, item bigint NOT NULL,
                 worker text NOT NULL, slot integer NOT NULL, token bigint NOT NULL,
                 logged_at timestamptz NOT NULL DEFAULT clock_timestamp());
@@ -458,8 +470,8 @@ def drain(fleet, timeout=120):
     def done():
         try:
             with fleet.cluster.connect() as c:
-                return c.execute("SELECT NOT EXISTS (SELECT 1 FROM items_session WHERE NOT done)"
-                                 " AND NOT EXISTS (SELECT 1 FROM items_lease WHERE NOT done)").fetchone()[0]
+                return c.execute("SELECT " + " AND ".join(
+                    f"NOT EXISTS (SELECT 1 FROM {t} WHERE NOT done)" for t in TABLES)).fetchone()[0]
         except psycopg.Error:
             return False
     poll(done, timeout, "every item to be done", interval=0.2)
@@ -511,8 +523,8 @@ def fault_failover(fleet, rng=None):
     # every token seen before the failover: valid on the new primary only if current
     seen = {(name, slot, tok) for (name, slot), h in fleet.history.items() for (t, _, tok) in h if t < t0}
     with fleet.cluster.connect() as c:
-        logged = c.execute("SELECT DISTINCT CASE tbl WHEN 'items_session' THEN 'fleet_session'"
-                           " ELSE 'fleet_lease' END, slot, token FROM processing_log"
+        # items_MODE -> fleet_MODE
+        logged = c.execute("SELECT DISTINCT 'fleet_' || substr(tbl, 7), slot, token FROM processing_log"
                            " WHERE logged_at < to_timestamp(%s)", (t0,)).fetchall()
         seen |= set(logged)
         bad = []
@@ -536,7 +548,7 @@ def freeze(fleet, rng, mode, where):
     with fleet.cluster.connect() as c:
         while time.monotonic() < deadline:
             slot, w = rng.choice(sorted(fleet.holders(mode).items()))
-            _, token, pid = w.claim()
+            token, pid = w.claims()[slot]
             t0 = time.time()
             os.kill(w.pid, signal.SIGSTOP)
 
@@ -547,7 +559,15 @@ def freeze(fleet, rng, mode, where):
             # inside the transaction: after its fence (not right after BEGIN)
             fenced = state == "idle in transaction" and not query.lstrip().upper().startswith("BEGIN")
             if (state == "idle" or fenced) and where in (None, state):
-                return w, slot, token, pid, state, t0
+                if mode != "elastic":
+                    return w, slot, token, pid, state, t0
+                # an elastic holder holds several slots: the slot of its batch in
+                # progress (the one its transaction fenced), if it has one
+                ev = w.last(("fetched", "wrote", "rejected"))
+                if ev and ev["event"] == "fetched" and w.claims().get(ev["slot"], (None,))[0] == ev["token"]:
+                    return w, ev["slot"], ev["token"], pid, state, t0
+                if not fenced:
+                    return w, slot, token, pid, state, t0
             os.kill(w.pid, signal.SIGCONT)
             time.sleep(rng.uniform(0, 0.03))
     raise Failure(f"could not freeze a {mode} holder {where} within 40 s")
@@ -556,7 +576,7 @@ def freeze(fleet, rng, mode, where):
 def fault_sigstop(fleet, rng=None, mode=None, where=None):
     """A holder frozen with SIGSTOP (idle, or inside its fenced transaction), then resumed."""
     rng = rng or random
-    mode = mode or rng.choice(["session", "lease"])
+    mode = mode or rng.choice(MODES)
     w, slot, token, pid, state, t0 = freeze(fleet, rng, mode, where)
     since = len(w.events)
     name, tbl = f"fleet_{mode}", f"items_{mode}"
@@ -590,7 +610,9 @@ def fault_sigstop(fleet, rng=None, mode=None, where=None):
     moved = fleet.moved_since(t0, {(tbl, slot)})
     os.kill(w.pid, signal.SIGCONT)
     try:
-        e = w.wait_event(("lost", "disconnected"), since, 30)
+        # an elastic worker also reports the loss of the other slots it held
+        e = w.wait_for(lambda e: e["event"] == "disconnected" or (e["event"] == "lost" and e["slot"] == slot),
+                       since, 30, f"the loss of slot {slot}")
     except Failure as f:
         raise Failure(f"{f}; its last events: {w.events[-4:]}") from None
     check(e["event"] == "disconnected" or e["token"] == token, f"{w}: {e}")
@@ -601,7 +623,7 @@ def fault_sigstop(fleet, rng=None, mode=None, where=None):
 def fault_worker_kill(fleet, rng=None):
     """SIGKILL of a holder process (not its backend): its slot is free at once (session) or after TTL."""
     rng = rng or random
-    m = rng.choice(["session", "lease"])
+    m = rng.choice(MODES)
     slot, w = rng.choice(sorted(fleet.holders(m).items()))
     t0 = time.time()
     os.kill(w.pid, signal.SIGKILL)
@@ -614,9 +636,9 @@ def fault_worker_kill(fleet, rng=None):
 def fault_cancel(fleet, rng=None):
     """pg_cancel_backend of a random worker's backend: its statement fails, the worker reconnects."""
     rng = rng or random
-    m = rng.choice(["session", "lease"])
+    m = rng.choice(MODES)
     slot, w = rng.choice(sorted(fleet.holders(m).items()))
-    pid = w.claim()[2]
+    pid = w.claims()[slot][1]
     t0 = time.time()
     with fleet.cluster.connect() as c:
         c.execute("SELECT pg_cancel_backend(%s)", (pid,))
@@ -1015,9 +1037,11 @@ def run_suite(workdir):
             fleet.add("session")
         for i in range(LEASE_WORKERS - (1 if partition else 0)):
             fleet.add("lease")
+        for i in range(ELASTIC_WORKERS):
+            fleet.add("elastic")
         fleet.wait_full()
-        log(f"fleet: {len(fleet.workers)} workers (session and lease mode, n = {N} each, ttl {TTL_S:g} s,"
-            f" renew every {RENEW_S:g} s), {PRODUCE_PER_S} new items per table and second")
+        log(f"fleet: {len(fleet.workers)} workers (session, lease and elastic lease mode, n = {N} each,"
+            f" ttl {TTL_S:g} s, renew every {RENEW_S:g} s), {PRODUCE_PER_S} new items per table and second")
         rng = random.Random(1)
         if partition:
             log("silent partition between three workers and the server (a proxy in its own network namespace):")
@@ -1033,10 +1057,10 @@ def run_suite(workdir):
             with cluster.connect() as c:
                 counts = assert_clean(c, fleet, name)
             log(f"  {name}: share moving again after {moved:.2f} s; {counts}")
-        for m in ("session", "lease") if want("sigstop") else ():
+        for m in MODES if want("sigstop") else ():
             for where in ("idle", "idle in transaction"):
                 what, moved = fault_sigstop(fleet, rng, m, where)
-                results[f"SIGSTOP of a {m} holder, {where}"] = (what, moved)
+                results[f"SIGSTOP of {'an' if m == 'elastic' else 'a'} {m} holder, {where}"] = (what, moved)
                 with cluster.connect() as c:
                     counts = assert_clean(c, fleet, f"SIGSTOP {m} {where}")
                 log(f"  SIGSTOP: {what}; {counts}")

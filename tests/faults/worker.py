@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """One worker of the fault fleet (tests/faults/run.py), psycopg 3.
 
-It drains its share of the table FAULT_TABLE in one of two modes:
+It drains its share of the table FAULT_TABLE in one of three modes:
 
 - session: claim_slot(name, n, wait) on its own connection (a standby waits
   in claim_slot), my_token(name) for the fencing token;
 - lease: claim_lease(name, n, holder, ttl) (a standby polls), renew_lease
-  every FAULT_RENEW_S.
+  every FAULT_RENEW_S;
+- elastic: claim_leases(name, n, holder, ttl => ttl) every FAULT_RENEW_S,
+  whose result is every slot the worker holds (its fair share of the n
+  slots among the live holders); it works on them in turn, and a slot not
+  in a call's result is dropped at once.
 
 Either way it walks the share with my_items in key order and writes each
 batch in one transaction behind fence(): the items' update and one row per
@@ -15,8 +19,10 @@ checker's record of who wrote what with which token. Any broken connection
 (server stopped, backend killed, failover, partition) makes it reconnect
 with exponential backoff, re-reading the server's conninfo from
 FAULT_DSN_FILE (the driver rewrites it after a failover), and claim again;
-a lost lease or a PC001 makes it claim again. Every claim, loss, rejected write and reconnect is one JSON line
-on stdout for the driver.
+a lost lease or a PC001 makes it claim again (elastic: drops the slot until
+claim_leases returns it again). Every claim (elastic: every change of the
+held slots), loss, rejected write and reconnect is one JSON line on stdout
+for the driver.
 """
 import datetime
 import json
@@ -28,6 +34,7 @@ import time
 import psycopg
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pylib"))
+from elastic_leases import CLAIM, Held  # noqa: E402
 from fleet_worker import run  # noqa: E402
 
 DSN_FILE = os.environ["FAULT_DSN_FILE"]  # the server's libpq conninfo, read at every connect
@@ -109,9 +116,57 @@ def work(conn, slot, token):
         after = str(rows[-1][0])
 
 
+def work_elastic(conn):
+    """Elastic mode: claim_leases every RENEW_S on this connection; between the
+    calls, a batch of each held slot in turn."""
+    held = Held(TTL.total_seconds())
+    next_call, idle = 0.0, 0
+
+    def report():
+        emit("held", slots=sorted(held.snapshot().items()), pid=conn.info.backend_pid)
+    while True:
+        if time.monotonic() >= next_call:
+            asked = time.monotonic()
+            rows = conn.execute(CLAIM, (NAME, N, HOLDER, TTL)).fetchall()
+            gained, lost = held.replace(rows, asked)
+            for slot, token in lost:
+                emit("lost", slot=slot, token=token, why="not in the result of claim_leases")
+            if gained or lost:
+                report()
+            next_call = asked + RENEW_S
+        got = held.next()
+        if got is None:
+            time.sleep(POLL_S)
+            continue
+        slot, token, after = got
+        rows = conn.execute(f"SELECT id, done FROM my_items(NULL::{TABLE}, %s, %s, after => %s,"
+                            " batch => %s)", (slot, N, after, BATCH)).fetchall()
+        if not rows:  # the share is walked: new items come after the cursor
+            idle += 1
+            if idle >= len(held.snapshot()):  # a round over the held slots found nothing
+                idle = 0
+                time.sleep(POLL_S)
+            continue
+        idle = 0
+        todo = [item for item, done in rows if not done]
+        if todo:
+            emit("fetched", slot=slot, token=token, items=len(todo))
+            time.sleep(ITEM_S * len(todo))  # the work on one batch
+            try:
+                write(conn, slot, token, todo)
+            except Lost as e:
+                held.drop(slot, token)
+                emit("lost", slot=slot, token=token, why=str(e))
+                report()
+                continue
+        held.advance(slot, token, str(rows[-1][0]))
+
+
 def session(conn):
     """Claim and work on one connection until it breaks."""
     emit("connected", port=conn.info.port, pid=conn.info.backend_pid)
+    if MODE == "elastic":
+        return work_elastic(conn)
     while True:
         got = claim(conn)
         if got is None:

@@ -69,9 +69,9 @@ def direct(dbname=DB):
     return psycopg.connect(dbname=dbname, autocommit=True, application_name=DIRECT_APP)
 
 
-def pooled():
+def pooled(dbname=DB):
     """A client connection through PgBouncer (no server-side prepares: 1.18)."""
-    return psycopg.connect(host="127.0.0.1", port=POOLER_PORT, dbname=DB, user="postgres",
+    return psycopg.connect(host="127.0.0.1", port=POOLER_PORT, dbname=dbname, user="postgres",
                            autocommit=True, prepare_threshold=None)
 
 
@@ -87,16 +87,16 @@ def admin(command):
         return [dict(zip(names, row)) for row in cur.fetchall()]
 
 
-def check_pooler():
+def check_pooler(db=DB):
     config = {r["key"]: r["value"] for r in admin("SHOW CONFIG")}
     check(config["pool_mode"] == "transaction" and int(config["default_pool_size"]) == POOL,
           f"PgBouncer runs pool_mode = {config['pool_mode']}, default_pool_size = {config['default_pool_size']}")
     version = admin("SHOW VERSION")[0]["version"]
     log(f"{version} on 127.0.0.1:{POOLER_PORT}: pool_mode = transaction, default_pool_size = {POOL}")
     # server connections of an earlier run to the database about to be re-created
-    if any(r["database"] == DB for r in admin("SHOW SERVERS")):
-        admin(f"KILL {DB}")
-        admin(f"RESUME {DB}")
+    if any(r["database"] == db for r in admin("SHOW SERVERS")):
+        admin(f"KILL {db}")
+        admin(f"RESUME {db}")
 
 
 # --------------------------------------------------------------------------
@@ -242,6 +242,31 @@ class Worker(WorkerProcess):
         return self.holder
 
 
+class ServerConnections:
+    """The most server connections of database `db` seen at once, as
+    PostgreSQL sees them (pg_stat_activity every 50 ms, by a thread), not
+    counting the test's direct connections."""
+
+    def __init__(self, db):
+        self.db, self.max = db, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        with direct("postgres") as m:
+            while not self._stop.is_set():
+                (k,) = m.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+                                 " AND backend_type = 'client backend' AND application_name <> %s",
+                                 (self.db, DIRECT_APP)).fetchone()
+                self.max = max(self.max, k)
+                self._stop.wait(0.05)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(5)
+
+
 def pid_of(holder):
     """The process id in a fleet worker's holder text, host:pid:random."""
     host, pid, rand = holder.split(":")
@@ -254,17 +279,17 @@ def holders(d):
         "SELECT slot, holder, token, acquired_at, expired FROM lease_holders(%s)", (NAME,)).fetchall()}
 
 
-def stop_mid_batch(w):
-    """SIGSTOP w while it works on a batch it fetched (before its write):
-    returns (slot, token, time of the stop)."""
-    for _ in range(5):
+def stop_mid_batch(w, item_ms=ITEM_MS, tries=5):
+    """SIGSTOP w while it works on a batch it fetched (before its write),
+    item_ms per item: returns (slot, token, time of the stop)."""
+    for _ in range(tries):
         since = len(w.events)
         ev = w.wait_event("fetched", since, 10)
         os.kill(w.pid, signal.SIGSTOP)
         stopped_at = time.time()
-        # its process() sleeps ITEM_MS per item after reporting the batch: a
+        # its process() sleeps item_ms per item after reporting the batch: a
         # stop sent well within that lands before its write
-        if stopped_at < ev["t"] + 0.7 * ev["items"] * ITEM_MS / 1000:
+        if stopped_at < ev["t"] + 0.7 * ev["items"] * item_ms / 1000:
             poll(lambda: w.state() == "T", 5, f"{w} to stop")
             return ev["slot"], int(ev["token"]), stopped_at
         os.kill(w.pid, signal.SIGCONT)  # too late for this batch: the next one
@@ -287,22 +312,9 @@ def run_fleets(workdir):
                FLEET_BATCH=str(BATCH), FLEET_ITEM_MS=str(ITEM_MS), FLEET_LIFETIME_S=str(TIME_LIMIT_S))
     env.pop("PGSERVICE", None)
     workers = []
-    monitor_stop = threading.Event()
-    max_server = [0]
-
-    def monitor():  # server connections of the fleet's database, as PostgreSQL sees them
-        with direct("postgres") as m:
-            while not monitor_stop.is_set():
-                (k,) = m.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
-                                 " AND backend_type = 'client backend' AND application_name <> %s",
-                                 (DB, DIRECT_APP)).fetchone()
-                max_server[0] = max(max_server[0], k)
-                monitor_stop.wait(0.05)
-
+    servers = ServerConnections(DB)
     d = direct()
-    mon = threading.Thread(target=monitor, daemon=True)
     try:
-        mon.start()
         t0 = time.time()
         for i in range(PYTHON_WORKERS + NODE_WORKERS):
             workers.append(Worker("python" if i % 2 == 0 else "node", workdir, env))
@@ -375,7 +387,7 @@ def run_fleets(workdir):
                 raise Failure(f"{w} exited by itself with {w.proc.returncode}:"
                               f" {open(w.err_path).read()[-2000:]} {w.events[-3:]}")
     finally:
-        monitor_stop.set()
+        servers.stop()
         for w in workers:
             if w.proc.poll() is None:
                 os.kill(w.pid, signal.SIGCONT)  # a stopped worker would not act on SIGTERM
@@ -387,7 +399,6 @@ def run_fleets(workdir):
             except subprocess.TimeoutExpired:
                 w.proc.kill()
                 w.proc.wait()
-        mon.join(5)
 
     # the checks
     (not_done,) = d.execute("SELECT count(*) FROM items WHERE NOT done").fetchone()
@@ -408,13 +419,13 @@ def run_fleets(workdir):
               f"{w}: {late} log rows and {accepted} accepted writes of its old token after the takeover")
     errors = [(w.holder, e) for w in workers for e in w.events if e["event"] in ("error", "garbage")]
     check(not errors, f"worker errors: {errors}")
-    check(0 < max_server[0] <= POOL, f"{max_server[0]} server connections seen for a pool of {POOL}")
+    check(0 < servers.max <= POOL, f"{servers.max} server connections seen for a pool of {POOL}")
     rejected = sum(w.count("rejected") for w in workers)
     late_rejected = sum(w.count("rejected", w.resumed_at) for w in paused)
     per_lang = {lang: sum(w.count("wrote") for w in workers if w.lang == lang) for lang in ("python", "node")}
     d.close()
     log(f"summary: {ITEMS} items, processed once each by {len(workers)} clients"
-        f" over at most {max_server[0]} server connections (pool {POOL});"
+        f" over at most {servers.max} server connections (pool {POOL});"
         f" duplicates 0, missing 0; batches written: {per_lang['python']} Python,"
         f" {per_lang['node']} Node; rejected late writes: {late_rejected} from the resumed workers,"
         f" {rejected} in all; takeover after SIGKILL {takeovers['SIGKILL'][0]:.2f} s,"

@@ -92,15 +92,19 @@ class WorkerProcess:
     def wait_event(self, kind, since, timeout):
         """The first event of `kind` (a string, or a tuple of them) from event `since` on."""
         kinds = (kind,) if isinstance(kind, str) else kind
+        return self.wait_for(lambda e: e["event"] in kinds, since, timeout, f"'{kind}'")
+
+    def wait_for(self, pred, since, timeout, what):
+        """The first event from event `since` on for which pred(event) is true."""
         deadline = time.monotonic() + timeout
         with WorkerProcess.cond:
             while True:
                 for e in self.events[since:]:
-                    if e["event"] in kinds:
+                    if pred(e):
                         return e
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise Failure(f"timed out after {timeout:g} s waiting for {self} to report '{kind}'")
+                    raise Failure(f"timed out after {timeout:g} s waiting for {self} to report {what}")
                 WorkerProcess.cond.wait(min(left, 0.1))
 
     def state(self):

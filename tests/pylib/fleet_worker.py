@@ -1,10 +1,24 @@
 """What the worker processes of the fleet tests share (tests/pooler/fleet.py,
-tests/faults/worker.py, tests/ordered/worker.py): how one runs its main loop
-under the driver."""
+tests/pooler/elastic_worker.py, tests/faults/worker.py, tests/ordered/worker.py):
+how one runs its main loop under the driver, and its events on stdout."""
+import json
 import os
 import sys
 import threading
 import time
+
+
+def emitter(worker):
+    """emit(event, **fields): one JSON line on stdout, {"event", "worker", "t", ...},
+    whole even when several threads emit."""
+    lock = threading.Lock()
+
+    def emit(event, **fields):
+        line = json.dumps({"event": event, "worker": worker, "t": time.time(), **fields}) + "\n"
+        with lock:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+    return emit
 
 
 def watchdog(lifetime_s):
