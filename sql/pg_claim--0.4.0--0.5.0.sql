@@ -319,6 +319,11 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_fence(oid, text, integer, bigint) FROM PUBLIC;
 
+-- fence and lease_valid check the lease row in Rust (src/leases/check.rs);
+-- lease_valid is STABLE, so with constant arguments a statement evaluates it
+-- once, before its first row.
+ALTER FUNCTION @extschema@.lease_valid(text, integer, bigint) STABLE;
+
 -- ==== lease: claim_leases ====
 -- Elastic lease fleets (sql/leases_fleet.sql, whole).
 -- Elastic lease fleets: claim_leases (docs/leases.md, "claim_leases").

@@ -43,3 +43,41 @@ pub unsafe fn lock_held_by_me(tag: &pg_sys::LOCKTAG, mode: pg_sys::LOCKMODE) -> 
 pub unsafe fn lock_held_by_me(tag: &pg_sys::LOCKTAG, mode: pg_sys::LOCKMODE) -> bool {
     pg_sys::LockHeldByMe(tag, mode, false)
 }
+
+/// Begin an index scan of `index` on `heap` (PostgreSQL 18 added the
+/// instrumentation argument, NULL for none).
+///
+/// # Safety
+/// As the C function: both relations open and locked, `snapshot` registered.
+#[cfg(any(feature = "pg15", feature = "pg16"))]
+pub unsafe fn index_beginscan(
+    heap: pg_sys::Relation,
+    index: pg_sys::Relation,
+    snapshot: pg_sys::Snapshot,
+    nkeys: i32,
+    norderbys: i32,
+) -> pg_sys::IndexScanDesc {
+    pg_sys::index_beginscan(heap, index, snapshot, nkeys, norderbys)
+}
+
+/// As above, for PostgreSQL 18.
+///
+/// # Safety
+/// As the C function: both relations open and locked, `snapshot` registered.
+#[cfg(feature = "pg18")]
+pub unsafe fn index_beginscan(
+    heap: pg_sys::Relation,
+    index: pg_sys::Relation,
+    snapshot: pg_sys::Snapshot,
+    nkeys: i32,
+    norderbys: i32,
+) -> pg_sys::IndexScanDesc {
+    pg_sys::index_beginscan(
+        heap,
+        index,
+        snapshot,
+        std::ptr::null_mut(),
+        nkeys,
+        norderbys,
+    )
+}
