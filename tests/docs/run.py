@@ -55,6 +55,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 FIXTURES = os.path.join(HERE, "fixtures.sql")
 STATEMENT_TIMEOUT = "60s"
 VERBOSE = False
+ROLE_COMMENT = "created by tests/docs/run.py"
 
 FENCE = re.compile(r"^( *)```sql\s*$")
 NOT_RUN = re.compile(r"^\s*<!--\s*not run:\s*(.+?)\s*-->\s*$")
@@ -367,9 +368,14 @@ def main():
                     c.execute(f"DROP ROLE {r}")
                 except psycopg.Error as e:
                     sys.exit(f"docs: cannot drop the role {r} an earlier run left: {e.diag.message_primary}")
-        created = [r for r in roles if r not in have]
+        # roles of an earlier run that did not end are this run's too
+        ours = {r for (r,) in c.execute(
+            "SELECT rolname FROM pg_roles WHERE shobj_description(oid, 'pg_authid') = %s", (ROLE_COMMENT,))}
+        created = [r for r in roles if r not in have or r in ours]
         for r in created:
-            c.execute(f"CREATE ROLE {r} NOLOGIN")
+            if r not in have:
+                c.execute(f"CREATE ROLE {r} NOLOGIN")
+                c.execute(f"COMMENT ON ROLE {r} IS '{ROLE_COMMENT}'")
     t0 = time.monotonic()
     totals = [0, 0, 0]
     failures = []
@@ -404,4 +410,7 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except psycopg.OperationalError as e:
+        sys.exit(f"docs: the server went away: {e}")
