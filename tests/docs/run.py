@@ -356,8 +356,12 @@ def main():
     a = p.parse_args()
     global VERBOSE
     VERBOSE = a.verbose
+    given = [os.path.relpath(os.path.abspath(f), ROOT) for f in a.files]
+    for f in given:
+        if not os.path.isfile(os.path.join(ROOT, f)) or f.startswith(".."):
+            sys.exit(f"docs: no file {f} in the repository")
     os.chdir(ROOT)
-    files = a.files or ["README.md"] + sorted(
+    files = given or ["README.md"] + sorted(
         os.path.join("docs", f) for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md"))
     roles, leftover, fixtures = load_fixtures()
     with connect("postgres") as c:
