@@ -98,6 +98,11 @@ DROP DATABASE pg_claim_package;
 SQL
 }
 
+# The sql blocks of README.md and docs/*.md, each file's in order in a
+# database of its own with the fixtures of tests/docs/fixtures.sql; a block
+# marked <!-- not run: REASON --> is skipped and counted. Test names: files.
+docs_examples() { python3 tests/docs/run.py "$@"; }
+
 sessions() {
     PG_CLAIM_TEST_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=postgres" \
         cargo test -p pg_claim_sessions --release --no-fail-fast -- --test-threads=1 "$@"
