@@ -199,13 +199,14 @@ fn claim(name: &str, n: i32, wait_us: Option<i64>) -> Option<i32> {
     settings::apply_client_check(true);
     if let Some(h) = current_claim(key1) {
         if h.name != name {
+            // the name registry's error (42710), whichever session asks
             raise(
-                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                PgSqlErrorCode::ERRCODE_DUPLICATE_OBJECT,
                 format!(
-                    "name \"{name}\" shares its lock key {} with \"{}\", whose slot {} this session holds",
+                    "name \"{name}\" has the same lock key (crc32 {}) as name \"{}\", which is already in use in this database (this session holds its slot {})",
                     key1 as u32, h.name, h.slot
                 ),
-                "Names are keyed by their crc32: rename one of the two so that crc32(a) <> crc32(b).",
+                "Names are keyed by their crc32, and two names with one key would share slots. Choose another name (for example append a suffix), such that crc32(new name) differs.",
             );
         }
         if h.n != n {

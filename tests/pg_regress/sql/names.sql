@@ -21,6 +21,9 @@ SELECT array(SELECT c::regclass::text FROM unnest(extconfig) c ORDER BY 1) AS du
 SELECT claim_slot('uablaijhsa', 4) AS fleet_a_slot;
 SELECT name, key = (crc32(name)::bit(32))::integer AS key_is_crc32, first_claimed_at <= now() AS dated
 FROM pg_claim_names WHERE name IN ('uablaijhsa', 'pfcxpytzcn');
+-- The session that holds the name's slot gets the same 42710 for the
+-- colliding name as any other session.
+SELECT pc_try($$SELECT claim_slot('pfcxpytzcn', 4)$$) AS colliding_in_holding_session;
 SELECT release_slot('uablaijhsa');
 
 -- In another session, the colliding name is refused in every mode, with
