@@ -332,6 +332,9 @@ unsafe fn counts_query(
 }
 
 extension_sql_file!("../sql/items.sql", name = "my_items_sql");
+// slot_partition: the hash partition that holds a slot's rows (catalog
+// reads only, in PL/pgSQL).
+extension_sql_file!("../sql/slot_partition.sql", name = "slot_partition");
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]

@@ -312,6 +312,8 @@ VALID_BY_NAME = {
     ("holder", "text"): "'w'::text",
     ("name", "text"): "'hm'::text",
     ("grp", "text"): "'g'::text",
+    # slot_partition: a table hash-partitioned with modulus 2 (n's valid value)
+    ("tbl", "regclass"): "'hm_part'::regclass",
     # the internal lease functions: the calling role, and crc32('hm') and
     # its int4 form (what claim_lease and claim_leases pass)
     ("role", "oid"): "'postgres'::regrole::oid",
