@@ -27,7 +27,7 @@ trap 'pgc_cleanup; rm -rf "$BENCH_TMP"' EXIT
 
 pool="${BENCH_ELASTIC_POOL:-8}"
 bin="$(bench_rust elastic_bench)"
-pgc_pgbouncer_start "$pool" >/dev/null
+pgc_pgbouncer_start "$pool" >/dev/null 2>&1 || { echo "elastic: PgBouncer did not start" >&2; exit 1; }
 "$bin" \
     --pooler-dsn "host=127.0.0.1 port=$PGC_POOLER_PORT user=${PGUSER:-postgres} dbname=${PGDATABASE:-postgres}" \
     --pooler-pidfile "${PGC_POOLERS[-1]}/pgbouncer.pid" \

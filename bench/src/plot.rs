@@ -15,6 +15,8 @@ pub struct Series {
     pub color: String,
     /// (W, value) in the order the line joins them.
     pub points: Vec<(usize, f64)>,
+    /// A dashed line without points: a bound rather than a measurement.
+    pub dashed: bool,
 }
 
 /// A chart: its two heading lines, the W values on the x axis, the y
@@ -118,12 +120,17 @@ pub fn svg(chart: &Chart) -> String {
             .collect();
         let path: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
         let col = &series.color;
+        let dash = if series.dashed {
+            r#" stroke-dasharray="6 4""#
+        } else {
+            ""
+        };
         let _ = writeln!(
             s,
-            r#"<polyline points="{}" fill="none" stroke="{col}" stroke-width="2.5"/>"#,
+            r#"<polyline points="{}" fill="none" stroke="{col}" stroke-width="2.5"{dash}/>"#,
             path.join(" ")
         );
-        for (x, y) in &pts {
+        for (x, y) in pts.iter().filter(|_| !series.dashed) {
             let _ = writeln!(
                 s,
                 r#"<circle cx="{x:.1}" cy="{y:.1}" r="3.5" fill="{col}"/>"#
@@ -133,7 +140,7 @@ pub fn svg(chart: &Chart) -> String {
         let lx = left + pw + 15.0;
         let _ = writeln!(
             s,
-            r#"<line x1="{lx}" y1="{ly}" x2="{:.1}" y2="{ly}" stroke="{col}" stroke-width="3"/>"#,
+            r#"<line x1="{lx}" y1="{ly}" x2="{:.1}" y2="{ly}" stroke="{col}" stroke-width="3"{dash}/>"#,
             lx + 22.0
         );
         let (a, b) = series
@@ -197,17 +204,20 @@ mod tests {
                     label: "a (first)".into(),
                     color: "#000000".into(),
                     points: vec![(4, 1.0), (8, 2.0), (16, 4.0)],
+                    dashed: false,
                 },
                 Series {
                     label: "b".into(),
                     color: "#ffffff".into(),
                     points: vec![(4, 3.0)],
+                    dashed: true,
                 },
             ],
         };
         let s = svg(&chart);
         assert_eq!(s.matches("<polyline").count(), 2);
-        assert_eq!(s.matches("<circle").count(), 4);
+        assert_eq!(s.matches("<circle").count(), 3);
+        assert_eq!(s.matches("stroke-dasharray").count(), 2);
         assert!(s.contains(">(first)</text>"));
         assert!(s.ends_with("</svg>\n"));
     }

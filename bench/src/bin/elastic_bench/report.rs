@@ -242,6 +242,7 @@ pub fn svg(cfg: &Config, table: &[RunResult], ncores: usize) -> String {
                 .filter(|r| &r.method == m)
                 .map(|r| (r.w, r.items_per_s))
                 .collect(),
+            dashed: false,
         })
         .collect();
     if !cfg.work.is_zero() {
@@ -249,6 +250,7 @@ pub fn svg(cfg: &Config, table: &[RunResult], ncores: usize) -> String {
             label: "bound (W workers, handler only)".to_string(),
             color: "#999999".to_string(),
             points: cfg.workers.iter().map(|&w| (w, bound(cfg, w))).collect(),
+            dashed: true,
         });
     }
     pg_claim_bench::plot::svg(&Chart {

@@ -34,9 +34,9 @@ pub fn fresh_table(
                                vt timestamptz NOT NULL DEFAULT '-infinity');
          INSERT INTO {TABLE} (id, payload) SELECT g, md5(g::text) FROM generate_series(1, {items}) g;
          {index};
-         VACUUM ANALYZE {TABLE};
          RESET client_min_messages"
-    ))
+    ))?;
+    admin.batch_execute(&format!("VACUUM ANALYZE {TABLE}"))
 }
 
 /// The rows left to do.

@@ -19,6 +19,7 @@ pub fn svg(cfg: &Config, table: &[RunResult], cores: usize) -> String {
                 .filter(|r| &r.method == m)
                 .map(|r| (r.w, r.items_per_s))
                 .collect(),
+            dashed: false,
         })
         .collect();
     pg_claim_bench::plot::svg(&Chart {
