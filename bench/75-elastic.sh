@@ -3,7 +3,7 @@
 # workers share n = 64 slots with claim_leases (a lease thread per worker
 # calling it every ttl/3; per batch my_items(..., pending => 'done'), an
 # I/O-bound handler of 1 ms per row outside any transaction, then one
-# transaction with fence and the batch's UPDATE), against the FOR UPDATE
+# transaction with fence and the batch's UPDATE, in one message), against the FOR UPDATE
 # SKIP LOCKED queue with the same handler, batches of 10 and the same pool
 # (its claim sets a visibility timeout, so it holds no transaction during
 # the handler). Items/s per W side by side in one run (medians of rounds),
@@ -15,6 +15,9 @@
 # Knobs (environment): BENCH_ELASTIC_WORKERS (4,8,16,32), BENCH_ELASTIC_POOL
 # (8 server connections), BENCH_ELASTIC_N (64), BENCH_ELASTIC_BATCH (10),
 # BENCH_ELASTIC_WORK_US (1000 per row), BENCH_ELASTIC_TTL_MS (3000),
+# BENCH_ELASTIC_FENCE (implicit: "SELECT fence(...); UPDATE ..." in one
+# message, one transaction; block: the same between BEGIN and COMMIT;
+# lease_valid: one UPDATE behind lease_valid),
 # BENCH_ELASTIC_SECONDS (4 per window), BENCH_ELASTIC_ROUNDS (3),
 # BENCH_ELASTIC_METHODS (leases,queue; queue_tx adds the queue that holds
 # its transaction through the handler), BENCH_ELASTIC_REBALANCE_ROUNDS (2),
@@ -37,6 +40,7 @@ pgc_pgbouncer_start "$pool" >/dev/null 2>&1 || { echo "elastic: PgBouncer did no
     --batch "${BENCH_ELASTIC_BATCH:-10}" \
     --work-us "${BENCH_ELASTIC_WORK_US:-1000}" \
     --ttl-ms "${BENCH_ELASTIC_TTL_MS:-3000}" \
+    --fence "${BENCH_ELASTIC_FENCE:-implicit}" \
     --seconds "${BENCH_ELASTIC_SECONDS:-4}" \
     --rounds "${BENCH_ELASTIC_ROUNDS:-3}" \
     --methods "${BENCH_ELASTIC_METHODS:-leases,queue}" \

@@ -1,6 +1,7 @@
 //! The benchmark's command-line options, and the command line that
 //! reproduces a run (printed with its figures).
 
+use crate::fleet::FenceForm;
 use pg_claim_support::{dsn_from_env, parse_list, Opts};
 use std::time::Duration;
 
@@ -27,6 +28,8 @@ pub struct Config {
     /// The handler's time per row.
     pub work: Duration,
     pub ttl: Duration,
+    /// How the lease fleet's batch writes are fenced.
+    pub fence: FenceForm,
     pub seconds: f64,
     pub warmup: f64,
     pub rounds: usize,
@@ -42,11 +45,12 @@ pub struct Config {
 pub fn usage() -> String {
     format!(
         "usage: elastic_bench --pooler-dsn DSN [--pooler-pidfile FILE] [--pool 8] \
-         [--workers 4,8,16,32] [--n 64] [--batch 10] [--work-us 1000] [--ttl-ms 3000] \
+         [--workers 4,8,16,32] [--n 64] [--batch 10] [--work-us 1000] [--ttl-ms 3000] [--fence implicit] \
          [--seconds 4] [--warmup 0.5] [--rounds 3] [--methods {DEFAULT_METHODS}] \
          [--rebalance-rounds 2] [--rebalance-workers 8] [--out-dir target/bench] [--dsn DSN]\n\
-         methods: {}",
-        METHODS.join(", ")
+         methods: {}; fence forms: {}",
+        METHODS.join(", "),
+        FenceForm::NAMES.join(", ")
     )
 }
 
@@ -66,6 +70,7 @@ pub fn parse_config() -> Result<Option<Config>, String> {
         "batch",
         "work-us",
         "ttl-ms",
+        "fence",
         "seconds",
         "warmup",
         "rounds",
@@ -103,6 +108,7 @@ pub fn parse_config() -> Result<Option<Config>, String> {
         batch: o.get("batch", 10usize)?,
         work: Duration::from_micros(o.get("work-us", 1000u64)?),
         ttl: Duration::from_millis(o.get("ttl-ms", 3000u64)?),
+        fence: FenceForm::parse(o.get_str("fence").unwrap_or("implicit"))?,
         seconds: o.get("seconds", 4.0f64)?,
         warmup: o.get("warmup", 0.5f64)?,
         rounds: o.get("rounds", 3usize)?,
@@ -144,6 +150,7 @@ pub fn command_line(cfg: &Config) -> String {
     knob("BATCH", cfg.batch.to_string(), "10");
     knob("WORK_US", cfg.work.as_micros().to_string(), "1000");
     knob("TTL_MS", cfg.ttl.as_millis().to_string(), "3000");
+    knob("FENCE", cfg.fence.name().to_string(), "implicit");
     knob("SECONDS", cfg.seconds.to_string(), "4");
     knob("ROUNDS", cfg.rounds.to_string(), "3");
     knob("METHODS", cfg.methods.join(","), DEFAULT_METHODS);

@@ -9,10 +9,11 @@
 //!   leases run out after their ttl).
 //! - work thread: the slots of the map in turn; per batch
 //!   `my_items(NULL::table, slot, n, after => cursor, batch => B,
-//!   pending => 'done')`, the handler outside any transaction, then one
-//!   transaction `BEGIN; SELECT fence(name, slot, token); UPDATE ...;
-//!   COMMIT`, sent as one message. PC001 drops the slot from the map until
-//!   the next `claim_leases`.
+//!   pending => 'done')`, the handler outside any transaction, then the
+//!   batch's write in one transaction behind `fence` (or `lease_valid`),
+//!   sent as one message (see `FenceForm`). PC001 (or no row written
+//!   behind `lease_valid`) drops the slot from the map until the next
+//!   `claim_leases`.
 
 use crate::work::{first_column, handle, mark_done_sql, rows_of, Counters, TABLE};
 use pg_claim_support::{connect, describe, sqlstate};
@@ -27,6 +28,74 @@ const RUNNING: u8 = 0;
 const LEAVING: u8 = 1;
 const KILLED: u8 = 2;
 
+/// How a batch's write is fenced; each form is one message to the server
+/// and one transaction.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum FenceForm {
+    /// `SELECT fence(...); UPDATE ...`: two statements in one simple
+    /// query message, which the server runs as one transaction (an error
+    /// in `fence` rolls it back).
+    Implicit,
+    /// `BEGIN; SELECT fence(...); UPDATE ...; COMMIT` in one message.
+    Block,
+    /// One statement: `UPDATE ... AND (SELECT lease_valid(...))`; no row
+    /// written means the lease is gone.
+    LeaseValid,
+}
+
+impl FenceForm {
+    pub const NAMES: [&'static str; 3] = ["implicit", "block", "lease_valid"];
+
+    pub fn parse(s: &str) -> Result<FenceForm, String> {
+        match s {
+            "implicit" => Ok(FenceForm::Implicit),
+            "block" => Ok(FenceForm::Block),
+            "lease_valid" => Ok(FenceForm::LeaseValid),
+            _ => Err(format!(
+                "unknown fence form {s:?}; known: {}",
+                FenceForm::NAMES.join(", ")
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FenceForm::Implicit => "implicit",
+            FenceForm::Block => "block",
+            FenceForm::LeaseValid => "lease_valid",
+        }
+    }
+
+    /// The statement text as the report shows it.
+    pub fn shown(self) -> &'static str {
+        match self {
+            FenceForm::Implicit => "SELECT fence(...); UPDATE ... (one message, one transaction)",
+            FenceForm::Block => "BEGIN; SELECT fence(...); UPDATE ...; COMMIT (one message)",
+            FenceForm::LeaseValid => "UPDATE ... AND (SELECT lease_valid(...))",
+        }
+    }
+
+    /// The batch's write, and which of its statements is the UPDATE
+    /// (0-based).
+    fn write_sql(self, name: &str, slot: i32, token: i64, ids: &[i64]) -> (String, usize) {
+        let update = mark_done_sql(ids);
+        match self {
+            FenceForm::Implicit => (
+                format!("SELECT fence('{name}', {slot}, {token}); {update}"),
+                1,
+            ),
+            FenceForm::Block => (
+                format!("BEGIN; SELECT fence('{name}', {slot}, {token}); {update}; COMMIT"),
+                2,
+            ),
+            FenceForm::LeaseValid => (
+                format!("{update} AND (SELECT lease_valid('{name}', {slot}, {token}))"),
+                0,
+            ),
+        }
+    }
+}
+
 /// What a fleet's members share: the lease name and its parameters.
 #[derive(Clone)]
 pub struct Fleet {
@@ -36,6 +105,7 @@ pub struct Fleet {
     pub batch: usize,
     pub per_row: Duration,
     pub ttl: Duration,
+    pub fence: FenceForm,
 }
 
 /// One member's state, read by the benchmark while it runs.
@@ -316,40 +386,48 @@ fn work_loop(f: &Fleet, m: &Member, counters: &Counters) {
         if m.state.load(Ordering::SeqCst) == KILLED {
             return; // the batch is abandoned, as by a killed process
         }
-        let write = format!(
-            "BEGIN; SELECT fence('{}', {slot}, {token}); {}; COMMIT",
-            f.name,
-            mark_done_sql(&ids)
-        );
+        let (write, k) = f.fence.write_sql(&f.name, slot, token, &ids);
         let t = Instant::now();
-        match conn.simple_query(&write) {
+        let refused = match conn.simple_query(&write) {
             Ok(msgs) => {
-                let marked = rows_of(&msgs, 2);
-                counters.items.fetch_add(marked, Ordering::Relaxed);
-                counters.batches.fetch_add(1, Ordering::Relaxed);
-                counters
-                    .repeated
-                    .fetch_add(ids.len() as u64 - marked, Ordering::Relaxed);
-                if counters.measuring() {
-                    counters.write.push(t);
+                let marked = rows_of(&msgs, k);
+                if f.fence == FenceForm::LeaseValid && marked == 0 {
+                    // lease_valid was false: no row written
+                    true
+                } else {
+                    counters.items.fetch_add(marked, Ordering::Relaxed);
+                    counters.batches.fetch_add(1, Ordering::Relaxed);
+                    counters
+                        .repeated
+                        .fetch_add(ids.len() as u64 - marked, Ordering::Relaxed);
+                    if counters.measuring() {
+                        counters.write.push(t);
+                    }
+                    false
                 }
             }
             Err(e) => {
-                let _ = conn.batch_execute("ROLLBACK");
+                if f.fence == FenceForm::Block {
+                    let _ = conn.batch_execute("ROLLBACK");
+                }
                 if sqlstate(&e) == "PC001" {
-                    // The lease is gone: drop the slot until the next
-                    // claim_leases says otherwise.
-                    counters
-                        .refused
-                        .fetch_add(ids.len() as u64, Ordering::Relaxed);
-                    m.held
-                        .lock()
-                        .expect("held")
-                        .retain(|h| !(h.0 == slot && h.1 == token));
+                    true
                 } else {
                     counters.error(format!("fenced write: {}", describe(&e)));
+                    false
                 }
             }
+        };
+        if refused {
+            // The lease is gone: drop the slot until the next claim_leases
+            // says otherwise.
+            counters
+                .refused
+                .fetch_add(ids.len() as u64, Ordering::Relaxed);
+            m.held
+                .lock()
+                .expect("held")
+                .retain(|h| !(h.0 == slot && h.1 == token));
         }
     }
 }

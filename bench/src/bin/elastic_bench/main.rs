@@ -54,12 +54,13 @@ fn run(cfg: &config::Config) -> Result<(), String> {
         .unwrap_or(0);
     println!(
         "elastic leases through PgBouncer (transaction mode, {} server connections): n = {}, batches of {}, handler {} us per row, \
-         ttl {} ms, W = {:?}, {} s windows, {} round(s), {ncores} cores",
+         ttl {} ms, fenced write: {}, W = {:?}, {} s windows, {} round(s), {ncores} cores",
         cfg.pool,
         cfg.n,
         cfg.batch,
         cfg.work.as_micros(),
         cfg.ttl.as_millis(),
+        cfg.fence.shown(),
         cfg.workers,
         cfg.seconds,
         cfg.rounds

@@ -64,6 +64,7 @@ pub fn run(admin: &mut Client, cfg: &Config) -> Result<Rebalance, String> {
         batch: cfg.batch,
         per_row: cfg.work,
         ttl: cfg.ttl,
+        fence: cfg.fence,
     };
     let timeout = Duration::from_secs(30) + cfg.ttl * 3;
     let pid = std::process::id();

@@ -104,6 +104,7 @@ pub fn markdown(cfg: &Config, table: &[RunResult], ncores: usize) -> String {
         "Items/s through PgBouncer (pool_mode = transaction, {} server connections) by workers W on n = {}: \
          batches of {}, a handler of {} µs per row outside any transaction, {} s windows after {} s of warm-up, \
          median of {} round(s), {ncores} cores, client, pooler and server on the same machine. \
+         The lease fleet's batch write: `{}`. \
          Bound: W workers doing nothing but the handler. CPU: seconds of CPU per second of the window \
          (100% = one core) of the server backends, PgBouncer and the client; machine: the busy share of all cores.\n\n\
          Produced by `{}`.\n",
@@ -114,6 +115,7 @@ pub fn markdown(cfg: &Config, table: &[RunResult], ncores: usize) -> String {
         cfg.seconds,
         cfg.warmup,
         cfg.rounds,
+        cfg.fence.shown(),
         command_line(cfg)
     );
     let _ = writeln!(

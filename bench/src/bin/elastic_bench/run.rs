@@ -114,6 +114,7 @@ pub fn run_one(
             batch: cfg.batch,
             per_row: cfg.work,
             ttl: cfg.ttl,
+            fence: cfg.fence,
         };
         let t0 = Instant::now();
         for i in 0..w {
