@@ -72,9 +72,9 @@ fn run(cfg: &config::Config) -> Result<(), String> {
             let k = cfg.methods.len();
             for j in 0..k {
                 let m = &cfg.methods[(j + round) % k];
-                let r = run::run_one(&mut admin, cfg, m, w)
+                let r = run::run_one(&mut admin, cfg, round, m, w)
                     .map_err(|e| format!("{m} at W={w}: {e}"))?;
-                println!("{}", report::run_line(round, &r));
+                println!("{}", report::run_line(&r));
                 results.push(r);
             }
         }
@@ -83,7 +83,7 @@ fn run(cfg: &config::Config) -> Result<(), String> {
     println!();
     print!("{}", report::markdown(cfg, &table, ncores));
     println!();
-    report::print_ratios(cfg, &table);
+    report::print_ratios(cfg, &table, &results);
     std::fs::create_dir_all(&cfg.out_dir).map_err(|e| format!("{}: {e}", cfg.out_dir))?;
     let svg_path = format!("{}/elastic-throughput.svg", cfg.out_dir);
     std::fs::write(&svg_path, report::svg(cfg, &table, ncores))

@@ -46,10 +46,10 @@ fn cores(cpu_s: f64, r: &RunResult) -> String {
 }
 
 /// The line printed after each run.
-pub fn run_line(round: usize, r: &RunResult) -> String {
+pub fn run_line(r: &RunResult) -> String {
     format!(
         "  round {} W={:2} {:8} {:>7} items/s  {:>6.0} batches/s  fetch p50 {:.2} ms  write p50 {:.2} ms{}  CPU: server {} pgbouncer {} client {} (of one core), machine {} busy{}  refused {} repeated {}",
-        round + 1,
+        r.round + 1,
         r.w,
         r.method,
         thousands(r.items_per_s as u64),
@@ -142,20 +142,32 @@ pub fn markdown(cfg: &Config, table: &[RunResult], ncores: usize) -> String {
     s
 }
 
-/// The ratio lines: leases over each queue form at every W, and the
-/// scaling from the smallest W to 16 (or the largest).
-pub fn print_ratios(cfg: &Config, table: &[RunResult]) {
+/// The ratio lines: leases over each queue form at every W (of the
+/// medians, then of each round's pair of runs), and the scaling from the
+/// smallest W to 16 (or the largest).
+pub fn print_ratios(cfg: &Config, table: &[RunResult], results: &[RunResult]) {
     for q in cfg.methods.iter().filter(|m| *m != "leases") {
         for &w in &cfg.workers {
-            if let (Some(a), Some(b)) = (items_per_s(table, "leases", w), items_per_s(table, q, w))
-            {
-                let target = if q == "queue" { "  (target >= 1x)" } else { "" };
-                println!(
-                    "ratio: leases / {} items/s at W={w} = {:.2}x{target}",
-                    label(q),
-                    a / b
-                );
-            }
+            let (Some(a), Some(b)) = (items_per_s(table, "leases", w), items_per_s(table, q, w))
+            else {
+                continue;
+            };
+            let of = |k: usize, m: &str| {
+                results
+                    .iter()
+                    .find(|r| r.round == k && r.w == w && r.method == m)
+                    .map(|r| r.items_per_s)
+            };
+            let rounds: Vec<String> = (0..cfg.rounds)
+                .filter_map(|k| Some(format!("{:.2}", of(k, "leases")? / of(k, q)?)))
+                .collect();
+            let target = if q == "queue" { "  (target >= 1x)" } else { "" };
+            println!(
+                "ratio: leases / {} items/s at W={w} = {:.2}x{target}  (each round: {})",
+                label(q),
+                a / b,
+                rounds.join(", ")
+            );
         }
     }
     let (Some(&lo), Some(&hi)) = (

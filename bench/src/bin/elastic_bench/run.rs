@@ -19,6 +19,7 @@ pub const NAME: &str = "bench_elastic";
 /// What one (method, W) run measured in its timed window.
 #[derive(Clone)]
 pub struct RunResult {
+    pub round: usize,
     pub method: String,
     pub w: usize,
     pub items_per_s: f64,
@@ -91,6 +92,7 @@ pub fn wait_balanced(
 pub fn run_one(
     admin: &mut Client,
     cfg: &Config,
+    round: usize,
     method: &str,
     w: usize,
 ) -> Result<RunResult, String> {
@@ -192,6 +194,7 @@ pub fn run_one(
     }
     let p50 = |l: &crate::work::Latencies| percentile(&l.sorted(), 50.0);
     Ok(RunResult {
+        round,
         method: method.to_string(),
         w,
         items_per_s: (items1 - items0) as f64 / seconds,
