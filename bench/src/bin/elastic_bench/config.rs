@@ -39,6 +39,8 @@ pub struct Config {
     /// Workers of the rebalancing fleet before a ninth joins.
     pub rebalance_workers: usize,
     pub out_dir: String,
+    /// Whether pg_stat_statements is there to read (found at the start).
+    pub statements: bool,
 }
 
 /// `--help`'s text.
@@ -116,6 +118,7 @@ pub fn parse_config() -> Result<Option<Config>, String> {
         rebalance_rounds: o.get("rebalance-rounds", 2usize)?,
         rebalance_workers: o.get("rebalance-workers", 8usize)?,
         out_dir: o.get_str("out-dir").unwrap_or("target/bench").to_string(),
+        statements: false,
     };
     if c.n < 1 || c.batch < 1 || c.rounds < 1 || c.seconds <= 0.0 || c.warmup < 0.0 {
         return Err("--n, --batch, --rounds and --seconds must be positive".into());

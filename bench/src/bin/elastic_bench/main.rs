@@ -11,7 +11,8 @@
 //!
 //! The modules, one job each: `config` (the options), `work` (the table,
 //! the handler, the statements' plumbing, the counters), `fleet` (a lease
-//! worker), `queue` (a queue worker), `cpu` (CPU time from /proc), `run`
+//! worker), `queue` (a queue worker), `cpu` (CPU time from /proc),
+//! `statements` (server time per statement, from pg_stat_statements), `run`
 //! (one method at one W), `rebalance` (join, leave, kill) and `report`
 //! (the lines, the table, the ratios, the plot).
 
@@ -22,6 +23,7 @@ mod queue;
 mod rebalance;
 mod report;
 mod run;
+mod statements;
 mod work;
 
 use pg_claim_support::{connect, describe, ensure_extension};
@@ -49,6 +51,10 @@ fn run(cfg: &config::Config) -> Result<(), String> {
     let mut admin = connect(&cfg.dsn, "elastic-admin").map_err(|e| describe(&e))?;
     ensure_extension(&mut admin, "pg_claim")
         .map_err(|e| format!("CREATE EXTENSION pg_claim: {}", describe(&e)))?;
+    let cfg = &config::Config {
+        statements: statements::available(&mut admin),
+        ..cfg.clone()
+    };
     let ncores = thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(0);
@@ -75,6 +81,9 @@ fn run(cfg: &config::Config) -> Result<(), String> {
                 let r = run::run_one(&mut admin, cfg, round, m, w)
                     .map_err(|e| format!("{m} at W={w}: {e}"))?;
                 println!("{}", report::run_line(&r));
+                if let Some(s) = &r.statements {
+                    println!("      {s}");
+                }
                 results.push(r);
             }
         }

@@ -5,6 +5,7 @@ use crate::config::Config;
 use crate::cpu::{self, Used};
 use crate::fleet::{self, Fleet, Member};
 use crate::queue::{self, Queue};
+use crate::statements;
 use crate::work::{fresh_table, pending, Counters};
 use pg_claim_support::{describe, percentile};
 use postgres::Client;
@@ -32,6 +33,8 @@ pub struct RunResult {
     pub seconds: f64,
     /// Leases: from the members' start to a balanced fleet.
     pub startup: Option<f64>,
+    /// Server time per statement, where pg_stat_statements is loaded.
+    pub statements: Option<String>,
     /// Over the whole run: rows handled twice, rows of batches refused by
     /// fence, failed statements.
     pub repeated: u64,
@@ -161,6 +164,7 @@ pub fn run_one(
         counters.items.load(Ordering::SeqCst),
         counters.batches.load(Ordering::SeqCst),
     );
+    let stats = cfg.statements && statements::reset(admin).is_ok();
     counters.measuring.store(true, Ordering::SeqCst);
     let t0 = Instant::now();
     thread::sleep(Duration::from_secs_f64(cfg.seconds));
@@ -171,6 +175,11 @@ pub fn run_one(
     let seconds = t0.elapsed().as_secs_f64();
     counters.measuring.store(false, Ordering::SeqCst);
     let after = cpu::sample(admin, pooler_pid.as_deref()).map_err(db)?;
+    let statements = if stats {
+        Some(statements::summary(admin, seconds).map_err(db)?)
+    } else {
+        None
+    };
     for m in &members {
         m.leave();
     }
@@ -205,6 +214,7 @@ pub fn run_one(
         cpu: cpu::used(&before, &after),
         seconds,
         startup,
+        statements,
         repeated: counters.repeated.load(Ordering::SeqCst),
         refused: counters.refused.load(Ordering::SeqCst),
         errors: counters.errors.load(Ordering::SeqCst),
