@@ -20,7 +20,7 @@
 # lease_valid: one UPDATE behind lease_valid),
 # BENCH_ELASTIC_SECONDS (4 per window), BENCH_ELASTIC_ROUNDS (3),
 # BENCH_ELASTIC_METHODS (leases,queue; queue_tx adds the queue that holds
-# its transaction through the handler), BENCH_ELASTIC_REBALANCE_ROUNDS (2),
+# its transaction through the handler), BENCH_ELASTIC_REBALANCE_ROUNDS (3),
 # BENCH_ELASTIC_OUT (docs).
 # The program: bench/src/bin/elastic_bench/.
 source "$(dirname "$0")/lib.sh"
@@ -44,5 +44,5 @@ pgc_pgbouncer_start "$pool" >/dev/null 2>&1 || { echo "elastic: PgBouncer did no
     --seconds "${BENCH_ELASTIC_SECONDS:-4}" \
     --rounds "${BENCH_ELASTIC_ROUNDS:-3}" \
     --methods "${BENCH_ELASTIC_METHODS:-leases,queue}" \
-    --rebalance-rounds "${BENCH_ELASTIC_REBALANCE_ROUNDS:-2}" \
+    --rebalance-rounds "${BENCH_ELASTIC_REBALANCE_ROUNDS:-3}" \
     --out-dir "${BENCH_ELASTIC_OUT:-docs}"

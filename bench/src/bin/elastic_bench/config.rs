@@ -49,7 +49,7 @@ pub fn usage() -> String {
         "usage: elastic_bench --pooler-dsn DSN [--pooler-pidfile FILE] [--pool 8] \
          [--workers 4,8,16,32] [--n 64] [--batch 10] [--work-us 1000] [--ttl-ms 3000] [--fence implicit] \
          [--seconds 4] [--warmup 0.5] [--rounds 3] [--methods {DEFAULT_METHODS}] \
-         [--rebalance-rounds 2] [--rebalance-workers 8] [--out-dir target/bench] [--dsn DSN]\n\
+         [--rebalance-rounds 3] [--rebalance-workers 8] [--out-dir target/bench] [--dsn DSN]\n\
          methods: {}; fence forms: {}",
         METHODS.join(", "),
         FenceForm::NAMES.join(", ")
@@ -115,7 +115,7 @@ pub fn parse_config() -> Result<Option<Config>, String> {
         warmup: o.get("warmup", 0.5f64)?,
         rounds: o.get("rounds", 3usize)?,
         methods,
-        rebalance_rounds: o.get("rebalance-rounds", 2usize)?,
+        rebalance_rounds: o.get("rebalance-rounds", 3usize)?,
         rebalance_workers: o.get("rebalance-workers", 8usize)?,
         out_dir: o.get_str("out-dir").unwrap_or("target/bench").to_string(),
         statements: false,

@@ -15,7 +15,7 @@
 //!   behind `lease_valid`) drops the slot from the map until the next
 //!   `claim_leases`.
 
-use crate::work::{first_column, handle, mark_done_sql, rows_of, Counters, TABLE};
+use crate::work::{first_column, handle, mark_done_sql, rows_of, Counters, POOLED_NAME, TABLE};
 use pg_claim_support::{connect, describe, sqlstate};
 use postgres::Client;
 use std::collections::HashMap;
@@ -171,9 +171,16 @@ impl Member {
     }
 }
 
-/// Starts a member: its lease thread calls `claim_leases` at once; its
-/// work thread connects and waits for `start_work`.
-pub fn spawn(fleet: &Fleet, holder: String, counters: &Arc<Counters>) -> Arc<Member> {
+/// Starts a member: its lease thread calls `claim_leases` after
+/// `first_call` (members started together spread their calls over the
+/// period, as members started at different moments do); its work thread
+/// connects and waits for `start_work`.
+pub fn spawn(
+    fleet: &Fleet,
+    holder: String,
+    first_call: Duration,
+    counters: &Arc<Counters>,
+) -> Arc<Member> {
     let m = Arc::new(Member {
         holder,
         held: Mutex::new(Vec::new()),
@@ -187,7 +194,7 @@ pub fn spawn(fleet: &Fleet, holder: String, counters: &Arc<Counters>) -> Arc<Mem
     });
     let lease = {
         let (f, m, c) = (fleet.clone(), m.clone(), counters.clone());
-        thread::spawn(move || lease_loop(&f, &m, &c))
+        thread::spawn(move || lease_loop(&f, &m, first_call, &c))
     };
     let work = {
         let (f, m, c) = (fleet.clone(), m.clone(), counters.clone());
@@ -216,7 +223,7 @@ fn sleep_running(m: &Member, until: Instant) -> bool {
 }
 
 /// The lease thread (see the module's comment).
-fn lease_loop(f: &Fleet, m: &Member, counters: &Counters) {
+fn lease_loop(f: &Fleet, m: &Member, first_call: Duration, counters: &Counters) {
     let claim = format!(
         "SELECT slot, token FROM claim_leases('{}', {}, '{}', ttl => '{} milliseconds')",
         f.name,
@@ -226,6 +233,7 @@ fn lease_loop(f: &Fleet, m: &Member, counters: &Counters) {
     );
     let period = f.ttl / 3;
     let mut conn: Option<Client> = None;
+    sleep_running(m, Instant::now() + first_call);
     let mut last_ok = Instant::now();
     let mut next = Instant::now();
     loop {
@@ -244,7 +252,7 @@ fn lease_loop(f: &Fleet, m: &Member, counters: &Counters) {
         let asked = Instant::now();
         let result = match conn.as_mut() {
             Some(c) => c.simple_query(&claim),
-            None => match connect(&f.dsn, &format!("elastic-lease {}", m.holder)) {
+            None => match connect(&f.dsn, POOLED_NAME) {
                 Ok(c) => conn.insert(c).simple_query(&claim),
                 Err(e) => Err(e),
             },
@@ -297,7 +305,7 @@ fn leave(f: &Fleet, m: &Member, conn: Option<Client>, counters: &Counters) {
     );
     let conn = match conn {
         Some(c) => Ok(c),
-        None => connect(&f.dsn, &format!("elastic-lease {}", m.holder)),
+        None => connect(&f.dsn, POOLED_NAME),
     };
     match conn.and_then(|mut c| c.simple_query(&sql)) {
         Ok(_) => replace_map(m, Vec::new()),
@@ -320,7 +328,7 @@ fn second_column(msgs: &[postgres::SimpleQueryMessage]) -> Vec<i64> {
 
 /// The work thread (see the module's comment).
 fn work_loop(f: &Fleet, m: &Member, counters: &Counters) {
-    let mut conn = match connect(&f.dsn, &format!("elastic-work {}", m.holder)) {
+    let mut conn = match connect(&f.dsn, POOLED_NAME) {
         Ok(c) => c,
         Err(e) => {
             counters.error(format!("connect: {}", describe(&e)));

@@ -14,7 +14,7 @@
 //!   the handler runs, so a pool of P connections serves at most P batches
 //!   at a time.
 
-use crate::work::{first_column, handle, mark_done_sql, rows_of, Counters, TABLE};
+use crate::work::{first_column, handle, mark_done_sql, rows_of, Counters, POOLED_NAME, TABLE};
 use pg_claim_support::{connect, describe};
 use postgres::Client;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,9 +37,9 @@ pub struct Queue {
 }
 
 /// One queue worker until `stop`; it starts its batches when `go` is set.
-pub fn worker(q: &Queue, i: usize, go: &AtomicBool, stop: &AtomicBool, counters: &Arc<Counters>) {
+pub fn worker(q: &Queue, go: &AtomicBool, stop: &AtomicBool, counters: &Arc<Counters>) {
     let (dsn, method, batch, per_row) = (&q.dsn, q.method.as_str(), q.batch, q.per_row);
-    let mut conn = match connect(dsn, &format!("elastic-{method}-{i}")) {
+    let mut conn = match connect(dsn, POOLED_NAME) {
         Ok(c) => c,
         Err(e) => {
             counters.error(format!("connect: {}", describe(&e)));

@@ -2,7 +2,8 @@
 //! (the same handler and batches as the throughput runs), then in turn a
 //! worker joins, the oldest leaves gracefully (`max => 0`), another joins,
 //! and the oldest is killed (no give-back: its leases run out after their
-//! ttl). For each event: the time from the event (the joiner's start, the
+//! ttl). Each event comes at another point of the period of the members'
+//! `claim_leases` calls. For each event: the time from the event (the joiner's start, the
 //! leave, the kill) until the running workers hold every slot once with
 //! shares at most one apart, and the slots that changed holder (taken with
 //! a new token) in that time.
@@ -15,6 +16,7 @@ use pg_claim_support::describe;
 use postgres::Client;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::thread;
 use std::time::{Duration, Instant};
 
 /// The lease name of the rebalancing runs.
@@ -69,16 +71,22 @@ pub fn run(admin: &mut Client, cfg: &Config) -> Result<Rebalance, String> {
     let timeout = Duration::from_secs(30) + cfg.ttl * 3;
     let pid = std::process::id();
     let mut next_id = 0usize;
-    let mut spawn = |members: &mut Vec<Arc<Member>>| {
-        let m = fleet::spawn(&f, format!("rebalance:{pid}:{next_id}"), &counters);
+    // the first K spread their calls over the period; a joiner calls at once
+    let mut spawn = |members: &mut Vec<Arc<Member>>, first_call: Duration| {
+        let m = fleet::spawn(
+            &f,
+            format!("rebalance:{pid}:{next_id}"),
+            first_call,
+            &counters,
+        );
         next_id += 1;
         m.start_work();
         members.push(m);
     };
     let mut members: Vec<Arc<Member>> = Vec::new();
     let t0 = Instant::now();
-    for _ in 0..k {
-        spawn(&mut members);
+    for i in 0..k {
+        spawn(&mut members, cfg.ttl / 3 * i as u32 / k as u32);
     }
     let not_balanced = |members: &[Arc<Member>], what: &str| {
         let shares: Vec<usize> = members
@@ -99,14 +107,20 @@ pub fn run(admin: &mut Client, cfg: &Config) -> Result<Rebalance, String> {
         .ok_or_else(|| not_balanced(&members, "the start"))?
         .as_secs_f64();
     let mut events = Vec::new();
-    for _ in 0..cfg.rebalance_rounds {
-        for kind in ["join", "leave", "join", "kill"] {
+    let period = cfg.ttl / 3;
+    for round in 0..cfg.rebalance_rounds {
+        for (j, kind) in ["join", "leave", "join", "kill"].into_iter().enumerate() {
+            // Each event at another point of the members' call period:
+            // after 0.618.. (the golden ratio's fraction) times the event's
+            // number of periods, modulo one.
+            let k = (round * 4 + j + 1) as f64;
+            thread::sleep(period.mul_f64((k * 0.618_033_988_75).fract()));
             let from = members.iter().filter(|m| m.running()).count();
             let (moved0, refused0) = (taken(&members), counters.refused.load(Ordering::SeqCst));
             let t = Instant::now();
             let minimum = match kind {
                 "join" => {
-                    spawn(&mut members);
+                    spawn(&mut members, Duration::ZERO);
                     cfg.n as usize / (from + 1)
                 }
                 _ => {

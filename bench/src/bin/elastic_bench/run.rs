@@ -126,6 +126,7 @@ pub fn run_one(
             members.push(fleet::spawn(
                 &f,
                 format!("bench:{}:{i}", std::process::id()),
+                cfg.ttl / 3 * i as u32 / w as u32,
                 &counters,
             ));
         }
@@ -152,9 +153,9 @@ pub fn run_one(
             batch: cfg.batch,
             per_row: cfg.work,
         };
-        for i in 0..w {
+        for _ in 0..w {
             let (q, go, stop, c) = (q.clone(), go.clone(), stop.clone(), counters.clone());
-            threads.push(thread::spawn(move || queue::worker(&q, i, &go, &stop, &c)));
+            threads.push(thread::spawn(move || queue::worker(&q, &go, &stop, &c)));
         }
         go.store(true, Ordering::SeqCst);
     }

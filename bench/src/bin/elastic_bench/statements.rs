@@ -49,7 +49,7 @@ pub fn summary(admin: &mut Client, seconds: f64) -> Result<String, postgres::Err
     let rows = admin.query(
         "SELECT query, calls, total_exec_time FROM pg_stat_statements
           WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-            AND query NOT LIKE '%pg_stat%' AND calls > 0
+            AND query NOT LIKE '%pg_stat%' AND query NOT LIKE 'SET application_name%' AND calls > 0
           ORDER BY total_exec_time DESC LIMIT 8",
         &[],
     )?;

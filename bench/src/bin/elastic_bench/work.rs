@@ -11,6 +11,12 @@ use std::time::{Duration, Instant};
 /// The work table of every run.
 pub const TABLE: &str = "bench_elastic_items";
 
+/// The `application_name` of every connection through the pooler: one
+/// name for all, since PgBouncer sends a `SET application_name` to the
+/// server connection it lends a client whenever their names differ (an
+/// extra statement and round trip before many transactions).
+pub const POOLED_NAME: &str = "elastic_bench";
+
 /// A fresh work table of `items` pending rows with the index `method`
 /// reads: leases the slot expression index of the pending rows (what
 /// `my_items(..., pending => 'done')` uses), the queues the pending ids.
