@@ -157,7 +157,7 @@ pub fn command_line(cfg: &Config) -> String {
     knob("SECONDS", cfg.seconds.to_string(), "4");
     knob("ROUNDS", cfg.rounds.to_string(), "3");
     knob("METHODS", cfg.methods.join(","), DEFAULT_METHODS);
-    knob("REBALANCE_ROUNDS", cfg.rebalance_rounds.to_string(), "2");
+    knob("REBALANCE_ROUNDS", cfg.rebalance_rounds.to_string(), "3");
     let mut s = env.join(" ");
     if !s.is_empty() {
         s.push(' ');
