@@ -6,12 +6,13 @@
 //! `claim_leases` calls. For each event: the time from the event (the joiner's start, the
 //! leave, the kill) until the running workers hold every slot once with
 //! shares at most one apart, and the slots that changed holder (taken with
-//! a new token) in that time.
+//! a new token) in that time. At the end, every row marked done must have
+//! been written by exactly one batch.
 
 use crate::config::Config;
 use crate::fleet::{self, Fleet, Member};
 use crate::run::{first_error, items_for, wait_balanced};
-use crate::work::{fresh_table, Counters};
+use crate::work::{fresh_table, pending, Counters};
 use pg_claim_support::describe;
 use postgres::Client;
 use std::sync::atomic::Ordering;
@@ -167,6 +168,18 @@ pub fn run(admin: &mut Client, cfg: &Config) -> Result<Rebalance, String> {
         return Err(format!(
             "{errors} statement(s) failed{}",
             first_error(&counters)
+        ));
+    }
+    // Every row marked done was written by one batch, and no batch found a
+    // row of its own already done (handled and written by another holder).
+    let done = items - pending(admin).map_err(|e| describe(&e))?;
+    let (written, repeated) = (
+        counters.items.load(Ordering::SeqCst),
+        counters.repeated.load(Ordering::SeqCst),
+    );
+    if done != written as i64 || repeated > 0 {
+        return Err(format!(
+            "{done} rows are done, the workers marked {written}, and {repeated} rows of their batches were done already"
         ));
     }
     Ok(Rebalance { startup, events })
