@@ -1,164 +1,39 @@
-//! The SVG plot of items/s against W.
+//! The SVG plot of items/s against W (drawn by `pg_claim_bench::plot`).
 
 use crate::config::Config;
 use crate::methods::{color, label};
 use crate::run::RunResult;
+use pg_claim_bench::plot::{Chart, Series};
 use pg_claim_support::thousands;
-use std::fmt::Write as _;
 
 /// A line chart of items/s against W (log2 axis), one line per method.
 pub fn svg(cfg: &Config, table: &[RunResult], cores: usize) -> String {
-    let (w, h) = (760.0f64, 440.0f64);
-    let (left, right, top, bottom) = (80.0, 250.0, 50.0, 60.0);
-    let pw = w - left - right;
-    let ph = h - top - bottom;
-    let xs: Vec<f64> = cfg.workers.iter().map(|&v| (v as f64).log2()).collect();
-    let (xmin, xmax) = (
-        xs.iter().cloned().fold(f64::INFINITY, f64::min),
-        xs.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
-    );
-    let ymax_data = table
+    let series = cfg
+        .methods
         .iter()
-        .map(|r| r.items_per_s)
-        .fold(0.0, f64::max)
-        .max(1.0);
-    let step = nice_step(ymax_data / 5.0);
-    let ymax = (ymax_data / step).ceil() * step;
-    let x_of = |v: usize| {
-        let lx = (v as f64).log2();
-        if xmax > xmin {
-            left + (lx - xmin) / (xmax - xmin) * pw
-        } else {
-            left + pw / 2.0
-        }
-    };
-    let y_of = |v: f64| top + ph - v / ymax * ph;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="22" font-size="15" font-weight="bold">Items/s drained vs workers W ({} items, {} per batch, {cores} cores)</text>"#,
-        left,
-        thousands(cfg.items as u64),
-        cfg.batch
-    );
-    let _ = writeln!(
-        s,
-        r##"<text x="{left}" y="38" font-size="11" fill="#555">median of {} round(s); simulated work {} µs per item; client and server on the same machine</text>"##,
-        cfg.rounds, cfg.work_us
-    );
-    let mut yv = 0.0;
-    while yv <= ymax + step / 2.0 {
-        let y = y_of(yv);
-        let _ = writeln!(
-            s,
-            r##"<line x1="{left}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-            left + pw,
-            left - 6.0,
-            y + 4.0,
-            thousands(yv as u64)
-        );
-        yv += step;
-    }
-    for &wv in &cfg.workers {
-        let x = x_of(wv);
-        let _ = writeln!(
-            s,
-            r##"<line x1="{x:.1}" y1="{top}" x2="{x:.1}" y2="{:.1}" stroke="#eee"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{wv}</text>"##,
-            top + ph,
-            top + ph + 18.0
-        );
-    }
-    let _ = writeln!(
-        s,
-        r##"<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>"##
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">workers W (log scale)</text>"#,
-        left + pw / 2.0,
-        h - 15.0
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="18" y="{:.1}" text-anchor="middle" transform="rotate(-90 18 {:.1})">items/s</text>"#,
-        top + ph / 2.0,
-        top + ph / 2.0
-    );
-    for (k, m) in cfg.methods.iter().enumerate() {
-        let pts: Vec<(f64, f64)> = table
-            .iter()
-            .filter(|r| &r.method == m)
-            .map(|r| (x_of(r.w), y_of(r.items_per_s)))
-            .collect();
-        let path: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
-        let col = color(m);
-        let _ = writeln!(
-            s,
-            r#"<polyline points="{}" fill="none" stroke="{col}" stroke-width="2.5"/>"#,
-            path.join(" ")
-        );
-        for (x, y) in &pts {
-            let _ = writeln!(
-                s,
-                r#"<circle cx="{x:.1}" cy="{y:.1}" r="3.5" fill="{col}"/>"#
-            );
-        }
-        let ly = top + 10.0 + k as f64 * 40.0;
-        let lx = left + pw + 15.0;
-        let _ = writeln!(
-            s,
-            r#"<line x1="{lx}" y1="{ly}" x2="{:.1}" y2="{ly}" stroke="{col}" stroke-width="3"/>"#,
-            lx + 22.0
-        );
-        let text = label(m);
-        let (a, b) = text.split_once(" (").unwrap_or((text, ""));
-        let _ = writeln!(
-            s,
-            r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
-            lx + 28.0,
-            ly + 4.0,
-            a
-        );
-        if !b.is_empty() {
-            let _ = writeln!(
-                s,
-                r##"<text x="{:.1}" y="{:.1}" font-size="10" fill="#555">({}</text>"##,
-                lx + 28.0,
-                ly + 18.0,
-                b
-            );
-        }
-    }
-    let _ = writeln!(s, "</svg>");
-    s
-}
-
-/// 1, 2 or 5 times a power of ten, at least `raw`.
-fn nice_step(raw: f64) -> f64 {
-    let p = 10f64.powf(raw.max(1.0).log10().floor());
-    for m in [1.0, 2.0, 5.0, 10.0] {
-        if m * p >= raw {
-            return m * p;
-        }
-    }
-    10.0 * p
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn nice_steps() {
-        assert_eq!(nice_step(0.5), 1.0);
-        assert_eq!(nice_step(3.0), 5.0);
-        assert_eq!(nice_step(1234.0), 2000.0);
-        assert_eq!(nice_step(5000.0), 5000.0);
-        assert_eq!(nice_step(5001.0), 10000.0);
-    }
+        .map(|m| Series {
+            label: label(m).to_string(),
+            color: color(m).to_string(),
+            points: table
+                .iter()
+                .filter(|r| &r.method == m)
+                .map(|r| (r.w, r.items_per_s))
+                .collect(),
+            dashed: false,
+        })
+        .collect();
+    pg_claim_bench::plot::svg(&Chart {
+        title: format!(
+            "Items/s drained vs workers W ({} items, {} per batch, {cores} cores)",
+            thousands(cfg.items as u64),
+            cfg.batch
+        ),
+        subtitle: format!(
+            "median of {} round(s); simulated work {} µs per item; client and server on the same machine",
+            cfg.rounds, cfg.work_us
+        ),
+        workers: cfg.workers.clone(),
+        y_label: "items/s".to_string(),
+        series,
+    })
 }
