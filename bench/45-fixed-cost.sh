@@ -14,8 +14,10 @@
 #     IS NULL (my_items(..., pending => 'sent_at') against the hand-written
 #     query with AND sent_at IS NULL; 10% of the rows are pending).
 # Target: my_items within 1.1x of the hand-written query in every case.
-# Then the fixed cost alone: batches of 1 row (hot, full index), where the
-# difference between the two is what a my_items call adds.
+# Then a worker's walk: both after the same key, which moves on by a batch
+# at every turn (target: my_items within 1.05x). Then the fixed cost alone:
+# batches of 1 row (hot, full index), where the difference between the two
+# is what a my_items call adds.
 source "$(dirname "$0")/lib.sh"
 ROWS="${BENCH_FC_ROWS:-5000000}"
 SECONDS_PER_TURN="${BENCH_SECONDS:-20}"
@@ -49,12 +51,26 @@ SELECT * FROM bench_fc WHERE slot_of(id, 16) = 3$filter AND id > :b ORDER BY id 
 SQL
 }
 
+# walk_script: a worker's walk, both queries after the same key, which moves
+# on by about one batch (50 rows of slot 3 of 16 span about 800 keys) at
+# every turn (pgbench keeps :a between turns; it starts at HOT_FROM)
+walk_script() {
+    cat <<SQL
+\set a (:a + 800) % $((ROWS - 1000))
+SELECT * FROM my_items(NULL::bench_fc, 3, 16, after => :a::text, batch => 50);
+SELECT * FROM bench_fc WHERE slot_of(id, 16) = 3 AND id > :a ORDER BY id LIMIT 50;
+SQL
+}
+
 load=$(cut -d' ' -f1-3 /proc/loadavg)
-for index in full partial one; do
+for index in full partial one walk; do
     for cache in hot cold; do
         if [ "$index" = one ]; then
             [ "$cache" = hot ] || continue
             script hot full 1 >"$BENCH_TMP/$cache-$index.sql"
+        elif [ "$index" = walk ]; then
+            [ "$cache" = hot ] || continue
+            walk_script >"$BENCH_TMP/$cache-$index.sql"
         else
             script "$cache" "$index" >"$BENCH_TMP/$cache-$index.sql"
         fi
@@ -63,7 +79,7 @@ for index in full partial one; do
                 # read the window's pages (heap, slot indexes) before timing
                 "$PGBENCH" -n -c 1 -j 1 -T 2 -M "$mode" -f "$BENCH_TMP/$cache-$index.sql" postgres >/dev/null 2>&1
             fi
-            "$PGBENCH" -n -r -c 1 -j 1 -T "$SECONDS_PER_TURN" -M "$mode" -f "$BENCH_TMP/$cache-$index.sql" postgres 2>/dev/null |
+            "$PGBENCH" -n -r -c 1 -j 1 -T "$SECONDS_PER_TURN" -M "$mode" -D a="$HOT_FROM" -f "$BENCH_TMP/$cache-$index.sql" postgres 2>/dev/null |
                 awk '/SELECT \* FROM my_items/ {m=$1} /SELECT \* FROM bench_fc/ {h=$1} END {print m, h}' \
                     >"$BENCH_TMP/lat-$cache-$index-$mode"
         done
@@ -99,6 +115,10 @@ for index in ("full", "partial"):
             mi, hw = map(float, open(f"{tmp}/lat-{cache}-{index}-{mode}").read().split())
             print(f"ratio: my_items / hand-written SQL, {index} index, {cache}, {mode} protocol = {mi/hw:.2f}x"
                   f"  ({mi*1000:.1f} us vs {hw*1000:.1f} us; target <= 1.1x)")
+for mode in ("simple", "prepared"):
+    mi, hw = map(float, open(f"{tmp}/lat-hot-walk-{mode}").read().split())
+    print(f"ratio: my_items / hand-written SQL, a worker's walk (after the last key, moving on), {mode} protocol = {mi/hw:.2f}x"
+          f"  ({mi*1000:.1f} us vs {hw*1000:.1f} us; target <= 1.05x)")
 for mode in ("simple", "prepared"):
     mi, hw = map(float, open(f"{tmp}/lat-hot-one-{mode}").read().split())
     print(f"fixed cost: batch of 1, full index, hot, {mode} protocol: my_items {mi*1000:.1f} us, hand-written SQL {hw*1000:.1f} us,"

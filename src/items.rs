@@ -222,7 +222,12 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
         None
     };
     let mut deps = vec![table.relid];
+    // an index ((<mapping>(route, n)), key) to page through in key order
+    let slot_key_index = partition.is_none()
+        && (after || batch.is_some())
+        && table.has_slot_key_index(&route, &key, &mapping, &ext, n, pending.as_ref());
     let query = |from: &str, filter: Option<String>| {
+        let filtered = filter.is_some();
         plan::share_sql(&ShareQuery {
             from,
             columns: (partition.is_some() || columns.is_some()).then_some(&select_list[..]),
@@ -235,6 +240,7 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
             filter,
             after,
             batch: batch.is_some(),
+            slot_key_index: slot_key_index && filtered,
         })
     };
     let sql = match &partition {

@@ -99,6 +99,33 @@ impl Table {
         n: i32,
         pending: Option<&Pending>,
     ) -> bool {
+        self.slot_index(key, m, ext, n, pending, None)
+    }
+
+    /// Whether an index as [`Self::has_slot_index`] finds has the column
+    /// `then` (the key) as its second column: `((<mapping>(route, n)),
+    /// key)`, which serves a share's pages in key order.
+    pub fn has_slot_key_index(
+        &self,
+        route: &Key,
+        then: &Key,
+        m: &Mapping,
+        ext: &ExtSchema,
+        n: i32,
+        pending: Option<&Pending>,
+    ) -> bool {
+        self.slot_index(route, m, ext, n, pending, Some(then.attnum))
+    }
+
+    fn slot_index(
+        &self,
+        key: &Key,
+        m: &Mapping,
+        ext: &ExtSchema,
+        n: i32,
+        pending: Option<&Pending>,
+        second: Option<pg_sys::AttrNumber>,
+    ) -> bool {
         // the type of the mapping function's first argument
         let want_arg = param_type(m, key).unwrap_or(key.type_oid);
         // SAFETY: relcache and node inspection on an open, locked relation
@@ -115,6 +142,12 @@ impl Table {
                 }
                 if (*form).indkey.values.as_slice(1)[0] != 0 {
                     continue; // first column is a plain column
+                }
+                if let Some(att) = second {
+                    let cols = (*form).indnkeyatts as usize;
+                    if cols < 2 || (*form).indkey.values.as_slice(2)[1] != att {
+                        continue;
+                    }
                 }
                 let pred = pg_sys::RelationGetIndexPredicate(idx.as_ptr());
                 if !pred.is_null() {

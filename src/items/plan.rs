@@ -139,6 +139,13 @@ pub struct ShareQuery<'a> {
     pub pending: Option<&'a str>,
     pub after: bool,
     pub batch: bool,
+    /// an index `((<filter expression>), key)` serves the share in key
+    /// order: the slot condition is written as a range and the page's start
+    /// as a row comparison, ordered by (slot, key), so that only that index
+    /// gives the order without a sort, also in a generic plan, whose
+    /// estimates would otherwise favour the primary key with the slot as a
+    /// filter (every row of the other slots read and rejected)
+    pub slot_key_index: bool,
 }
 
 /// The SELECT for one share. Parameters: $1 slot, $2 n, $3 after (text),
@@ -150,8 +157,27 @@ pub fn share_sql(q: &ShareQuery) -> String {
     };
     let mut sql = format!("SELECT {cols} FROM {}", q.from);
     let mut conds = Vec::new();
-    if let Some(f) = &q.filter {
-        conds.push(format!("{f} OPERATOR(pg_catalog.=) $1"));
+    // the slot index form needs one operator name for both columns of the
+    // row comparison: the key's `>` must be pg_catalog's, as the slot's is
+    let ordered = q.after || q.batch;
+    let ranged = match &q.filter {
+        Some(_) if q.slot_key_index && ordered => !q.after || q.gt_op == "OPERATOR(pg_catalog.>)",
+        _ => false,
+    };
+    match &q.filter {
+        Some(f) if ranged && q.after => {
+            conds.push(format!("{f} OPERATOR(pg_catalog.<=) $1"));
+            conds.push(format!(
+                "ROW({f}, {}) OPERATOR(pg_catalog.>) ROW($1, $3::{})",
+                q.key, q.key_type
+            ));
+        }
+        Some(f) if ranged => {
+            conds.push(format!("{f} OPERATOR(pg_catalog.>=) $1"));
+            conds.push(format!("{f} OPERATOR(pg_catalog.<=) $1"));
+        }
+        Some(f) => conds.push(format!("{f} OPERATOR(pg_catalog.=) $1")),
+        None => {}
     }
     if q.route_not_null {
         conds.push(format!("{} IS NOT NULL", q.route));
@@ -159,15 +185,17 @@ pub fn share_sql(q: &ShareQuery) -> String {
     if let Some(p) = q.pending {
         conds.push(p.to_string());
     }
-    if q.after {
+    if q.after && !ranged {
         conds.push(format!("{} {} $3::{}", q.key, q.gt_op, q.key_type));
     }
     if !conds.is_empty() {
         sql.push_str(" WHERE ");
         sql.push_str(&conds.join(" AND "));
     }
-    if q.after || q.batch {
-        sql.push_str(&format!(" ORDER BY {}", q.key));
+    match &q.filter {
+        Some(f) if ranged => sql.push_str(&format!(" ORDER BY {f}, {}", q.key)),
+        _ if ordered => sql.push_str(&format!(" ORDER BY {}", q.key)),
+        _ => {}
     }
     if q.batch {
         sql.push_str(" LIMIT $4");
@@ -309,6 +337,7 @@ mod tests {
             pending: None,
             after: false,
             batch: false,
+            slot_key_index: false,
         };
         assert_eq!(
             share_sql(&base),
@@ -324,6 +353,34 @@ mod tests {
             "SELECT * FROM public.items WHERE s.slot_of(id, $2) OPERATOR(pg_catalog.=) $1 \
              AND id OPERATOR(pg_catalog.>) $3::pg_catalog.int8 ORDER BY id LIMIT $4"
         );
+        // with an index ((slot expression), id): a range and a row comparison
+        let indexed = ShareQuery {
+            slot_key_index: true,
+            ..paged
+        };
+        assert_eq!(
+            share_sql(&indexed),
+            "SELECT * FROM public.items WHERE s.slot_of(id, $2) OPERATOR(pg_catalog.<=) $1 \
+             AND ROW(s.slot_of(id, $2), id) OPERATOR(pg_catalog.>) ROW($1, $3::pg_catalog.int8) \
+             ORDER BY s.slot_of(id, $2), id LIMIT $4"
+        );
+        let first_page = ShareQuery {
+            after: false,
+            filter: indexed.filter.clone(),
+            ..indexed
+        };
+        assert_eq!(
+            share_sql(&first_page),
+            "SELECT * FROM public.items WHERE s.slot_of(id, $2) OPERATOR(pg_catalog.>=) $1 \
+             AND s.slot_of(id, $2) OPERATOR(pg_catalog.<=) $1 ORDER BY s.slot_of(id, $2), id LIMIT $4"
+        );
+        // a key whose > is not pg_catalog's keeps the equality form
+        let citext = ShareQuery {
+            gt_op: "OPERATOR(public.>)",
+            filter: indexed.filter.clone(),
+            ..indexed
+        };
+        assert!(share_sql(&citext).contains("OPERATOR(pg_catalog.=) $1"));
         let cols = vec!["id".to_string(), "\"a b\"".to_string()];
         let part = ShareQuery {
             from: "public.items_p3",
@@ -337,6 +394,7 @@ mod tests {
             pending: None,
             after: false,
             batch: true,
+            slot_key_index: false,
         };
         assert_eq!(
             share_sql(&part),
