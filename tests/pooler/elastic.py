@@ -28,7 +28,9 @@ A producer adds items while the fleet drains them. In turn:
 Balance means every slot held by an unexpired lease of one of the live
 holders, each holding floor(n/H) or ceil(n/H) slots; every wait for it polls
 lease_holders with a deadline. Then the processing log is checked: every
-item processed exactly once, each by a holder of its slot; for each slot, no
+item processed exactly once, each by a holder of its slot (the items' slot
+is their customer's: my_items(..., route => 'customer')); each customer's
+items written in key order, across every hand-over; for each slot, no
 write accepted with a token older than one already written (the log's
 sequence numbers are taken inside the fenced transaction); no more server
 connections than the pool; no worker error. Exits non-zero on any failed
@@ -150,7 +152,7 @@ class Producer:
         k = max(1, PRODUCE_PER_S // 10)
         with direct(DB) as p:
             while not self._stop.wait(0.1):
-                p.execute("INSERT INTO items (done) SELECT false FROM generate_series(1, %s)", (k,))
+                p.execute("INSERT INTO items (customer) SELECT (random() * 96)::int FROM generate_series(1, %s)", (k,))
                 self.produced += k
 
     def stop(self):
@@ -244,9 +246,10 @@ def run(workdir):
     with direct(DB) as d:
         d.execute("CREATE EXTENSION pg_claim")
         d.execute("""
-            CREATE TABLE items (id bigserial PRIMARY KEY, done boolean NOT NULL DEFAULT false);
-            INSERT INTO items (done) SELECT false FROM generate_series(1, %s);
-            CREATE INDEX ON items ((slot_of(id, %s)), id);
+            CREATE TABLE items (id bigserial PRIMARY KEY, customer integer NOT NULL,
+                done boolean NOT NULL DEFAULT false);
+            INSERT INTO items (customer) SELECT g %% 97 FROM generate_series(1, %s) g;
+            CREATE INDEX ON items ((slot_of(customer, %s)), id);
             CREATE TABLE processing_log (seq bigserial PRIMARY KEY, item bigint NOT NULL,
                 worker text NOT NULL, slot integer NOT NULL, token bigint NOT NULL,
                 logged_at timestamptz NOT NULL DEFAULT clock_timestamp());
@@ -369,8 +372,15 @@ def run(workdir):
     check(not_done == 0 and missing == 0 and logged == items and distinct == items,
           f"exactly once: {items} items, {logged} log rows for {distinct} items, {missing} missing,"
           f" {not_done} not done")
-    (foreign,) = d.execute("SELECT count(*) FROM processing_log WHERE slot_of(item, %s) <> slot", (N,)).fetchone()
+    (foreign,) = d.execute("SELECT count(*) FROM processing_log l JOIN items i ON i.id = l.item"
+                           " WHERE slot_of(i.customer, %s) <> l.slot", (N,)).fetchone()
     check(foreign == 0, f"{foreign} items written by a holder of another slot")
+    # per-key order across hand-overs: each customer's items were written in
+    # key order, whichever holders wrote them
+    (disorder,) = d.execute(
+        "SELECT count(*) FROM (SELECT l.item, lag(l.item) OVER (PARTITION BY i.customer ORDER BY l.seq) AS prev"
+        " FROM processing_log l JOIN items i ON i.id = l.item) x WHERE item < prev").fetchone()
+    check(disorder == 0, f"{disorder} items written before an item of the same customer with a smaller key")
     (older,) = d.execute(
         "SELECT count(*) FROM (SELECT token, max(token) OVER (PARTITION BY slot ORDER BY seq"
         " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS newest_before FROM processing_log) x"
@@ -388,7 +398,7 @@ def run(workdir):
     log(f"summary: {items} items processed once each by {len(fleet.workers)} holders over at most"
         f" {servers.max} server connections (pool {POOL}); batches written: {per_lang['python']} Python,"
         f" {per_lang['node']} Node, with {tokens} tokens; no write of an older token after a newer one"
-        f" in any slot; {len(rejected)} writes rejected by fence ({len(given_back)} of them batches"
+        f" in any slot, each customer's items in key order; {len(rejected)} writes rejected by fence ({len(given_back)} of them batches"
         f" of {sum(e['items'] for e in given_back)} items in all whose slot a rebalance moved while they"
         f" were worked on); {history.handovers(0)} hand-overs in all")
 

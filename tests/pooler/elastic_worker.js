@@ -107,7 +107,7 @@ async function workOnce(client) {
   if (got === null) return false;
   const { slot, token, after } = got;
   const { rows } = await client.query(
-    "SELECT id, done FROM my_items(NULL::items, $1, $2, after => $3, batch => $4)",
+    "SELECT id, done FROM my_items(NULL::items, $1, $2, route => 'customer', after => $3, batch => $4)",
     [slot, N, after, BATCH]);
   if (rows.length === 0) return false; // the share is walked; new items come after the cursor
   const last = rows[rows.length - 1].id; // bigint comes back as a string

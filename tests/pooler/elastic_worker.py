@@ -58,7 +58,8 @@ def work_once(conn, held):
     if got is None:
         return False
     slot, token, after = got
-    rows = conn.execute("SELECT id, done FROM my_items(NULL::items, %s, %s, after => %s, batch => %s)",
+    rows = conn.execute("SELECT id, done FROM my_items(NULL::items, %s, %s, route => 'customer',"
+                        " after => %s, batch => %s)",
                         (slot, N, after, BATCH)).fetchall()
     if not rows:  # the share is walked; new items come after the cursor
         return False
