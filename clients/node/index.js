@@ -1,0 +1,11 @@
+"use strict";
+/**
+ * pg-claim: worker library for pg_claim, the PostgreSQL extension that shares
+ * a table's rows among a fleet of workers by slot.
+ * @module pg-claim
+ */
+const { Worker, NotASessionError } = require("./lib/worker");
+const { makeHolder, isConnectionLost, durationMs } = require("./lib/util");
+const { Stats } = require("./lib/metrics");
+
+module.exports = { Worker, NotASessionError, Stats, makeHolder, isConnectionLost, durationMs };

@@ -1,0 +1,91 @@
+"use strict";
+// The worker's counters, and the optional Prometheus endpoint (prom-client).
+const http = require("http");
+
+/** Upper bounds of the batch latency histogram, in seconds. */
+const BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+
+/** Plain counters, always kept (`worker.stats`). */
+class Stats {
+  constructor() {
+    /** items handled and committed */
+    this.items = 0;
+    /** batches committed */
+    this.batches = 0;
+    /** failed attempts recorded with record_failure (dead ones included) */
+    this.failures = 0;
+    /** items set aside: record_failure returned 'dead' */
+    this.deadItems = 0;
+    /** slots taken (new, or again with a new token) */
+    this.slotsTaken = 0;
+    /** slots given back or lost (a claim's result without them, a fence that refused) */
+    this.slotsLost = 0;
+    /** writes refused by fence (PC001): the slot moved while the batch was handled */
+    this.fenced = 0;
+    /** connections lost and opened again */
+    this.reconnects = 0;
+    /** seconds of the batches committed, summed */
+    this.batchSeconds = 0;
+    /** slots held now */
+    this.slotsHeld = 0;
+  }
+}
+
+/**
+ * Prometheus metrics of one worker in a registry of its own, served on
+ * http://host:port/metrics. prom-client is an optional dependency: loaded
+ * only when a port is given.
+ */
+class PromMetrics {
+  constructor(name) {
+    let prom;
+    try {
+      prom = require("prom-client");
+    } catch (e) {
+      throw new Error("metricsPort needs the package prom-client: npm install prom-client", { cause: e });
+    }
+    this.registry = new prom.Registry();
+    const labels = { registers: [this.registry] };
+    const c = (metric, help, labelNames = ["name"]) => new prom.Counter({ name: metric, help, labelNames, ...labels });
+    this.items = c("pg_claim_items_total", "Items handled and committed", ["name", "slot"]);
+    this.batches = c("pg_claim_batches_total", "Batches committed", ["name", "slot"]);
+    this.failures = c("pg_claim_failures_total", "Failed attempts recorded with record_failure");
+    this.dead = c("pg_claim_dead_items_total", "Items set aside after max attempts");
+    this.taken = c("pg_claim_slots_taken_total", "Slots this worker took (lease hand-overs to it)");
+    this.lost = c("pg_claim_slots_lost_total", "Slots this worker gave back or lost (lease hand-overs from it)");
+    this.fenced = c("pg_claim_fenced_total", "Batch writes refused by fence (PC001)");
+    this.reconnects = c("pg_claim_reconnects_total", "Connections lost and opened again");
+    this.latency = new prom.Histogram({
+      name: "pg_claim_batch_duration_seconds", help: "Time from a batch's fence to its commit",
+      labelNames: ["name"], buckets: BUCKETS, ...labels,
+    });
+    this.held = new prom.Gauge({ name: "pg_claim_slots_held", help: "Slots held now", labelNames: ["name"], ...labels });
+    this.name = name;
+  }
+
+  /** Starts the HTTP endpoint; resolves with the port it listens on. */
+  listen(port, host) {
+    this.server = http.createServer(async (req, res) => {
+      if (req.url !== "/metrics" && !req.url.startsWith("/metrics?")) {
+        res.writeHead(404).end("not found: /metrics\n");
+        return;
+      }
+      try {
+        const body = await this.registry.metrics();
+        res.writeHead(200, { "Content-Type": this.registry.contentType }).end(body);
+      } catch (e) {
+        res.writeHead(500).end(String(e));
+      }
+    });
+    return new Promise((resolve, reject) => {
+      this.server.once("error", reject);
+      this.server.listen(port, host, () => resolve(this.server.address().port));
+    });
+  }
+
+  close() {
+    return new Promise((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+  }
+}
+
+module.exports = { Stats, PromMetrics, BUCKETS };
