@@ -64,6 +64,7 @@ class Worker {
     if (this.renewMs <= 0 || this.renewMs >= this.ttlMs) throw new TypeError("pg-claim: renewInterval must be above 0 and below ttl");
     this.backoff = o.backoff === undefined ? "10 seconds" : intervalText(durationMs(o.backoff, "backoff"));
     this.pollMs = o.pollInterval === undefined ? null : durationMs(o.pollInterval, "pollInterval");
+    this.idleMs = Math.round(o.idleInTransactionTimeout === undefined ? this.ttlMs : durationMs(o.idleInTransactionTimeout, "idleInTransactionTimeout"));
     this.holder = str("holder") || makeHolder();
     this.connection = { ...(o.connection || {}), ...(o.connectionString ? { connectionString: o.connectionString } : {}) };
     this.notifyConnection = o.notifyConnectionString ? { connectionString: o.notifyConnectionString } : null;
@@ -514,7 +515,11 @@ class Worker {
       return true;
     }
     try {
-      await client.query(`BEGIN; SELECT fence(${client.escapeLiteral(this.name)}, ${slot}, ${token}::bigint)`);
+      // a worker paused inside its fenced transaction (SIGSTOP, a GC pause)
+      // holds its slot: the server ends that transaction after idleMs, so
+      // the slot moves on as a lease would
+      const idle = this.idleMs > 0 ? `SET LOCAL idle_in_transaction_session_timeout = ${this.idleMs}; ` : "";
+      await client.query(`BEGIN; ${idle}SELECT fence(${client.escapeLiteral(this.name)}, ${slot}, ${token}::bigint)`);
       return true;
     } catch (e) {
       if (isConnectionLost(e)) throw e;
