@@ -1,0 +1,173 @@
+"use strict";
+// Against a real server: PGHOST/PGPORT/PGUSER (libpq's variables) name one
+// where pg_claim is installed; PGC_POOLER_PORT a PgBouncer in transaction
+// mode in front of it (optional). Skipped when PGPORT is not set.
+const test = require("node:test");
+const assert = require("node:assert");
+const http = require("http");
+const { Client } = require("pg");
+const { Worker, NotASessionError } = require("..");
+
+const SKIP = process.env.PGPORT ? false : "PGPORT is not set: no server to test against";
+const DB = `node_unit_${process.pid}`;
+const direct = { database: DB };
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function sql(text, params, database = DB) {
+  const c = new Client({ database });
+  await c.connect();
+  try {
+    return (await c.query(text, params)).rows;
+  } finally {
+    await c.end();
+  }
+}
+
+async function until(fn, ms, what) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+const markSent = async (client, rows) => {
+  await client.query("UPDATE outbox SET sent_at = now() WHERE id = ANY($1)", [rows.map((r) => r.id)]);
+};
+
+test("the library against a server", { skip: SKIP }, async (t) => {
+  await sql(`DROP DATABASE IF EXISTS ${DB}`, [], "postgres");
+  await sql(`CREATE DATABASE ${DB}`, [], "postgres");
+  await sql("CREATE EXTENSION pg_claim");
+  t.after(() => sql(`DROP DATABASE IF EXISTS ${DB} WITH (FORCE)`, [], "postgres"));
+
+  await t.test("lease mode: every row once, a poison item dead, counters and /metrics", async () => {
+    await sql(`CREATE TABLE outbox (id bigint PRIMARY KEY, body text, sent_at timestamptz);
+      INSERT INTO outbox (id, body) SELECT g, CASE WHEN g = 77 THEN 'poison' ELSE 'hello' END FROM generate_series(1, 500) g;
+      CREATE INDEX ON outbox ((slot_of(id, 4)), id) WHERE sent_at IS NULL;
+      CREATE TABLE sent (id bigint NOT NULL, slot int NOT NULL, token bigint NOT NULL)`);
+    const events = [];
+    const w = new Worker({
+      connection: direct, name: "unit", table: "outbox", n: 4, pending: "sent_at", batch: 20, ttl: "2 seconds",
+      maxAttempts: 2, backoff: 50, pollInterval: 100, metricsPort: 0, metricsHost: "127.0.0.1",
+      handler: async (client, rows, batch) => {
+        if (rows.some((r) => r.body === "poison")) throw new Error("poison");
+        await markSent(client, rows);
+        await client.query("INSERT INTO sent SELECT unnest($1::bigint[]), $2, $3", [rows.map((r) => r.id), batch.slot, batch.token]);
+      },
+      onEvent: (e) => events.push(e),
+    });
+    const running = w.run();
+    await until(async () => (await sql("SELECT count(*)::int AS k FROM outbox WHERE sent_at IS NULL"))[0].k === 1, 10000, "the drain");
+    await until(async () => (await sql("SELECT state FROM item_failures('unit') WHERE item = '77'"))[0]?.state === "dead", 5000, "the poison item dead");
+    const body = await new Promise((resolve, reject) => http.get(`http://127.0.0.1:${w.metricsAddress}/metrics`, (res) => {
+      let s = "";
+      res.on("data", (d) => { s += d; });
+      res.on("end", () => resolve(s));
+    }).on("error", reject));
+    await w.stop();
+    await running;
+    assert.match(body, /pg_claim_items_total\{name="unit",slot="\d"\} \d+/);
+    assert.match(body, /pg_claim_dead_items_total\{name="unit"\} 1/);
+    assert.match(body, /pg_claim_batch_duration_seconds_count\{name="unit"\} \d+/);
+    const [{ k, d }] = await sql("SELECT count(*)::int AS k, count(DISTINCT id)::int AS d FROM sent");
+    assert.strictEqual(k, 499);
+    assert.strictEqual(d, 499);
+    const [f] = await sql("SELECT state, attempts FROM item_failures('unit')");
+    assert.deepStrictEqual(f, { state: "dead", attempts: 2 });
+    assert.strictEqual(w.stats.items, 499);
+    assert.strictEqual(w.stats.failures, 2);
+    assert.strictEqual(w.stats.deadItems, 1);
+    assert.ok(events.some((e) => e.type === "left"));
+    assert.deepStrictEqual(await sql("SELECT slot FROM lease_holders('unit') WHERE NOT expired"), []);
+    // the foreign slots: every row written by the holder of its slot
+    assert.deepStrictEqual(await sql("SELECT id FROM sent WHERE slot_of(id, 4) <> slot"), []);
+  });
+
+  await t.test("a hash-partitioned table: each slot's partition, pg_hash", async () => {
+    await sql(`CREATE TABLE events (id bigint PRIMARY KEY, done boolean NOT NULL DEFAULT false) PARTITION BY HASH (id);
+      CREATE TABLE events_0 PARTITION OF events FOR VALUES WITH (MODULUS 2, REMAINDER 0);
+      CREATE TABLE events_1 PARTITION OF events FOR VALUES WITH (MODULUS 2, REMAINDER 1);
+      INSERT INTO events (id) SELECT generate_series(1, 100)`);
+    const seen = new Set();
+    const w = new Worker({
+      connection: direct, name: "parts", table: "events", n: 2, pending: "done", mode: "session", pollInterval: 100,
+      handler: async (client, rows, batch) => {
+        seen.add(`${batch.slot}:${batch.partition}`);
+        await client.query(`UPDATE ${batch.partition} SET done = true WHERE id = ANY($1)`, [rows.map((r) => r.id)]);
+      },
+    });
+    const running = w.run();
+    await until(async () => (await sql("SELECT count(*)::int AS k FROM events WHERE NOT done"))[0].k === 0, 10000, "the drain");
+    await w.stop();
+    await running;
+    assert.strictEqual(w.method, "pg_hash");
+    assert.deepStrictEqual([...seen].sort(), ["0:events_0", "1:events_1"]);
+  });
+
+  await t.test("route: a failed item holds back its route's later items", async () => {
+    await sql(`CREATE TABLE orders (id bigint PRIMARY KEY, customer int NOT NULL, sent_at timestamptz);
+      INSERT INTO orders (id, customer) SELECT g, g % 3 FROM generate_series(1, 30) g;
+      CREATE TABLE order_log (seq serial, id bigint, customer int)`);
+    let failures = 0;
+    const w = new Worker({
+      connection: direct, name: "orders", table: "orders", n: 2, pending: "sent_at", route: "customer", batch: 5,
+      mode: "session", maxAttempts: 5, backoff: 100, pollInterval: 100,
+      handler: async (client, rows) => {
+        for (const r of rows) {
+          if (r.id === "4" && failures++ < 2) throw new Error("not yet");
+          await client.query("UPDATE orders SET sent_at = now() WHERE id = $1", [r.id]);
+          await client.query("INSERT INTO order_log (id, customer) VALUES ($1, $2)", [r.id, r.customer]);
+        }
+      },
+    });
+    const running = w.run();
+    await until(async () => (await sql("SELECT count(*)::int AS k FROM orders WHERE sent_at IS NULL"))[0].k === 0, 10000, "the drain");
+    await w.stop();
+    await running;
+    const rows = await sql("SELECT id::int, customer FROM order_log ORDER BY seq");
+    const byCustomer = {};
+    for (const r of rows) (byCustomer[r.customer] ||= []).push(r.id);
+    for (const ids of Object.values(byCustomer)) assert.deepStrictEqual(ids, [...ids].sort((a, b) => a - b));
+    assert.strictEqual(rows.length, 30);
+  });
+
+  await t.test("wake-ups by NOTIFY through the notify connection", async () => {
+    await sql(`CREATE TABLE inbox (id bigserial PRIMARY KEY, sent_at timestamptz);
+      CREATE TRIGGER inbox_wake AFTER INSERT ON inbox FOR EACH ROW EXECUTE FUNCTION notify_slot('wake', '4', 'id')`);
+    const done = [];
+    const w = new Worker({
+      connection: direct, notifyConnectionString: `postgresql:///${DB}`, name: "wake", table: "inbox", n: 4,
+      pending: "sent_at", pollInterval: 60000, ttl: "3 seconds",
+      handler: async (client, rows) => {
+        await client.query("UPDATE inbox SET sent_at = now() WHERE id = ANY($1)", [rows.map((r) => r.id)]);
+        done.push(...rows.map((r) => r.id));
+      },
+    });
+    const running = w.run();
+    await until(() => w.held.size === 4, 5000, "the slots");
+    await sleep(1500); // the listener is on; the worker waits (poll: 60 s)
+    const t0 = Date.now();
+    await sql("INSERT INTO inbox DEFAULT VALUES");
+    await until(() => done.length === 1, 5000, "the new row handled");
+    const ms = Date.now() - t0;
+    await w.stop();
+    await running;
+    assert.ok(ms < 3000, `woken after ${ms} ms`);
+  });
+
+  await t.test("session mode refuses a transaction pooler; auto picks lease there", { skip: process.env.PGC_POOLER_PORT ? false : "no PgBouncer (PGC_POOLER_PORT)" }, async () => {
+    const pooled = { host: "127.0.0.1", port: Number(process.env.PGC_POOLER_PORT), database: DB, user: "postgres" };
+    const opts = { connection: pooled, name: "pooled", table: "outbox", n: 4, pending: "sent_at", handler: markSent };
+    await assert.rejects(new Worker({ ...opts, mode: "session" }).run(), (e) => e instanceof NotASessionError && /pooler/.test(e.message));
+    assert.deepStrictEqual(await sql("SELECT * FROM slot_holders('pooled')"), []);
+    const w = new Worker({ ...opts, mode: "auto", ttl: "2 seconds" });
+    const running = w.run();
+    await until(() => w.held.size === 4, 5000, "the leases");
+    assert.strictEqual(w.mode, "lease");
+    await w.stop();
+    await running;
+  });
+});

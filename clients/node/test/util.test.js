@@ -1,0 +1,112 @@
+"use strict";
+const test = require("node:test");
+const assert = require("node:assert");
+const { durationMs, makeHolder, isConnectionLost, nextPause, nextSlot, diffHeld, dueRows, waitMs } = require("../lib/util");
+const { Worker } = require("..");
+
+test("durationMs reads milliseconds and one-unit intervals", () => {
+  assert.strictEqual(durationMs(1500, "ttl"), 1500);
+  assert.strictEqual(durationMs("5 seconds", "ttl"), 5000);
+  assert.strictEqual(durationMs("500 milliseconds", "ttl"), 500);
+  assert.strictEqual(durationMs("1.5s", "ttl"), 1500);
+  assert.strictEqual(durationMs("2 min", "ttl"), 120000);
+  assert.throws(() => durationMs("5 fortnights", "ttl"), /ttl must be/);
+  assert.throws(() => durationMs(-1, "ttl"), /ttl must be/);
+  assert.throws(() => durationMs("1 minute 30 seconds", "ttl"), /one unit/);
+});
+
+test("makeHolder is host:pid:random and unique", () => {
+  const a = makeHolder(), b = makeHolder();
+  const [host, pid, rand] = a.split(":");
+  assert.ok(host.length > 0);
+  assert.strictEqual(Number(pid), process.pid);
+  assert.match(rand, /^[0-9a-f]{16}$/);
+  assert.notStrictEqual(a, b);
+});
+
+test("isConnectionLost tells a lost connection from a statement's error", () => {
+  for (const code of ["08006", "08003", "57P01", "57P02", "25P03", "ECONNREFUSED", "ECONNRESET"]) {
+    assert.ok(isConnectionLost({ code, message: "" }), code);
+  }
+  assert.ok(isConnectionLost(new Error("Connection terminated unexpectedly")));
+  assert.ok(isConnectionLost(new Error("Client has encountered a connection error and is not queryable")));
+  for (const code of ["PC001", "23505", "42P01", "40001", "55000"]) {
+    assert.ok(!isConnectionLost({ code, message: "x" }), code);
+  }
+  assert.ok(!isConnectionLost(new Error("550 no such mailbox")));
+  assert.ok(!isConnectionLost(null));
+});
+
+test("nextPause doubles from 100 ms up to the cap", () => {
+  const seen = [];
+  let p = 0;
+  for (let i = 0; i < 8; i++) seen.push(p = nextPause(p));
+  assert.deepStrictEqual(seen, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+});
+
+test("nextSlot goes round the held slots", () => {
+  assert.strictEqual(nextSlot([], -1), null);
+  assert.strictEqual(nextSlot([5, 1, 3], -1), 1);
+  assert.strictEqual(nextSlot([5, 1, 3], 1), 3);
+  assert.strictEqual(nextSlot([5, 1, 3], 5), 1);
+  assert.strictEqual(nextSlot([5, 1, 3], 4), 5); // a slot given back meanwhile
+});
+
+test("diffHeld: a new token is a slot lost and taken again", () => {
+  const before = new Map([[0, "10"], [1, "11"], [2, "12"]]);
+  const after = new Map([[1, "11"], [2, "20"], [3, "13"]]);
+  const { taken, lost } = diffHeld(before, after);
+  assert.deepStrictEqual(lost, [{ slot: 0, token: "10" }, { slot: 2, token: "12" }]);
+  assert.deepStrictEqual(taken, [{ slot: 2, token: "20" }, { slot: 3, token: "13" }]);
+});
+
+test("dueRows skips dead and waiting items; a waiting item holds back its route", () => {
+  const r = (key, failure, route = null) => ({ key, failure, route });
+  const rows = [r("1", null, "a"), r("2", "retry", "b"), r("3", null, "b"), r("4", "dead", "c"), r("5", null, "c"), r("6", "due", "d")];
+  assert.deepStrictEqual(dueRows(rows, null).map((x) => x.key), ["1", "3", "5", "6"]);
+  const held = new Set();
+  assert.deepStrictEqual(dueRows(rows, held).map((x) => x.key), ["1", "5", "6"]);
+  assert.deepStrictEqual([...held], ["b"]);
+  // a later batch of the same pass: route b still waits
+  assert.deepStrictEqual(dueRows([r("7", null, "b"), r("8", null, "e")], held).map((x) => x.key), ["8"]);
+});
+
+test("waitMs: the next retry if sooner than the poll, never under the floor", () => {
+  assert.strictEqual(waitMs(1000, null), 1000);
+  assert.strictEqual(waitMs(1000, 300), 300);
+  assert.strictEqual(waitMs(1000, 5000), 1000);
+  assert.strictEqual(waitMs(1000, -50), 100); // a retry due now: no busy loop
+  assert.strictEqual(waitMs(1000, 0), 100);
+});
+
+test("Worker checks its options", () => {
+  const ok = { name: "mailer", table: "outbox", n: 8, pending: "sent_at", handler: async () => {} };
+  const w = new Worker(ok);
+  assert.strictEqual(w.mode, "lease");
+  assert.strictEqual(w.batch, 50);
+  assert.strictEqual(w.ttlMs, 30000);
+  assert.strictEqual(w.renewMs, 10000);
+  assert.strictEqual(w.idleMs, 30000);
+  assert.strictEqual(w.backoff, "10 seconds");
+  assert.match(w.holder, /^.+:\d+:[0-9a-f]{16}$/);
+  assert.strictEqual(new Worker({ ...ok, ttl: "5 seconds", backoff: 200 }).backoff, "200 milliseconds");
+  assert.strictEqual(new Worker({ ...ok, holder: "me" }).holder, "me");
+  for (const [bad, msg] of [
+    [{ name: undefined }, /name is required/],
+    [{ n: 0 }, /n must be an integer of at least 1/],
+    [{ n: 2.5 }, /n must be/],
+    [{ pending: undefined }, /pending is required/],
+    [{ handler: "x" }, /handler must be a function/],
+    [{ mode: "pool" }, /mode must be one of lease, session, auto/],
+    [{ ttl: "100 milliseconds" }, /ttl must be at least 300/],
+    [{ ttl: "3 seconds", renewInterval: "5 seconds" }, /renewInterval must be/],
+    [{ batch: 0 }, /batch must be/],
+  ]) {
+    assert.throws(() => new Worker({ ...ok, ...bad }), msg);
+  }
+});
+
+test("stop() before run() resolves at once", async () => {
+  const w = new Worker({ name: "mailer", table: "outbox", n: 8, pending: "sent_at", handler: async () => {} });
+  await w.stop();
+});
