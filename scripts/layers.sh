@@ -123,6 +123,19 @@ pooler() {
         python3 tests/pooler/wake.py
 }
 
+# The Node.js worker library (clients/node, pg-claim): its declarations
+# (tsc --strict), its unit tests and its tests against the server and a
+# PgBouncer in transaction mode (node --test clients/node/test); then a fleet
+# of its workers in lease mode through that PgBouncer with a join, SIGSTOP
+# past the ttl, SIGKILL, a leave, two joins, a poison item and a server
+# restart: every item exactly once, the poison item dead after its attempts,
+# SIGTERM stops every worker within 15 s (tests/libs/node_fleet.py).
+libs_node() {
+    pgc_pgbouncer_start 4 &&
+        (cd clients/node && npm run --silent typecheck && node --test test/) &&
+        PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" python3 tests/libs/node_fleet.py "$@"
+}
+
 # The example workers (examples/) in Python, Node.js, Java and Ruby, 4 of each
 # on the example schema: a server restart mid-run, a failing message retried
 # and set aside, a wake-up by NOTIFY, SIGTERM and --exit-when-empty, every

@@ -210,9 +210,18 @@ pgc_ensure_clients() {
         pgc_log "installing node-postgres into tests/pooler/node_modules"
         (cd "$PGC_ROOT/tests/pooler" && npm install --silent --no-audit --no-fund --no-package-lock </dev/null)
     fi
-    if [ ! -f "$PGC_ROOT/examples/node/node_modules/pg/package.json" ]; then
-        pgc_log "installing node-postgres into examples/node/node_modules"
-        (cd "$PGC_ROOT/examples/node" && npm install --silent --no-audit --no-fund --no-package-lock </dev/null)
+    # the Node.js library's dependencies (pg; prom-client and typescript for
+    # its tests) from its lock file, again when the lock file changes
+    if ! cmp -s "$PGC_ROOT/clients/node/package-lock.json" "$PGC_ROOT/clients/node/node_modules/.package-lock.json.ci" 2>/dev/null; then
+        pgc_log "installing the dependencies of clients/node (npm ci)"
+        (cd "$PGC_ROOT/clients/node" && npm ci --silent --no-audit --no-fund </dev/null &&
+            cp package-lock.json node_modules/.package-lock.json.ci)
+    fi
+    # examples/node links the library (file:../../clients/node)
+    if [ ! -f "$PGC_ROOT/examples/node/node_modules/pg-claim/package.json" ]; then
+        pgc_log "linking pg-claim into examples/node/node_modules"
+        (cd "$PGC_ROOT/examples/node" && rm -rf node_modules &&
+            npm install --silent --no-audit --no-fund --no-package-lock </dev/null)
     fi
 }
 

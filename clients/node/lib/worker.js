@@ -462,8 +462,9 @@ class Worker {
       }
       if (this._stopping) break;
       if (this.held.size === 0 || (idle && [...this.held.keys()].every((s) => quiet.has(s)))) {
-        const ms = waitMs(this.pollMs, this.held.size ? await this._nextRetry(client) : null);
-        this._emit("waiting", { ms });
+        const retryMs = this.held.size ? await this._nextRetry(client) : null;
+        const ms = waitMs(this.pollMs, retryMs);
+        this._emit("waiting", { ms, retryMs });
         const until = Date.now() + ms;
         let why = "timeout";
         while (!this._stopping && Date.now() < until) { // each second, claim again: a slot may be given up for this one
@@ -485,8 +486,9 @@ class Worker {
     if (!done.end) return false;
     quiet.add(slot);
     if (![...this.held.keys()].every((s) => quiet.has(s))) return false;
-    const ms = waitMs(this.pollMs, await this._nextRetry(client));
-    this._emit("waiting", { ms });
+    const retryMs = await this._nextRetry(client);
+    const ms = waitMs(this.pollMs, retryMs);
+    this._emit("waiting", { ms, retryMs });
     const why = await this._wait(ms);
     if (why === "notify") this._emit("woken", {});
     return true;

@@ -1,0 +1,134 @@
+// Type declarations of pg-claim (clients/node).
+import type { ClientBase, ClientConfig } from "pg";
+
+/** A duration: milliseconds, or a PostgreSQL interval in one unit ('5 seconds', '500 milliseconds'). */
+export type Duration = number | string;
+
+/** What a batch's handler gets besides the client and the rows. */
+export interface BatchInfo {
+  /** the fleet's name */
+  name: string;
+  /** the slot whose share the rows are */
+  slot: number;
+  /** the slot's fencing token (lease mode; a bigint as a string), null in session mode */
+  token: string | null;
+  /** the slot's partition when the table is hash-partitioned with modulus n (slot_partition), else null */
+  partition: string | null;
+  /** the table, as the server spells it */
+  table: string;
+  /** this worker's holder */
+  holder: string;
+}
+
+/**
+ * Called once per batch, inside the batch's transaction (in lease mode after
+ * fence passed for the slot): write through `client`, and clear each row's
+ * `pending` column. Throwing rolls the batch back; it is then retried item by
+ * item under savepoints, and each failing item goes through record_failure.
+ */
+export type Handler<Row = Record<string, any>> = (client: ClientBase, rows: Row[], batch: BatchInfo) => Promise<void>;
+
+export type WorkerEvent =
+  | { type: "start"; mode: "lease" | "session"; table: string; key: string; method: string; partitioned: boolean }
+  | { type: "mode"; mode: "lease" | "session"; why: string }
+  | { type: "slots"; slots: number[] }
+  | { type: "taken"; slot: number; token: string | null }
+  | { type: "lost"; slot: number; token: string | null; reason: string }
+  | { type: "batch"; slot: number; token: string | null; items: number; failed: number; seconds: number }
+  | { type: "failure"; slot: number; item: string; error: string; state: "retry" | "dead" }
+  /** nothing to do in a whole round: waits ms; retryMs until the next retry of a failed item (null: none) */
+  | { type: "waiting"; ms: number; retryMs: number | null }
+  | { type: "woken" }
+  | { type: "reconnecting"; error: string; pauseMs: number }
+  | { type: "reconnected" }
+  | { type: "renewal failed"; error: string }
+  | { type: "listen failed"; error: string; pauseMs: number }
+  | { type: "left"; slots: number[] }
+  | { type: "leave failed"; error: string }
+  | { type: "stopped"; error: string | null };
+
+export interface WorkerOptions<Row = Record<string, any>> {
+  /** libpq-style URL; without it (and without `connection`) the PG* environment variables */
+  connectionString?: string;
+  /** further node-postgres client settings (merged under connectionString) */
+  connection?: ClientConfig;
+  /** the fleet's name (claims, failure records, channels) */
+  name: string;
+  /** the table whose rows are shared out */
+  table: string;
+  /** the number of slots; the same for every worker of the fleet */
+  n: number;
+  /** the column marking rows still to do: a boolean (pending while false) or a nullable column (pending while NULL) */
+  pending: string;
+  /** at most this many rows per batch (default 50) */
+  batch?: number;
+  /** 'lease' (default; works through transaction poolers), 'session' (claim_slots on a direct connection), 'auto' */
+  mode?: "lease" | "session" | "auto";
+  /** lease mode: a lease's time to live (default '30 seconds'); renewed every ttl / 3 */
+  ttl?: Duration;
+  /** lease mode: the period of claim_leases (default ttl / 3) */
+  renewInterval?: Duration;
+  /** lease mode: the server ends a batch's transaction idle this long (default ttl; 0: never) */
+  idleInTransactionTimeout?: Duration;
+  handler: Handler<Row>;
+  /** the key column (default: the single-column primary key) */
+  key?: string;
+  /** the column mapped to the slot when it is not the key: rows of one value are handled in key order */
+  route?: string;
+  /** my_items' method (default: 'pg_hash' on a table hash-partitioned with modulus n, else 'auto') */
+  method?: "auto" | "crc32" | "jump" | "pg_hash";
+  /** lease mode: this worker's holder (default host:pid:random) */
+  holder?: string;
+  /** a direct connection (not through a transaction pooler) to LISTEN on the held slots' channels */
+  notifyConnectionString?: string;
+  /** the longest wait when there is nothing to do (default 1 s; 30 s when it LISTENs) */
+  pollInterval?: Duration;
+  /** record_failure's max_attempts (default 5) */
+  maxAttempts?: number;
+  /** record_failure's backoff (default '10 seconds') */
+  backoff?: Duration;
+  /** session mode through a pool in session mode: skip the start-up check */
+  sessionPool?: boolean;
+  /** serve Prometheus metrics on http://metricsHost:metricsPort/metrics (needs prom-client; 0: any free port) */
+  metricsPort?: number;
+  metricsHost?: string;
+  /** called with every event (logging, metrics); its errors are ignored */
+  onEvent?: (event: WorkerEvent & { name: string; holder: string }) => void;
+}
+
+export class Stats {
+  items: number;
+  batches: number;
+  failures: number;
+  deadItems: number;
+  slotsTaken: number;
+  slotsLost: number;
+  fenced: number;
+  reconnects: number;
+  batchSeconds: number;
+  slotsHeld: number;
+}
+
+export class Worker<Row = Record<string, any>> {
+  constructor(options: WorkerOptions<Row>);
+  /** Works until stop() (or SIGTERM/SIGINT with handleSignals); resolves once the slots are given back. */
+  run(options?: { handleSignals?: boolean }): Promise<void>;
+  /** Finish the batch in progress, give the slots back; resolves when run() does. */
+  stop(): Promise<void>;
+  readonly holder: string;
+  readonly mode: "lease" | "session" | "auto";
+  readonly stats: Stats;
+  /** slot -> token of the slots held now */
+  readonly held: Map<number, string | null>;
+  /** the port of the Prometheus endpoint while running */
+  readonly metricsAddress?: number;
+}
+
+/** run() in session mode when the connection is not one server session (a pooler). */
+export class NotASessionError extends Error {
+  code: "PG_CLAIM_NOT_A_SESSION";
+}
+
+export function makeHolder(): string;
+export function isConnectionLost(error: unknown): boolean;
+export function durationMs(value: Duration, what: string): number;
