@@ -77,7 +77,7 @@ for index in full partial one walk; do
         for mode in simple prepared; do
             if [ "$cache" = hot ]; then
                 # read the window's pages (heap, slot indexes) before timing
-                "$PGBENCH" -n -c 1 -j 1 -T 2 -M "$mode" -f "$BENCH_TMP/$cache-$index.sql" postgres >/dev/null 2>&1
+                "$PGBENCH" -n -c 1 -j 1 -T 2 -M "$mode" -D a="$HOT_FROM" -f "$BENCH_TMP/$cache-$index.sql" postgres >/dev/null 2>&1
             fi
             "$PGBENCH" -n -r -c 1 -j 1 -T "$SECONDS_PER_TURN" -M "$mode" -D a="$HOT_FROM" -f "$BENCH_TMP/$cache-$index.sql" postgres 2>/dev/null |
                 awk '/SELECT \* FROM my_items/ {m=$1} /SELECT \* FROM bench_fc/ {h=$1} END {print m, h}' \
