@@ -178,6 +178,29 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_claim_check(text, integer, text, interval) FROM PUBLIC;
 
+-- The refusals claim_lease and claim_leases share: a live lease of the
+-- name belongs to role `owner`, whose privileges `role` lacks (42501); live
+-- leases of the name use another n (55000).
+CREATE FUNCTION @extschema@.pg_claim_lease_refuse_role(name text, owner oid, role oid)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RAISE EXCEPTION 'name "%" is leased by role %; role % cannot lease it', name,
+        owner::regrole, role::regrole
+        USING ERRCODE = '42501',
+        HINT = 'A name is leased by one role at a time. Workers that log in as different roles share a name through a common role: GRANT fleet_role TO each worker role, and let them claim as fleet_role (SET ROLE, or ALTER ROLE worker SET role = ''fleet_role'').';
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_refuse_role(text, oid, oid) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.pg_claim_lease_refuse_n(name text, n integer, other_n integer, other_holder text)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RAISE EXCEPTION 'n = % does not match n = % used by the live leases of "%" (for example holder "%")',
+        n, other_n, name, other_holder
+        USING ERRCODE = '55000',
+        HINT = 'All workers of one name must use the same n. Use the same n, or let the leases of the other n expire or be released first (SELECT * FROM lease_holders(name)).';
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_refuse_n(text, integer, integer, text) FROM PUBLIC;
+
 -- Hands slot `s` of name (its row locked FOR UPDATE by the caller: free,
 -- expired, given back, or a stale session record) to holder for role until
 -- ttl from `now_`, with the slot's next token. Refuses (55000) when a
@@ -277,10 +300,7 @@ BEGIN
       AND NOT pg_catalog.pg_has_role(role, l.owner, 'USAGE')
     LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION 'name "%" is leased by role %; role % cannot lease it', name,
-            r.owner::regrole, role::regrole
-            USING ERRCODE = '42501',
-            HINT = 'A name is leased by one role at a time. Workers that log in as different roles share a name through a common role: GRANT fleet_role TO each worker role, and let them claim as fleet_role (SET ROLE, or ALTER ROLE worker SET role = ''fleet_role'').';
+        PERFORM @extschema@.pg_claim_lease_refuse_role(name, r.owner, role);
     END IF;
     -- live leases of another n
     SELECT l.n, l.holder INTO r FROM @extschema@.pg_claim_leases l
@@ -288,10 +308,7 @@ BEGIN
       AND l.expires_at > now_ AND l.n <> pg_claim_lease_take.n
     LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION 'n = % does not match n = % used by the live leases of "%" (for example holder "%")',
-            pg_claim_lease_take.n, r.n, name, r.holder
-            USING ERRCODE = '55000',
-            HINT = 'All workers of one name must use the same n. Use the same n, or let the leases of the other n expire or be released first (SELECT * FROM lease_holders(name)).';
+        PERFORM @extschema@.pg_claim_lease_refuse_n(name, pg_claim_lease_take.n, r.n, r.holder);
     END IF;
 
     -- the same holder again: the same slot and token, the expiry extended;

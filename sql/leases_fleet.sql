@@ -126,10 +126,7 @@ BEGIN
       AND m.expires_at > pg_catalog.clock_timestamp()
       AND m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE');
     IF FOUND THEN
-        RAISE EXCEPTION 'name "%" is leased by role %; role % cannot lease it', name,
-            r.owner::regrole, role::regrole
-            USING ERRCODE = '42501',
-            HINT = 'A name is leased by one role at a time. Workers that log in as different roles share a name through a common role: GRANT fleet_role TO each worker role, and let them claim as fleet_role (SET ROLE, or ALTER ROLE worker SET role = ''fleet_role'').';
+        PERFORM @extschema@.pg_claim_lease_refuse_role(name, r.owner, role);
     END IF;
     UPDATE @extschema@.pg_claim_lease_members m
     SET expires_at = pg_catalog.clock_timestamp(), max = 0, held = 0
@@ -200,10 +197,7 @@ BEGIN
       AND m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE')
     LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION 'name "%" is leased by role %; role % cannot lease it', name,
-            r.owner::regrole, role::regrole
-            USING ERRCODE = '42501',
-            HINT = 'A name is leased by one role at a time. Workers that log in as different roles share a name through a common role: GRANT fleet_role TO each worker role, and let them claim as fleet_role (SET ROLE, or ALTER ROLE worker SET role = ''fleet_role'').';
+        PERFORM @extschema@.pg_claim_lease_refuse_role(name, r.owner, role);
     END IF;
     -- a live member of another n
     SELECT m.n, m.holder INTO r FROM @extschema@.pg_claim_lease_members m
@@ -211,10 +205,7 @@ BEGIN
       AND m.holder <> pg_claim_leases_take.holder AND m.n <> pg_claim_leases_take.n
     LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION 'n = % does not match n = % used by the live leases of "%" (for example holder "%")',
-            n, r.n, name, r.holder
-            USING ERRCODE = '55000',
-            HINT = 'All workers of one name must use the same n. Use the same n, or let the leases of the other n expire or be released first (SELECT * FROM lease_holders(name)).';
+        PERFORM @extschema@.pg_claim_lease_refuse_n(name, n, r.n, r.holder);
     END IF;
 
     SELECT m.expires_at <= now_ AS gone INTO r FROM @extschema@.pg_claim_lease_members m
@@ -241,15 +232,9 @@ BEGIN
                    AND NOT pg_catalog.pg_has_role(role, l.owner, 'USAGE')))
         LIMIT 1;
         IF FOUND AND r.n <> n THEN
-            RAISE EXCEPTION 'n = % does not match n = % used by the live leases of "%" (for example holder "%")',
-                n, r.n, name, r.holder
-                USING ERRCODE = '55000',
-                HINT = 'All workers of one name must use the same n. Use the same n, or let the leases of the other n expire or be released first (SELECT * FROM lease_holders(name)).';
+            PERFORM @extschema@.pg_claim_lease_refuse_n(name, n, r.n, r.holder);
         ELSIF FOUND THEN
-            RAISE EXCEPTION 'name "%" is leased by role %; role % cannot lease it', name,
-                r.owner::regrole, role::regrole
-                USING ERRCODE = '42501',
-                HINT = 'A name is leased by one role at a time. Workers that log in as different roles share a name through a common role: GRANT fleet_role TO each worker role, and let them claim as fleet_role (SET ROLE, or ALTER ROLE worker SET role = ''fleet_role'').';
+            PERFORM @extschema@.pg_claim_lease_refuse_role(name, r.owner, role);
         END IF;
     END IF;
 

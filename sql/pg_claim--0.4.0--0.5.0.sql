@@ -13,6 +13,26 @@
 -- whose lease expired its slot back with a new token, through the new
 -- pg_claim_lease_hand (shared with claim_leases). A holder is at most 1024
 -- bytes (it is a key of an index). (The bodies are those of sql/leases.sql.)
+CREATE FUNCTION @extschema@.pg_claim_lease_refuse_role(name text, owner oid, role oid)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RAISE EXCEPTION 'name "%" is leased by role %; role % cannot lease it', name,
+        owner::regrole, role::regrole
+        USING ERRCODE = '42501',
+        HINT = 'A name is leased by one role at a time. Workers that log in as different roles share a name through a common role: GRANT fleet_role TO each worker role, and let them claim as fleet_role (SET ROLE, or ALTER ROLE worker SET role = ''fleet_role'').';
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_refuse_role(text, oid, oid) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.pg_claim_lease_refuse_n(name text, n integer, other_n integer, other_holder text)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RAISE EXCEPTION 'n = % does not match n = % used by the live leases of "%" (for example holder "%")',
+        n, other_n, name, other_holder
+        USING ERRCODE = '55000',
+        HINT = 'All workers of one name must use the same n. Use the same n, or let the leases of the other n expire or be released first (SELECT * FROM lease_holders(name)).';
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_refuse_n(text, integer, integer, text) FROM PUBLIC;
+
 CREATE FUNCTION @extschema@.pg_claim_lease_hand(
     role oid, name text, s integer, n integer, holder text, ttl interval, key_ integer,
     now_ timestamptz, OUT slot integer, OUT token bigint, OUT expires_at timestamptz)
@@ -98,10 +118,7 @@ BEGIN
       AND NOT pg_catalog.pg_has_role(role, l.owner, 'USAGE')
     LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION 'name "%" is leased by role %; role % cannot lease it', name,
-            r.owner::regrole, role::regrole
-            USING ERRCODE = '42501',
-            HINT = 'A name is leased by one role at a time. Workers that log in as different roles share a name through a common role: GRANT fleet_role TO each worker role, and let them claim as fleet_role (SET ROLE, or ALTER ROLE worker SET role = ''fleet_role'').';
+        PERFORM @extschema@.pg_claim_lease_refuse_role(name, r.owner, role);
     END IF;
     -- live leases of another n
     SELECT l.n, l.holder INTO r FROM @extschema@.pg_claim_leases l
@@ -109,10 +126,7 @@ BEGIN
       AND l.expires_at > now_ AND l.n <> pg_claim_lease_take.n
     LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION 'n = % does not match n = % used by the live leases of "%" (for example holder "%")',
-            pg_claim_lease_take.n, r.n, name, r.holder
-            USING ERRCODE = '55000',
-            HINT = 'All workers of one name must use the same n. Use the same n, or let the leases of the other n expire or be released first (SELECT * FROM lease_holders(name)).';
+        PERFORM @extschema@.pg_claim_lease_refuse_n(name, pg_claim_lease_take.n, r.n, r.holder);
     END IF;
 
     -- the same holder again: the same slot and token, the expiry extended;
@@ -454,10 +468,7 @@ BEGIN
       AND m.expires_at > pg_catalog.clock_timestamp()
       AND m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE');
     IF FOUND THEN
-        RAISE EXCEPTION 'name "%" is leased by role %; role % cannot lease it', name,
-            r.owner::regrole, role::regrole
-            USING ERRCODE = '42501',
-            HINT = 'A name is leased by one role at a time. Workers that log in as different roles share a name through a common role: GRANT fleet_role TO each worker role, and let them claim as fleet_role (SET ROLE, or ALTER ROLE worker SET role = ''fleet_role'').';
+        PERFORM @extschema@.pg_claim_lease_refuse_role(name, r.owner, role);
     END IF;
     UPDATE @extschema@.pg_claim_lease_members m
     SET expires_at = pg_catalog.clock_timestamp(), max = 0, held = 0
@@ -528,10 +539,7 @@ BEGIN
       AND m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE')
     LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION 'name "%" is leased by role %; role % cannot lease it', name,
-            r.owner::regrole, role::regrole
-            USING ERRCODE = '42501',
-            HINT = 'A name is leased by one role at a time. Workers that log in as different roles share a name through a common role: GRANT fleet_role TO each worker role, and let them claim as fleet_role (SET ROLE, or ALTER ROLE worker SET role = ''fleet_role'').';
+        PERFORM @extschema@.pg_claim_lease_refuse_role(name, r.owner, role);
     END IF;
     -- a live member of another n
     SELECT m.n, m.holder INTO r FROM @extschema@.pg_claim_lease_members m
@@ -539,10 +547,7 @@ BEGIN
       AND m.holder <> pg_claim_leases_take.holder AND m.n <> pg_claim_leases_take.n
     LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION 'n = % does not match n = % used by the live leases of "%" (for example holder "%")',
-            n, r.n, name, r.holder
-            USING ERRCODE = '55000',
-            HINT = 'All workers of one name must use the same n. Use the same n, or let the leases of the other n expire or be released first (SELECT * FROM lease_holders(name)).';
+        PERFORM @extschema@.pg_claim_lease_refuse_n(name, n, r.n, r.holder);
     END IF;
 
     SELECT m.expires_at <= now_ AS gone INTO r FROM @extschema@.pg_claim_lease_members m
@@ -569,15 +574,9 @@ BEGIN
                    AND NOT pg_catalog.pg_has_role(role, l.owner, 'USAGE')))
         LIMIT 1;
         IF FOUND AND r.n <> n THEN
-            RAISE EXCEPTION 'n = % does not match n = % used by the live leases of "%" (for example holder "%")',
-                n, r.n, name, r.holder
-                USING ERRCODE = '55000',
-                HINT = 'All workers of one name must use the same n. Use the same n, or let the leases of the other n expire or be released first (SELECT * FROM lease_holders(name)).';
+            PERFORM @extschema@.pg_claim_lease_refuse_n(name, n, r.n, r.holder);
         ELSIF FOUND THEN
-            RAISE EXCEPTION 'name "%" is leased by role %; role % cannot lease it', name,
-                r.owner::regrole, role::regrole
-                USING ERRCODE = '42501',
-                HINT = 'A name is leased by one role at a time. Workers that log in as different roles share a name through a common role: GRANT fleet_role TO each worker role, and let them claim as fleet_role (SET ROLE, or ALTER ROLE worker SET role = ''fleet_role'').';
+            PERFORM @extschema@.pg_claim_lease_refuse_role(name, r.owner, role);
         END IF;
     END IF;
 
