@@ -136,6 +136,21 @@ libs_node() {
         PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" python3 tests/libs/node_fleet.py "$@"
 }
 
+# The Python worker library (clients/python): pytest on its pure parts and
+# on both modes against the server (through PgBouncer for the pooler checks),
+# then a fleet of its workers through PgBouncer in transaction mode with
+# joins, a leave, SIGSTOP past the ttl, SIGKILL, a poison item and a restart
+# of the server: every row exactly once, every worker gone within 15 s of
+# SIGTERM (clients/python/tests/fleet.py). Test names: pytest -k words.
+libs_python() {
+    pgc_ensure_python_libs || return 1
+    pgc_pgbouncer_start 4 || return 1
+    local k=()
+    (($# == 0)) || k=(-k "$*")
+    PYTHONPATH="$PGC_ROOT/clients/python/src" python3 -m pytest -q -p no:cacheprovider "${k[@]}" clients/python/tests &&
+        PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" python3 clients/python/tests/fleet.py
+}
+
 # The example workers (examples/) in Python, Node.js, Java and Ruby, 4 of each
 # on the example schema: a server restart mid-run, a failing message retried
 # and set aside, a wake-up by NOTIFY, SIGTERM and --exit-when-empty, every

@@ -206,6 +206,7 @@ pgc_ensure_clients() {
             apt-get install -y -qq --no-install-recommends python3-psycopg >/dev/null
         python3 -c 'import psycopg' || { echo "pg_claim: could not install psycopg 3" >&2; exit 1; }
     fi
+    pgc_ensure_python_libs
     if [ ! -f "$PGC_ROOT/tests/pooler/node_modules/pg/package.json" ]; then
         pgc_log "installing node-postgres into tests/pooler/node_modules"
         (cd "$PGC_ROOT/tests/pooler" && npm install --silent --no-audit --no-fund --no-package-lock </dev/null)
@@ -222,6 +223,22 @@ pgc_ensure_clients() {
         pgc_log "linking pg-claim into examples/node/node_modules"
         (cd "$PGC_ROOT/examples/node" && rm -rf node_modules &&
             npm install --silent --no-audit --no-fund --no-package-lock </dev/null)
+    fi
+}
+
+# What the Python worker library (clients/python) needs beside psycopg 3, and
+# its tests: prometheus_client (its `metrics` extra) and pytest. The tests and
+# the example worker use the checkout's library (PYTHONPATH), not an
+# installed copy.
+pgc_ensure_python_libs() {
+    local p missing=()
+    for p in prometheus_client pytest; do
+        python3 -c "import $p" 2>/dev/null || missing+=("$p")
+    done
+    if ((${#missing[@]})); then
+        pgc_log "installing ${missing[*]} for $(command -v python3)"
+        python3 -m pip install --quiet --root-user-action=ignore "${missing[@]}" </dev/null ||
+            { echo "pg_claim: could not install ${missing[*]}" >&2; return 1; }
     fi
 }
 

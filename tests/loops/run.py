@@ -194,7 +194,10 @@ def fresh_database():
 def worker_env():
     env = dict(os.environ, PGHOST="127.0.0.1", PGDATABASE=DB, PGUSER="postgres",
                MAILER_POLL_S=str(POLL_S), MAILER_BACKOFF="200 milliseconds",
-               MAILER_MAX_ATTEMPTS=str(MAX_ATTEMPTS))
+               MAILER_MAX_ATTEMPTS=str(MAX_ATTEMPTS),
+               # the Python worker runs on the checkout's worker library (clients/python)
+               PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(ROOT, "clients", "python", "src"),
+                                                        os.environ.get("PYTHONPATH")])))
     env.pop("PGSERVICE", None)
     return env
 

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Throughput of pg_claim.Worker (lease mode) next to a plain FOR UPDATE SKIP
+LOCKED loop with the same handler, both through a pooler (PgBouncer in
+transaction mode, PGC_POOLER_PORT) in front of the server (PGHOST/PGPORT).
+
+    PGC_POOLER_PORT=6432 python3 clients/python/tests/bench.py [--items 20000] [--workers 4 8] [--io-ms 10]
+
+Each run starts W workers (threads, each with its own connections) on a
+table whose rows are all done; once the library's workers hold balanced
+shares, one UPDATE makes `--items` rows to do, and the clock runs from its
+commit until every row is done again, in batches of 50; the handler sleeps `--io-ms` per
+batch (an I/O-bound handler: a call to another service) and marks the
+batch done, inside the batch's transaction in both loops. Prints items/s.
+"""
+import argparse
+import os
+import sys
+import threading
+import time
+
+import psycopg
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+import pg_claim  # noqa: E402
+
+DB, BATCH = "py_bench", 50
+
+
+def direct(dbname=DB):
+    return psycopg.connect(dbname=dbname, autocommit=True)
+
+
+def pooled_dsn(port):
+    return f"host=127.0.0.1 port={port} dbname={DB} user=postgres"
+
+
+def fresh(items, n):
+    """The table with every row done (the workers find nothing yet)."""
+    with direct() as d:
+        d.execute("DROP TABLE IF EXISTS jobs")
+        d.execute("CREATE TABLE jobs (id bigint PRIMARY KEY, payload text, done boolean NOT NULL DEFAULT false)")
+        d.execute(f"CREATE INDEX ON jobs ((slot_of(id, {n})), id) WHERE NOT done")
+        d.execute("CREATE INDEX ON jobs (id) WHERE NOT done")
+        d.execute("INSERT INTO jobs SELECT g, 'x', true FROM generate_series(1, %s) g", (items,))
+        d.execute("VACUUM ANALYZE jobs")
+
+
+def release():
+    """Every row to do, in one commit; the time of the commit."""
+    with direct() as d:
+        d.execute("UPDATE jobs SET done = false")
+    return time.monotonic()
+
+
+def remaining():
+    with direct() as d:
+        return d.execute("SELECT count(*) FROM jobs WHERE NOT done").fetchone()[0]
+
+
+def handler(io_s):
+    def handle(tx, rows):
+        time.sleep(io_s)
+        tx.execute("UPDATE jobs SET done = true WHERE id = ANY(%s)", ([r["id"] for r in rows],))
+    return handle
+
+
+def run_library(port, workers, n, io_s):
+    ws = [pg_claim.Worker(pooled_dsn(port), name="bench", table="jobs", n=n, pending="done", batch=BATCH,
+                          ttl="6 seconds", handler=handler(io_s), poll_interval=0.2) for _ in range(workers)]
+    threads = [threading.Thread(target=w.run) for w in ws]
+    for t in threads:
+        t.start()
+    with direct() as d:  # started and balanced (every slot held, shares within one) before the clock starts
+        while True:
+            per = [c for (c,) in d.execute("SELECT count(*) FROM lease_holders('bench') WHERE NOT expired"
+                                           " GROUP BY holder")]
+            if sum(per) == n and len(per) == min(workers, n) and max(per) - min(per) <= 1:
+                break
+            time.sleep(0.1)
+    t0 = release()
+    while remaining():
+        time.sleep(0.05)
+    dt = time.monotonic() - t0
+    for w in ws:
+        w.stop()
+    for t in threads:
+        t.join()
+    return dt
+
+
+def run_skip_locked(port, workers, io_s):
+    handle = handler(io_s)
+    stop = threading.Event()
+
+    def loop():
+        with psycopg.connect(pooled_dsn(port), autocommit=True, prepare_threshold=None) as conn:
+            while not stop.is_set():
+                with conn.transaction():
+                    rows = conn.cursor(row_factory=psycopg.rows.dict_row).execute(
+                        "SELECT * FROM jobs WHERE NOT done ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED",
+                        (BATCH,)).fetchall()
+                    if rows:
+                        handle(conn, rows)
+                if not rows:
+                    stop.wait(0.2)
+    threads = [threading.Thread(target=loop) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    time.sleep(1)
+    t0 = release()
+    while remaining():
+        time.sleep(0.05)
+    dt = time.monotonic() - t0
+    stop.set()
+    for t in threads:
+        t.join()
+    return dt
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--items", type=int, default=50000)
+    ap.add_argument("--workers", type=int, nargs="+", default=[4, 8])
+    ap.add_argument("--io-ms", type=float, nargs="+", default=[0.0, 10.0])
+    ap.add_argument("--n", type=int, default=16)
+    a = ap.parse_args()
+    port = int(os.environ["PGC_POOLER_PORT"])
+    with direct("postgres") as d:
+        d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+        d.execute(f"CREATE DATABASE {DB}")
+    with direct() as d:
+        d.execute("CREATE EXTENSION pg_claim")
+    print(f"{a.items} items, batches of {BATCH}, n = {a.n}, through PgBouncer (transaction mode) on port {port}")
+    print("| handler I/O per batch | workers | pg_claim.Worker (lease) | SKIP LOCKED loop | ratio |")
+    print("|---|---|---|---|---|")
+    for io_ms in a.io_ms:
+        for w in a.workers:
+            fresh(a.items, a.n)
+            lib = a.items / run_library(port, w, a.n, io_ms / 1000)
+            fresh(a.items, a.n)
+            q = a.items / run_skip_locked(port, w, io_ms / 1000)
+            print(f"| {io_ms:g} ms | {w} | {lib:,.0f} items/s | {q:,.0f} items/s | {lib / q:.2f}x |", flush=True)
+    with direct("postgres") as d:
+        d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,305 @@
+"""pg_claim.Worker against a real server (PGHOST, PGPORT, PGUSER: the
+scripts/test cluster) in a database of its own; through PgBouncer too when
+PGC_POOLER_PORT names one in transaction mode. Skipped without a server."""
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import psycopg
+import pytest
+
+import pg_claim
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DB = "py_lib_test"
+
+
+def connect(dbname=DB):
+    return psycopg.connect(dbname=dbname, autocommit=True)
+
+
+@pytest.fixture(scope="module")
+def db():
+    try:
+        with connect("postgres") as c:
+            c.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+            c.execute(f"CREATE DATABASE {DB}")
+    except psycopg.OperationalError as e:
+        pytest.skip(f"no server: {e}")
+    c = connect()
+    c.execute("CREATE EXTENSION pg_claim")
+    yield c
+    c.close()
+    with connect("postgres") as c:
+        c.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+
+
+def dsn(port=None):
+    if port is None:
+        return f"dbname={DB}"
+    return f"host=127.0.0.1 port={port} dbname={DB} user=postgres"
+
+
+def make_table(db, name, rows=500, poison=(), partitioned=False, n=4):
+    db.execute(f"DROP TABLE IF EXISTS {name}")
+    part = " PARTITION BY HASH (id)" if partitioned else ""
+    db.execute(f"CREATE TABLE {name} (id bigint PRIMARY KEY, payload text, done boolean NOT NULL DEFAULT false){part}")
+    if partitioned:
+        for r in range(n):
+            db.execute(f"CREATE TABLE {name}_{r} PARTITION OF {name} FOR VALUES WITH (MODULUS {n}, REMAINDER {r})")
+    db.execute("CREATE TABLE IF NOT EXISTS log (tbl text, item bigint, slot int, token bigint, part text)")
+    db.execute(f"INSERT INTO {name} SELECT g, CASE WHEN g = ANY(%s) THEN 'poison' ELSE 'p' END, false"
+               " FROM generate_series(1, %s) g", (list(poison), rows))
+
+
+def handler_for(tbl):
+    def handle(tx, rows):
+        for r in rows:
+            if r["payload"] == "poison":
+                raise RuntimeError(f"poison {r['id']}")
+        ids = [r["id"] for r in rows]
+        tx.execute(psycopg.sql.SQL("UPDATE {} SET done = true WHERE id = ANY(%s)").format(rows.table), (ids,))
+        tx.execute("INSERT INTO log SELECT %s, unnest(%s::bigint[]), %s, %s, %s",
+                   (tbl, ids, rows.slot, rows.token, rows.table.as_string(tx)))
+    return handle
+
+
+class Run:
+    """A Worker running in a thread, with its events."""
+
+    def __init__(self, **kw):
+        self.events = []
+        kw.setdefault("on_event", lambda e, f: self.events.append((time.monotonic(), e, f)))
+        self.worker = pg_claim.Worker(kw.pop("conninfo", dsn()), **kw)
+        self.error = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            self.worker.run()
+        except BaseException as e:  # noqa: BLE001
+            self.error = e
+
+    def stop(self, timeout=10):
+        t = time.monotonic()
+        self.worker.stop()
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the worker did not stop"
+        return time.monotonic() - t
+
+    def said(self, event):
+        return [f for _, e, f in self.events if e == event]
+
+
+def wait_for(fn, timeout=20, what="a condition"):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if fn():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def failures(db, name):
+    return db.execute("SELECT item, state, attempts FROM item_failures(%s) ORDER BY item", (name,)).fetchall()
+
+
+@pytest.mark.parametrize("mode", ["lease", "session"])
+def test_drain_with_a_poison_item(db, mode):
+    tbl, name = f"t_{mode}", f"drain_{mode}"
+    make_table(db, tbl, 500, poison=[77])
+    runs = [Run(name=name, table=tbl, n=4, pending="done", batch=20, mode=mode, ttl=3,
+                handler=handler_for(tbl), max_attempts=3, backoff=0.1, poll_interval=0.2) for _ in range(2)]
+    try:
+        wait_for(lambda: db.execute(f"SELECT count(*) = 499 FROM {tbl} WHERE done").fetchone()[0], what="drain")
+        wait_for(lambda: failures(db, name) == [("77", "dead", 3)], what="the poison item dead")
+    finally:
+        took = [r.stop() for r in runs]
+    assert all(r.error is None for r in runs), [r.error for r in runs]
+    assert max(took) < 3
+    (logged, distinct) = db.execute("SELECT count(*), count(DISTINCT item) FROM log WHERE tbl = %s", (tbl,)).fetchone()
+    assert logged == distinct == 499
+    stats = [r.worker.stats.snapshot() for r in runs]
+    assert sum(s["items"] for s in stats) == 499 and sum(s["dead"] for s in stats) == 1
+    assert sum(s["failures"] for s in stats) == 3
+    assert sum(len(r.said("dead")) for r in runs) == 1
+    if mode == "lease":
+        assert db.execute("SELECT count(*) FROM lease_holders(%s) WHERE NOT expired", (name,)).fetchone()[0] == 0
+    else:
+        assert db.execute("SELECT count(*) FROM slot_holders(%s)", (name,)).fetchone()[0] == 0
+
+
+def test_hash_partitioned_table_uses_the_slot_partition(db):
+    make_table(db, "hp", 400, partitioned=True, n=4)
+    r = Run(name="hp", table="hp", n=4, pending="done", batch=25, ttl=3, handler=handler_for("hp"),
+            poll_interval=0.2)
+    try:
+        wait_for(lambda: db.execute("SELECT bool_and(done) FROM hp").fetchone()[0], what="drain")
+    finally:
+        r.stop()
+    started = r.said("started")[0]
+    assert started["partitioned"] and started["method"] == "pg_hash"
+    wrong = db.execute("SELECT count(*) FROM log WHERE tbl = 'hp' AND part <> 'hp_' || slot"
+                       " OR tbl = 'hp' AND pg_hash_slot(item, 4) <> slot").fetchone()[0]
+    assert wrong == 0
+
+
+def test_not_partitioned_with_modulus_n_falls_back_to_the_table(db):
+    make_table(db, "hp8", 100, partitioned=True, n=8)
+    r = Run(name="hp8", table="hp8", n=4, pending="done", ttl=3, handler=handler_for("hp8"), poll_interval=0.2)
+    try:
+        wait_for(lambda: db.execute("SELECT bool_and(done) FROM hp8").fetchone()[0], what="drain")
+    finally:
+        r.stop()
+    assert not r.said("started")[0]["partitioned"]
+    assert db.execute("SELECT count(DISTINCT part) FROM log WHERE tbl = 'hp8'").fetchone()[0] == 1
+
+
+def test_a_failing_batch_commits_the_rest_and_never_spins(db):
+    make_table(db, "fails", 60, poison=list(range(1, 61, 2)))
+    r = Run(name="fails", table="fails", n=2, pending="done", batch=10, ttl=3, handler=handler_for("fails"),
+            max_attempts=2, backoff="200 milliseconds", poll_interval=0.5)
+    try:
+        wait_for(lambda: len([f for f in failures(db, "fails") if f[1] == "dead"]) == 30, what="30 dead")
+        since = len(r.events)
+        time.sleep(2)
+        idle = [e for _, e, _ in r.events[since:] if e == "idle"]
+        # a dead item is skipped: the worker waits for the poll, never in a loop
+        assert 1 <= len(idle) <= 6, len(idle)
+        # a failure record of a row no longer pending is never fetched
+        db.execute("UPDATE fails SET done = true WHERE id = 1")
+        db.execute("SELECT clear_failure('fails', '1')")
+        db.execute("SELECT record_failure('fails', '1', 'old', 5, '0')")
+        since = len(r.events)
+        time.sleep(1.5)
+        assert len([e for _, e, _ in r.events[since:] if e == "idle"]) <= 5
+    finally:
+        r.stop()
+    assert db.execute("SELECT count(*) FROM fails WHERE done").fetchone()[0] == 31
+    assert r.worker.stats.snapshot()["items"] == 30
+
+
+def test_a_retried_item_that_succeeds_is_cleared(db):
+    make_table(db, "flaky", 20)
+    tries = {}
+
+    def handle(tx, rows):
+        for x in rows:
+            tries[x["id"]] = tries.get(x["id"], 0) + 1
+            if x["id"] == 5 and tries[5] < 3:
+                raise RuntimeError("timeout")
+        tx.execute("UPDATE flaky SET done = true WHERE id = ANY(%s)", ([x["id"] for x in rows],))
+    r = Run(name="flaky", table="flaky", n=1, pending="done", ttl=3, handler=handle, backoff=0.05,
+            poll_interval=0.5)
+    try:
+        wait_for(lambda: db.execute("SELECT bool_and(done) FROM flaky").fetchone()[0], what="drain")
+    finally:
+        r.stop()
+    assert failures(db, "flaky") == []
+    # the batch, then item 5 alone (recorded), then its retry after the back-off
+    assert len(r.said("failed")) == 1 and tries[5] == 3
+
+
+def test_notify_wakes_a_lease_worker(db):
+    make_table(db, "woken", 0)
+    db.execute("CREATE TRIGGER woken_wake AFTER INSERT ON woken FOR EACH ROW EXECUTE FUNCTION notify_slot('woken', '4', 'id')")
+    r = Run(name="woken", table="woken", n=4, pending="done", ttl=3, handler=handler_for("woken"),
+            notify_conninfo=dsn(), poll_interval=30)
+    try:
+        wait_for(lambda: r.said("idle"), what="idle")
+        time.sleep(0.7)  # the listener is LISTENing
+        t = time.monotonic()
+        db.execute("INSERT INTO woken VALUES (1, 'p', false)")
+        wait_for(lambda: db.execute("SELECT done FROM woken").fetchone()[0], 10, "the new row handled")
+        assert time.monotonic() - t < 5 and r.said("woken")
+    finally:
+        r.stop()
+
+
+def test_metrics_endpoint(db):
+    pytest.importorskip("prometheus_client")
+    make_table(db, "metered", 100)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = Run(name="metered", table="metered", n=2, pending="done", ttl=3, handler=handler_for("metered"),
+            metrics_port=port, poll_interval=0.2)
+    try:
+        wait_for(lambda: db.execute("SELECT bool_and(done) FROM metered").fetchone()[0], what="drain")
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    finally:
+        r.stop()
+    total = sum(float(v) for v in re.findall(r'^pg_claim_items_total\{name="metered",slot="\d"\} (\S+)$', text, re.M))
+    assert total == 100
+    assert "pg_claim_batch_seconds_bucket" in text and "pg_claim_slots_held" in text
+
+
+def test_a_missing_column_is_an_error_not_a_retry(db):
+    make_table(db, "badcol", 5)
+    r = Run(name="badcol", table="badcol", n=1, pending="sent_at", ttl=3, handler=handler_for("badcol"))
+    r.thread.join(10)
+    assert isinstance(r.error, psycopg.Error) and r.error.sqlstate == "42703"
+
+
+pooler = pytest.mark.skipif("PGC_POOLER_PORT" not in os.environ, reason="no PgBouncer (PGC_POOLER_PORT)")
+
+
+@pooler
+def test_session_mode_refuses_a_transaction_pooler(db):
+    make_table(db, "refused", 10)
+    r = Run(conninfo=dsn(os.environ["PGC_POOLER_PORT"]), name="refused", table="refused", n=2,
+            pending="done", mode="session", handler=handler_for("refused"))
+    r.thread.join(10)
+    assert isinstance(r.error, pg_claim.PoolerError) and "pooler" in str(r.error)
+    assert db.execute("SELECT count(*) FROM slot_holders('refused')").fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM refused WHERE done").fetchone()[0] == 0
+
+
+@pooler
+def test_auto_mode_picks_leases_behind_a_pooler(db):
+    make_table(db, "auto", 100)
+    r = Run(conninfo=dsn(os.environ["PGC_POOLER_PORT"]), name="auto", table="auto", n=2, pending="done",
+            mode="auto", ttl=3, handler=handler_for("auto"), poll_interval=0.2)
+    try:
+        wait_for(lambda: db.execute("SELECT bool_and(done) FROM auto").fetchone()[0], what="drain")
+    finally:
+        r.stop()
+    assert r.said("started")[0]["mode"] == "lease"
+
+
+def test_readme_quick_start_runs_as_written(db, tmp_path):
+    readme = open(os.path.join(os.path.dirname(HERE), "README.md"), encoding="utf-8").read()
+    quick = readme.split("## Quick start", 1)[1]
+    setup = re.search(r"```sql\n(.*?)```", quick, re.S).group(1)
+    program = re.search(r"```python\n(.*?)```", quick, re.S).group(1)
+    with connect("postgres") as c:
+        c.execute("DROP DATABASE IF EXISTS py_lib_quick WITH (FORCE)")
+        c.execute("CREATE DATABASE py_lib_quick")
+    try:
+        with connect("py_lib_quick") as q:
+            q.execute(setup)
+            (tmp_path / "mailer.py").write_text(program)
+            env = dict(os.environ, DATABASE_URL="dbname=py_lib_quick",
+                       PYTHONPATH=os.path.join(os.path.dirname(HERE), "src"))
+            procs = [subprocess.Popen([sys.executable, str(tmp_path / "mailer.py")], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+            try:
+                wait_for(lambda: q.execute("SELECT count(*) = 0 FROM outbox WHERE sent_at IS NULL").fetchone()[0],
+                         30, "the quick start's outbox to be sent")
+            finally:
+                for p in procs:
+                    p.send_signal(signal.SIGTERM)
+                outs = [p.communicate(timeout=15) for p in procs]
+            assert all(p.returncode == 0 for p in procs), outs
+            sent = sum(o.count("sending ") for o, _ in outs)
+            assert sent == 1000, (sent, [e[-500:] for _, e in outs])
+    finally:
+        with connect("postgres") as c:
+            c.execute("DROP DATABASE IF EXISTS py_lib_quick WITH (FORCE)")

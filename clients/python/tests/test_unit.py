@@ -1,0 +1,113 @@
+"""The parts of pg_claim that need no server."""
+import datetime
+import re
+
+import psycopg
+import pytest
+
+import pg_claim
+from pg_claim._metrics import Collector
+from pg_claim._worker import _seconds
+
+
+def test_holder_is_host_pid_random():
+    a, b = pg_claim.make_holder(), pg_claim.make_holder()
+    assert re.fullmatch(r"[^:]+:\d+:[0-9a-f]{16}", a)
+    assert a != b
+
+
+def test_held_replace_reports_gained_and_lost():
+    h = pg_claim.Held(valid_s=3, margin_s=1)
+    assert h.replace([(0, 10), (1, 11)], 100.0) == ([(0, 10), (1, 11)], [])
+    h.advance(0, 10, "42")
+    assert h.replace([(0, 10), (1, 12), (2, 13)], 101.0) == ([(1, 12), (2, 13)], [(1, 11)])
+    assert h.snapshot() == {0: 10, 1: 12, 2: 13}
+    # the kept slot keeps its cursor; the one taken anew starts from the start
+    assert h.next(101.5) == (0, 10, "42")
+    assert h.next(101.5) == (1, 12, None)
+    assert h.next(101.5) == (2, 13, None)
+    assert h.next(101.5) == (0, 10, "42")
+
+
+def test_held_stops_work_before_the_ttl_and_drops_after_it():
+    h = pg_claim.Held(valid_s=3, margin_s=1)
+    h.replace([(5, 1)], 100.0)
+    assert h.workable(101.9) and h.next(101.9) is not None
+    assert not h.workable(102.0) and h.next(102.0) is None   # 2/3 of the ttl without a good claim
+    assert h.failed(102.5) == []                              # kept until the ttl
+    assert h.failed(103.0) == [(5, 1)]
+    assert h.snapshot() == {}
+
+
+def test_held_drop_and_advance_need_the_token():
+    h = pg_claim.Held()
+    h.replace([(3, 7)], 0.0)
+    h.advance(3, 6, "x")          # a stale token changes nothing
+    assert h.next() == (3, 7, None)
+    assert not h.drop(3, 6)
+    assert h.drop(3, 7)
+    assert h.next() is None
+
+
+def test_transient_errors():
+    assert pg_claim.transient(psycopg.OperationalError("connection lost"))
+    for state, expected in (("08006", True), ("40001", True), ("40P01", True), ("57P01", True),
+                            ("53300", True), ("57014", False), ("23505", False), ("22P02", False)):
+        e = psycopg.errors.lookup(state)("x")
+        assert pg_claim.transient(e) is expected, state
+    assert not pg_claim.transient(RuntimeError("550 no such mailbox"))
+
+
+def test_intervals():
+    assert _seconds(5) == 5.0
+    assert _seconds(datetime.timedelta(milliseconds=1500)) == 1.5
+    assert _seconds("5 seconds") is None
+    with pytest.raises(TypeError):
+        _seconds([5])
+
+
+@pytest.mark.parametrize("kw, word", [
+    (dict(n=0), "n must"), (dict(batch=0), "batch must"), (dict(mode="pool"), "mode must"),
+    (dict(pending=""), "pending must"), (dict(max_slots=9), "max_slots"),
+    (dict(max_attempts=0), "max_attempts"), (dict(ttl=0), "ttl must"), (dict(name=""), "name must"),
+    (dict(poll_interval=0), "poll_interval")])
+def test_options_are_checked(kw, word):
+    args = dict(name="m", table="t", n=8, pending="done", handler=lambda tx, rows: None)
+    args.update(kw)
+    with pytest.raises(ValueError, match=word):
+        pg_claim.Worker("", **args)
+
+
+def test_handler_must_be_callable():
+    with pytest.raises(TypeError):
+        pg_claim.Worker("", name="m", table="t", n=8, pending="done", handler=None)
+
+
+def test_stats_and_prometheus_names():
+    s = pg_claim.Stats()
+    s.batch(3, 50, 0.02)
+    s.batch(3, 10, 0.2)
+    s.failure(3, dead=False)
+    s.failure(3, dead=True)
+    s.slots(2, 1, 1)
+    snap = s.snapshot()
+    assert (snap["items"], snap["batches"], snap["failures"], snap["dead"], snap["gained"], snap["lost"]) \
+        == (60, 2, 2, 1, 2, 1)
+    prometheus_client = pytest.importorskip("prometheus_client")
+    registry = prometheus_client.CollectorRegistry()
+    registry.register(Collector("mailer", s))
+    text = prometheus_client.generate_latest(registry).decode()
+    assert 'pg_claim_items_total{name="mailer",slot="3"} 60.0' in text
+    assert 'pg_claim_dead_items_total{name="mailer",slot="3"} 1.0' in text
+    assert 'pg_claim_handovers_total{direction="gained",name="mailer"} 2.0' in text
+    assert 'pg_claim_batch_seconds_bucket{le="0.025",name="mailer"} 1.0' in text
+    assert 'pg_claim_batch_seconds_count{name="mailer"} 2.0' in text
+
+
+def test_batch_carries_its_slot():
+    b = pg_claim.Batch([{"id": 1}], "mailer", 3, 99, psycopg.sql.SQL("outbox"))
+    assert b == [{"id": 1}] and (b.name, b.slot, b.token) == ("mailer", 3, 99)
+
+
+def test_version():
+    assert pg_claim.__version__ == "0.5.0"
