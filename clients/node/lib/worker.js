@@ -619,7 +619,9 @@ class Worker {
    */
   async _oneByOne(client, slot, token, due, info, w) {
     if (!(await this._begin(client, slot, token))) return null;
-    const ok = [], failedRoutes = new Set();
+    // reported once the transaction has committed: a failure record that a
+    // lost connection rolled back is no attempt
+    const ok = [], failedRoutes = new Set(), outcomes = [];
     for (const it of due) {
       if (it.route !== null && failedRoutes.has(it.route)) continue; // behind a failed item of its route
       await client.query("SAVEPOINT pg_claim_item");
@@ -633,20 +635,24 @@ class Worker {
         const error = errorText(e);
         const state = (await client.query("SELECT record_failure($1, $2, $3, $4, $5) AS s",
           [this.name, it.key, error, this.maxAttempts, this.backoff])).rows[0].s;
-        this.stats.failures++;
-        if (this._prom) this._prom.failures.inc({ name: this.name });
-        if (state === "dead") {
-          this.stats.deadItems++;
-          if (this._prom) this._prom.dead.inc({ name: this.name });
-        } else if (it.route !== null) {
+        if (state !== "dead" && it.route !== null) {
           failedRoutes.add(it.route);
           if (w.heldRoutes) w.heldRoutes.add(it.route);
         }
-        this._emit("failure", { slot, item: it.key, error, state });
+        outcomes.push({ slot, item: it.key, error, state });
       }
     }
     await this._clear(client, ok);
     await this._commit(client);
+    for (const f of outcomes) {
+      this.stats.failures++;
+      if (this._prom) this._prom.failures.inc({ name: this.name });
+      if (f.state === "dead") {
+        this.stats.deadItems++;
+        if (this._prom) this._prom.dead.inc({ name: this.name });
+      }
+      this._emit("failure", f);
+    }
     return ok;
   }
 }

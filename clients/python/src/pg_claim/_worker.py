@@ -514,6 +514,9 @@ class Worker:
         until the first recorded retry)."""
         done = failed = 0
         retry_in = None
+        # reported once the transaction has committed: a failure record that
+        # a lost connection rolled back is no attempt
+        outcomes: List[Tuple[bool, Dict[str, Any]]] = []
         with conn.transaction():
             self._guard(conn, slot, token)
             for r in todo:
@@ -538,11 +541,13 @@ class Worker:
                         " FROM item_failures(%s) f WHERE f.item = %s",
                         (self.name, item)).fetchone() or (None, None)  # type: ignore[misc]
                     dead = outcome == "dead"
-                    self.stats.failure(slot, dead)
                     if not dead and due_in is not None:
                         retry_in = due_in if retry_in is None else min(retry_in, due_in)
-                    self._emit("dead" if dead else "failed", slot=slot, item=item, error=error,
-                               attempts=attempts)
+                    outcomes.append((dead, {"slot": slot, "item": item, "error": error,
+                                            "attempts": attempts}))
+        for dead, fields in outcomes:
+            self.stats.failure(slot, dead)
+            self._emit("dead" if dead else "failed", **fields)
         return done, failed, retry_in
 
     # ---------------------------------------------------------- the loops
