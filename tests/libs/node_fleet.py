@@ -30,21 +30,18 @@ pool. Exits non-zero on any failed check.
 """
 import collections
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import traceback
 
 import psycopg
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "pylib"))
-from fleet_driver import Failure, WorkerProcess, check, log, poll  # noqa: E402
+from fleet_driver import Failure, WorkerProcess, check, log, poll, run_fleet_test  # noqa: E402
 
 for var in ("PGC_POOLER_PORT", "PGC_DATA", "PGC_BIN"):
     if var not in os.environ:
@@ -332,33 +329,7 @@ def run(workdir):
 
 
 def main():
-    def on_alarm(*_):
-        raise Failure(f"the Node.js library fleet test did not finish within {TIME_LIMIT_S} s")
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.signal(signal.SIGTERM, lambda signum, _: (_ for _ in ()).throw(Failure(f"signal {signum}")))
-    signal.alarm(TIME_LIMIT_S)
-    workdir = tempfile.mkdtemp(prefix="pg_claim-node-fleet-")
-    ok = False
-    try:
-        run(workdir)
-        ok = True
-    except Exception as e:  # noqa: BLE001 - any failure: report it with the workers' stderr
-        if not isinstance(e, Failure):
-            traceback.print_exc()
-        print(f"Node.js library fleet test FAILED: {e}", file=sys.stderr)
-        for f in sorted(os.listdir(workdir)):
-            err = open(os.path.join(workdir, f), errors="replace").read()
-            if err:
-                print(f"--- stderr of {f[:-4]}:\n{err[-3000:]}", file=sys.stderr)
-    finally:
-        signal.alarm(0)
-        shutil.rmtree(workdir, ignore_errors=True)
-    if ok:
-        with direct("postgres") as d:
-            d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        log("Node.js library fleet test: passed")
-    return 0 if ok else 1
-
+    return run_fleet_test("Node.js library fleet test", run, TIME_LIMIT_S, [DB])
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -39,19 +39,16 @@ check.
 import collections
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "pylib"))
 sys.path.insert(0, HERE)
-from fleet_driver import Failure, WorkerProcess, check, log, poll  # noqa: E402
+from fleet_driver import Failure, WorkerProcess, check, log, poll, run_fleet_test  # noqa: E402
 from run import POOL, POOLER_PORT, ServerConnections, check_pooler, direct, stop_mid_batch  # noqa: E402
 
 DB = "pg_claim_elastic"
@@ -422,38 +419,10 @@ def given_back_in_flight(workers):
 
 
 def main():
-    def on_alarm(*_):
-        raise Failure(f"the elastic pooler test did not finish within {TIME_LIMIT_S} s")
-
-    def on_term(signum, _):
-        raise Failure(f"stopped by signal {signum}")
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
-    signal.alarm(TIME_LIMIT_S)
-    workdir = tempfile.mkdtemp(prefix="pg_claim-elastic-")
-    ok = False
-    try:
+    def body(workdir):
         check_pooler(DB)
         run(workdir)
-        ok = True
-    except Exception as e:  # noqa: BLE001 - any failure: report, with the workers' stderr
-        if not isinstance(e, Failure):
-            traceback.print_exc()
-        print(f"elastic pooler test FAILED: {e}", file=sys.stderr)
-        for f in sorted(os.listdir(workdir)):
-            err = open(os.path.join(workdir, f), errors="replace").read()
-            if err:
-                print(f"--- stderr of {f[:-4]}:\n{err[-3000:]}", file=sys.stderr)
-    finally:
-        signal.alarm(0)
-        shutil.rmtree(workdir, ignore_errors=True)
-    if ok:
-        with direct("postgres") as d:
-            d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        log("elastic pooler test: passed")
-    return 0 if ok else 1
-
+    return run_fleet_test("elastic pooler test", body, TIME_LIMIT_S, [DB])
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -31,21 +31,18 @@ Exits non-zero on any failed check.
 """
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import traceback
 
 import psycopg
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "pylib"))
-from fleet_driver import Failure, WorkerProcess, check, log, poll  # noqa: E402
+from fleet_driver import Failure, WorkerProcess, check, log, poll, run_fleet_test  # noqa: E402
 DB = "pg_claim_pooler"
 NAME = "fleet"
 ITEMS = 3000
@@ -550,17 +547,7 @@ def busy_pool(workdir):
 
 
 def main():
-    def on_alarm(*_):
-        raise Failure(f"the pooler test did not finish within {TIME_LIMIT_S} s")
-    def on_term(signum, _):
-        raise Failure(f"stopped by signal {signum}")
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
-    signal.alarm(TIME_LIMIT_S)
-    workdir = tempfile.mkdtemp(prefix="pg_claim-pooler-")
-    ok = False
-    try:
+    def body(workdir):
         check_docs_excerpts()
         check_pooler()
         with direct("postgres") as d:
@@ -571,25 +558,8 @@ def main():
         claim_slot_through_pooler()
         run_fleets(workdir)
         busy_pool(workdir)
-        ok = True
-    except Exception as e:  # noqa: BLE001 - any failure: report, with the workers' stderr
-        if not isinstance(e, Failure):
-            traceback.print_exc()
-        print(f"pooler test FAILED: {e}", file=sys.stderr)
-        for f in sorted(os.listdir(workdir)):
-            err = open(os.path.join(workdir, f), errors="replace").read()
-            if err:
-                print(f"--- stderr of a {f.split('-')[0]} worker:\n{err[-3000:]}", file=sys.stderr)
-    finally:
-        signal.alarm(0)
-        shutil.rmtree(workdir, ignore_errors=True)
-    if ok:
-        with direct("postgres") as d:
-            d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-            d.execute(f"DROP DATABASE IF EXISTS {BUSY_DB} WITH (FORCE)")
-        log("pooler test: passed")
-    return 0 if ok else 1
-
+    return run_fleet_test("pooler test", body, TIME_LIMIT_S, [DB, BUSY_DB],
+                          stderr_name=lambda f: f"a {f.split('-')[0]} worker")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -32,21 +32,18 @@ older than one already written there. Exits non-zero on any failed check.
 """
 import collections
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import traceback
 
 import psycopg
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "pylib"))
-from fleet_driver import Failure, WorkerProcess, check, log, poll  # noqa: E402
+from fleet_driver import Failure, WorkerProcess, check, log, poll, run_fleet_test  # noqa: E402
 
 DB = "py_fleet"
 NAME, N, TTL_S = "fleet", 8, 2.0
@@ -318,32 +315,7 @@ def run(workdir):
 
 
 def main():
-    def on_alarm(*_):
-        raise Failure(f"the fleet test did not finish within {TIME_LIMIT_S} s")
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(TIME_LIMIT_S)
-    workdir = tempfile.mkdtemp(prefix="pg_claim-pyfleet-")
-    ok = False
-    try:
-        run(workdir)
-        ok = True
-    except Exception as e:  # noqa: BLE001 - report with the workers' stderr
-        if not isinstance(e, Failure):
-            traceback.print_exc()
-        print(f"python library fleet test FAILED: {e}", file=sys.stderr)
-        for f in sorted(os.listdir(workdir)):
-            err = open(os.path.join(workdir, f), errors="replace").read()
-            if err:
-                print(f"--- stderr of {f[:-4]}:\n{err[-3000:]}", file=sys.stderr)
-    finally:
-        signal.alarm(0)
-        shutil.rmtree(workdir, ignore_errors=True)
-    if ok:
-        with direct("postgres") as d:
-            d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        log("python library fleet test: passed")
-    return 0 if ok else 1
-
+    return run_fleet_test("python library fleet test", run, TIME_LIMIT_S, [DB])
 
 if __name__ == "__main__":
     sys.exit(main())
