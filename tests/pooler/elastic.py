@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Elastic lease fleets (claim_leases) through a real transaction-mode pooler
-(PgBouncer), run after tests/pooler/run.py against the same PgBouncer
-(PGC_POOLER_PORT, PGC_POOLER_POOL: scripts/lib.sh pgc_pgbouncer_start).
+(PgBouncer), the layer `elastic` of scripts/test (PGC_POOLER_PORT,
+PGC_POOLER_POOL: scripts/lib.sh pgc_pgbouncer_start).
 
 Python (psycopg 3, elastic_worker.py) and Node.js (node-postgres,
 elastic_worker.js) workers hold the n = 8 slots of one name, fewer workers
