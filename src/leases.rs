@@ -217,10 +217,8 @@ fn lease_holders(
 /// whatever the number of rows the statement reads.
 #[pg_extern(stable, parallel_unsafe)]
 fn lease_valid(name: Option<&str>, slot: Option<i32>, token: Option<i64>) -> Option<bool> {
-    if let (Some(name), Some(slot), Some(token)) = (name, slot, token) {
-        if name.len() <= 1024 && (0..1_048_576).contains(&slot) {
-            return Some(check::valid(name, slot, token));
-        }
+    if let Some(valid) = check::valid_args(name, slot, token) {
+        return Some(valid);
     }
     // the argument checks and their errors
     let r = invoke(
@@ -237,10 +235,8 @@ fn lease_valid(name: Option<&str>, slot: Option<i32>, token: Option<i64>) -> Opt
 /// before the calling transaction ends.
 #[pg_extern(volatile, parallel_unsafe)]
 fn fence(name: Option<&str>, slot: Option<i32>, token: Option<i64>) {
-    if let (Some(name), Some(slot), Some(token)) = (name, slot, token) {
-        if name.len() <= 1024 && (0..1_048_576).contains(&slot) && check::valid(name, slot, token) {
-            return;
-        }
+    if check::valid_args(name, slot, token) == Some(true) {
+        return;
     }
     // the argument checks, and PC001 with what the slot's row says
     invoke(

@@ -22,6 +22,7 @@
 use crate::backend::compat;
 use crate::backend::error::raise;
 use crate::backend::internal::extension;
+use crate::backend::limits::MAX_KEY_INDEX;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::cell::Cell;
@@ -193,11 +194,20 @@ unsafe fn passes(slot: *mut pg_sys::TupleTableSlot, cols: Columns, token: i64) -
     }
 }
 
+/// [`valid`] for arguments it can take as they are; None when one is NULL,
+/// the name is longer than a lease's name may be, or the slot is out of
+/// range: the internal function `pg_claim_lease_valid` / `_fence` then
+/// answers, with its argument errors.
+pub fn valid_args(name: Option<&str>, slot: Option<i32>, token: Option<i64>) -> Option<bool> {
+    let (name, slot, token) = (name?, slot?, token?);
+    (name.len() <= 1024 && (0..MAX_KEY_INDEX).contains(&slot)).then(|| valid(name, slot, token))
+}
+
 /// `fence` / `lease_valid`: whether `token` is the current token of a live
 /// lease (or session record) of `slot` of `name` of a role whose privileges
 /// the calling role has; when true, the row is locked `FOR KEY SHARE` until
 /// the transaction ends.
-pub fn valid(name: &str, slot: i32, token: i64) -> bool {
+fn valid(name: &str, slot: i32, token: i64) -> bool {
     let l = leases();
     let cname = CString::new(name).unwrap_or_default();
     // SAFETY: the standard sequence of an index scan and a tuple lock, as
