@@ -106,15 +106,23 @@ renew=$(percall renew_lease "SELECT renew_lease('bench', 0, :token);")
 fence=$(percall fence "BEGIN; SELECT fence('bench', 0, :token); COMMIT;")
 empty=$(percall empty "BEGIN; COMMIT;")
 echo "per call (direct connection, one client, median of 3 runs): claim_lease (re-claim) $claim us, renew_lease $renew us, fence $fence us in a transaction (an empty transaction: $empty us)"
+# claim_leases in a steady fleet: 32 holders of 64 slots, calls in turn
+# (each renews its 2 leases; nothing changes hands once they are balanced)
+fleet=$(percall claim_leases "$(printf '%s\n' '\set h random(1, 32)' \
+    "SELECT count(*) FROM claim_leases('bench_fleet', 64, 'h' || :h, ttl => '1 hour');")")
+echo "per call: claim_leases with 32 live holders of 64 slots, $fleet us"
 # a 50-item batch with and without the lease_valid predicate, alternating
 batch_sql="UPDATE bench.lease_items SET done = false WHERE id IN (SELECT id FROM bench.lease_items WHERE slot_of(id, 8) = 0 ORDER BY id LIMIT $batch)"
 with=$(percall with "$batch_sql AND (SELECT lease_valid('bench', 0, :token));")
 without=$(percall without "$batch_sql;")
 with2=$(percall with "$batch_sql AND (SELECT lease_valid('bench', 0, :token));")
 without2=$(percall without "$batch_sql;")
+natural=$(percall natural "$batch_sql AND lease_valid('bench', 0, :token);")
+natural2=$(percall natural "$batch_sql AND lease_valid('bench', 0, :token);")
 python3 -c "
-w = ($with + $with2) / 2; o = ($without + $without2) / 2
-print(f'ratio: a 50-item batch with lease_valid / without = {w / o:.2f}x ({w:.0f} us vs {o:.0f} us)')"
+w = ($with + $with2) / 2; o = ($without + $without2) / 2; n = ($natural + $natural2) / 2
+print(f'ratio: a 50-item batch with (SELECT lease_valid(...)) / without = {w / o:.2f}x ({w:.0f} us vs {o:.0f} us)')
+print(f'ratio: a 50-item batch with AND lease_valid(...) / without = {n / o:.2f}x ({n:.0f} us vs {o:.0f} us)')"
 
 # The same two batches counted in instructions by valgrind's callgrind, which
 # does not depend on what else the machine runs (seconds do): a server of
