@@ -41,7 +41,7 @@ import psycopg
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "pylib"))
-from fleet_driver import Failure, WorkerProcess, check, log, poll, run_fleet_test  # noqa: E402
+from fleet_driver import Failure, WorkerProcess, check, failure_state, log, poll, run_fleet_test  # noqa: E402
 
 for var in ("PGC_POOLER_PORT", "PGC_DATA", "PGC_BIN"):
     if var not in os.environ:
@@ -271,8 +271,7 @@ def run(workdir):
         producer.stop()
         poll(lambda: d.execute("SELECT count(*) FROM items WHERE NOT done AND id <> %s", (POISON,)).fetchone()[0] == 0,
              60, "every item but the poison one to be done")
-        poll(lambda: d.execute("SELECT state = 'dead' FROM item_failures(%s) WHERE item = %s",
-                               (NAME, str(POISON))).fetchone(), 20, "the poison item to be dead")
+        poll(lambda: failure_state(d, NAME, POISON) == "dead", 20, "the poison item to be dead")
         log(f"  {ITEMS + producer.produced - 1} items done {time.monotonic() - t0:.1f} s after the start")
         # SIGTERM to every worker at once
         t1 = time.monotonic()

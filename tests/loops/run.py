@@ -220,13 +220,19 @@ def run_language(lang, classes, workdir):
                               ).fetchone()
         check(before < ITEMS - 1, f"every message was sent before the restart ({before})")
         poll(lambda: sent(d) == ITEMS - 1, 90, f"all {ITEMS - 1} good messages sent after the restart")
-        poll(lambda: d.execute("SELECT state = 'dead' FROM item_failures('mailer') WHERE item = %s",
-                               (str(poison),)).fetchone(), 30, "the bouncing message to be set aside")
+        poll(lambda: fleet_driver.failure_state(d, "mailer", poison) == "dead", 30, "the bouncing message to be set aside")
         for w in workers:
             check(w.proc.poll() is None, f"{w} exited: {w.lines[-3:]} {w.stderr()}")
             # an idle worker notices the restart at its next call, within a second or so
             poll(lambda: w.said("reconnecting"), 30, f"{w} to report the restart ({w.lines[-5:]})")
-        poll(lambda: any(w.said("dead") for w in workers), 10, "a worker to report the message set aside")
+        try:
+            poll(lambda: any(w.said("dead") for w in workers), 10, "a worker to report the message set aside")
+        except Failure as e:
+            reports = "; ".join(f"{w}: {[ln for ln in w.lines if ln.split(' ', 1)[0] in ('failed', 'dead', 'reconnecting')]}"
+                                for w in workers)
+            record = d.execute("SELECT row_to_json(f) FROM item_failures('mailer') f WHERE item = %s",
+                               (str(poison),)).fetchone()
+            raise Failure(f"{e} (their reports: {reports}; the record: {record})") from None
         failed = sum(len(w.said("failed")) for w in workers)
         dead = sum(len(w.said("dead")) for w in workers)
         check(failed == MAX_ATTEMPTS - 1 and dead == 1,

@@ -95,6 +95,13 @@ def poll(fn, timeout, what, interval=0.05):
         time.sleep(interval)
 
 
+def failure_state(conn, name, item):
+    """The state of item's failure record of name (retry, due or dead); None
+    when it has none."""
+    row = conn.execute("SELECT state FROM item_failures(%s) WHERE item = %s", (name, str(item))).fetchone()
+    return row[0] if row else None
+
+
 class WorkerProcess:
     """A worker process whose stdout is one JSON object per event ({"event":
     kind, ...}), read into `events` by a thread. The kernel kills it when the

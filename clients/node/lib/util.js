@@ -122,10 +122,68 @@ function waitMs(pollMs, retryInMs, floor = 100) {
   return Math.max(floor, ms);
 }
 
+/** The smallest of the numbers that are not null or undefined; null when none is. */
+function soonest(values) {
+  let min = null;
+  for (const v of values) if (v !== null && v !== undefined && (min === null || v < min)) min = v;
+  return min;
+}
+
+/**
+ * What the batches of the held slots found since the worker last waited. A
+ * slot is quiet once a whole pass over its share, from its start to its end,
+ * handled nothing; an item waiting for a retry, seen in a pass or failed in
+ * it, is due again at the time kept for its slot. `now` is for the tests.
+ */
+class Pass {
+  constructor(now = Date.now) {
+    this.now = now;
+    this.busy = new Set(); // slots whose current pass handled an item
+    this.quiet = new Set(); // slots whose last whole pass handled nothing
+    this.due = new Map(); // slot -> the time its first waiting item is due
+  }
+
+  /**
+   * After a batch of `slot` ({handled, end, retryMs}): true when every slot
+   * of `held` is quiet.
+   */
+  after(slot, done, held) {
+    if (done.retryMs !== null && done.retryMs !== undefined) {
+      this.due.set(slot, soonest([this.due.get(slot), this.now() + done.retryMs]));
+    }
+    if (done.handled) {
+      this.busy.add(slot);
+      this.quiet.delete(slot);
+    }
+    if (done.end) {
+      if (this.busy.delete(slot)) this.quiet.delete(slot);
+      else this.quiet.add(slot);
+    }
+    const slots = [...held];
+    return slots.length > 0 && slots.every((s) => this.quiet.has(s));
+  }
+
+  /** Milliseconds until the first item of `held` is due (0 when one is); null when none waits. */
+  retryMs(held) {
+    const at = soonest([...held].map((s) => this.due.get(s)));
+    return at === null ? null : Math.max(0, at - this.now());
+  }
+
+  /** After a wait: every slot is looked at anew. */
+  clear() {
+    this.busy.clear();
+    this.quiet.clear();
+    this.due.clear();
+  }
+}
+
 /** The first line of an error's message, as stored with a failure. */
 function errorText(e) {
   if (e instanceof Error) return `${e.name === "Error" ? "" : e.name + ": "}${e.message}`;
   return String(e);
 }
 
-module.exports = { durationMs, intervalText, makeHolder, isConnectionLost, nextPause, nextSlot, diffHeld, dueRows, waitMs, errorText };
+module.exports = {
+  durationMs, intervalText, makeHolder, isConnectionLost, nextPause, nextSlot, diffHeld, dueRows, waitMs, soonest, Pass,
+  errorText,
+};

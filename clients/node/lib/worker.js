@@ -1,7 +1,8 @@
 "use strict";
 const { Client } = require("pg");
 const {
-  durationMs, intervalText, makeHolder, isConnectionLost, nextPause, nextSlot, diffHeld, dueRows, waitMs, errorText,
+  durationMs, intervalText, makeHolder, isConnectionLost, nextPause, nextSlot, diffHeld, dueRows, waitMs, soonest, Pass,
+  errorText,
 } = require("./util");
 const { Stats, PromMetrics } = require("./metrics");
 
@@ -19,7 +20,7 @@ class NotASessionError extends Error {
 
 const MODES = ["lease", "session", "auto"];
 // the columns a fetch adds to the table's own (taken off before the handler sees a row)
-const KEY = "pg_claim:key", ROUTE = "pg_claim:route", FAILURE = "pg_claim:failure";
+const KEY = "pg_claim:key", ROUTE = "pg_claim:route", FAILURE = "pg_claim:failure", RETRY = "pg_claim:retry";
 
 /**
  * A pg_claim worker: claims slots of a fleet, walks each held slot's share of
@@ -287,7 +288,8 @@ class Worker {
     if (this.route !== null) args.push(`route => $${i++}`);
     if (this.method !== null) args.push(`method => $${i++}`);
     this._fetchSql = `SELECT t.*, t.${q(this.key)}::text AS "${KEY}", ${this.route === null ? "NULL::text" : `t.${q(this.route)}::text`} AS "${ROUTE}",`
-      + ` f.state AS "${FAILURE}" FROM my_items(NULL::${t}, ${args.join(", ")}) t`
+      + ` f.state AS "${FAILURE}", extract(epoch FROM f.retry_at - clock_timestamp())::float8 * 1000 AS "${RETRY}"`
+      + ` FROM my_items(NULL::${t}, ${args.join(", ")}) t`
       + ` LEFT JOIN item_failures($7) f ON f.item = t.${q(this.key)}::text ORDER BY t.${q(this.key)}`;
     // the first fetch checks the columns and the method now, not at the first batch
     await client.query(`SELECT count(*) FROM (${this._fetchSql} LIMIT 0) x`, this._fetchParams(0, null));
@@ -423,7 +425,7 @@ class Worker {
 
   async _serveLease(client) {
     let last = -1;
-    const quiet = new Set();
+    const pass = new Pass();
     while (!this._stopping) {
       if (!this._renewOk || this.held.size === 0) { // no slot, or the claims fail: no work
         await this._wait(this.renewMs);
@@ -432,7 +434,11 @@ class Worker {
       const slot = nextSlot([...this.held.keys()], last);
       last = slot;
       const done = await this._batch(client, slot, this.held.get(slot));
-      if (await this._idle(client, done, slot, quiet)) quiet.clear();
+      if (pass.after(slot, done, this.held.keys())) {
+        const why = await this._wait(this._waitingMs(pass));
+        if (why === "notify") this._emit("woken", {});
+        pass.clear();
+      }
     }
   }
 
@@ -449,57 +455,39 @@ class Worker {
       await this._syncListen(client, listening, r.s);
     };
     client.on("notification", () => this._wake("notify"));
-    const quiet = new Set();
+    const pass = new Pass();
     while (!this._stopping) {
       await claim(); // between rounds: take unserved slots, give one back to a waiting newcomer
-      let idle = this.held.size > 0;
+      let quiet = this.held.size === 0;
       for (const slot of [...this.held.keys()]) {
         if (this._stopping) break;
-        const done = await this._batch(client, slot, null);
-        if (done.handled || !done.end) idle = false;
-        if (done.handled) quiet.clear();
-        else if (done.end) quiet.add(slot);
+        quiet = pass.after(slot, await this._batch(client, slot, null), this.held.keys());
       }
-      if (this._stopping) break;
-      if (this.held.size === 0 || (idle && [...this.held.keys()].every((s) => quiet.has(s)))) {
-        const retryMs = this.held.size ? await this._nextRetry(client) : null;
-        const ms = waitMs(this.pollMs, retryMs);
-        this._emit("waiting", { ms, retryMs });
-        const until = Date.now() + ms;
-        let why = "timeout";
-        while (!this._stopping && Date.now() < until) { // each second, claim again: a slot may be given up for this one
-          why = await this._wait(Math.min(1000, until - Date.now()));
-          if (why !== "timeout") break;
-          const before = [...this.held.keys()].join();
-          await claim();
-          if ([...this.held.keys()].join() !== before) { why = "slots"; break; }
-        }
-        if (why === "notify") this._emit("woken", {});
-        quiet.clear();
+      if (this._stopping || !quiet) continue;
+      const until = Date.now() + this._waitingMs(pass);
+      let why = "timeout";
+      while (!this._stopping && Date.now() < until) { // each second, claim again: a slot may be given up for this one
+        why = await this._wait(Math.min(1000, until - Date.now()));
+        if (why !== "timeout") break;
+        const before = [...this.held.keys()].join();
+        await claim();
+        if ([...this.held.keys()].join() !== before) { why = "slots"; break; }
       }
+      if (why === "notify") this._emit("woken", {});
+      pass.clear();
     }
   }
 
-  /** After a batch in lease mode: wait when a round over the held slots found nothing; true when it waited. */
-  async _idle(client, done, slot, quiet) {
-    if (done.handled) { quiet.clear(); return false; }
-    if (!done.end) return false;
-    quiet.add(slot);
-    if (![...this.held.keys()].every((s) => quiet.has(s))) return false;
-    const retryMs = await this._nextRetry(client);
+  /**
+   * A whole round found nothing to do: how long to wait, told as a
+   * `waiting` event. Until the first retry of an item seen in the held
+   * slots' last passes, if that is sooner than the poll.
+   */
+  _waitingMs(pass) {
+    const retryMs = this.held.size ? pass.retryMs(this.held.keys()) : null;
     const ms = waitMs(this.pollMs, retryMs);
     this._emit("waiting", { ms, retryMs });
-    const why = await this._wait(ms);
-    if (why === "notify") this._emit("woken", {});
-    return true;
-  }
-
-  /** Milliseconds until the next retry of a failed item of the name; null: none waits. */
-  async _nextRetry(client) {
-    const r = await client.query(
-      "SELECT (extract(epoch FROM min(retry_at) - clock_timestamp()) * 1000)::float8 AS ms FROM item_failures($1) WHERE state = 'retry'",
-      [this.name]);
-    return r.rows[0].ms;
+    return ms;
   }
 
   _walk(slot, token) {
@@ -556,18 +544,19 @@ class Worker {
       const { rows } = await client.query(this._fetchSql, this._fetchParams(slot, w.after));
       const end = rows.length < this.batch;
       const items = rows.map((r) => {
-        const it = { key: r[KEY], route: r[ROUTE], failure: r[FAILURE], row: r };
-        delete r[KEY]; delete r[ROUTE]; delete r[FAILURE];
+        const it = { key: r[KEY], route: r[ROUTE], failure: r[FAILURE], retryMs: r[RETRY], row: r };
+        delete r[KEY]; delete r[ROUTE]; delete r[FAILURE]; delete r[RETRY];
         return it;
       });
       const due = dueRows(items, w.heldRoutes);
+      let retryMs = soonest(items.filter((it) => it.failure === "retry").map((it) => it.retryMs));
       const next = end ? null : items[items.length - 1].key;
       const info = { name: this.name, slot, token, partition, table: this._table, holder: this.holder };
       if (due.length === 0) {
         await this._commit(client);
         committed = true;
         this._advance(slot, w, next, end);
-        return { handled: 0, end };
+        return { handled: 0, end, retryMs };
       }
       const t0 = process.hrtime.bigint();
       let ok = due;
@@ -579,8 +568,10 @@ class Worker {
       } catch (e) {
         if (isConnectionLost(e)) throw e;
         await client.query("ROLLBACK");
-        ok = await this._oneByOne(client, slot, token, due, info, w);
-        if (ok === null) return { handled: 0, end: true, fenced: true };
+        const r = await this._oneByOne(client, slot, token, due, info, w);
+        if (r === null) return { handled: 0, end: true, fenced: true };
+        ok = r.ok;
+        retryMs = soonest([retryMs, r.retryMs]);
         committed = true;
       }
       this._advance(slot, w, next, end);
@@ -594,7 +585,7 @@ class Worker {
         this._prom.latency.observe({ name: this.name }, seconds);
       }
       this._emit("batch", { slot, token, items: ok.length, failed: due.length - ok.length, seconds });
-      return { handled: due.length, end };
+      return { handled: due.length, end, retryMs };
     } finally {
       if (!committed) await client.query("ROLLBACK").catch(() => {});
     }
@@ -614,7 +605,8 @@ class Worker {
   /**
    * The batch again item by item, each under a savepoint: a failing item is
    * rolled back to its savepoint and recorded with record_failure (back-off,
-   * max attempts), the others commit. The items committed; null when the
+   * max attempts), the others commit. {ok: the items committed,
+   * retryMs: until the first recorded retry}; null when the
    * fence refused.
    */
   async _oneByOne(client, slot, token, due, info, w) {
@@ -622,6 +614,7 @@ class Worker {
     // reported once the transaction has committed: a failure record that a
     // lost connection rolled back is no attempt
     const ok = [], failedRoutes = new Set(), outcomes = [];
+    let retryMs = null;
     for (const it of due) {
       if (it.route !== null && failedRoutes.has(it.route)) continue; // behind a failed item of its route
       await client.query("SAVEPOINT pg_claim_item");
@@ -635,6 +628,11 @@ class Worker {
         const error = errorText(e);
         const state = (await client.query("SELECT record_failure($1, $2, $3, $4, $5) AS s",
           [this.name, it.key, error, this.maxAttempts, this.backoff])).rows[0].s;
+        if (state !== "dead") {
+          retryMs = soonest([retryMs, (await client.query(
+            "SELECT extract(epoch FROM retry_at - clock_timestamp())::float8 * 1000 AS ms FROM item_failures($1) WHERE item = $2",
+            [this.name, it.key])).rows[0].ms]);
+        }
         if (state !== "dead" && it.route !== null) {
           failedRoutes.add(it.route);
           if (w.heldRoutes) w.heldRoutes.add(it.route);
@@ -653,7 +651,7 @@ class Worker {
       }
       this._emit("failure", f);
     }
-    return ok;
+    return { ok, retryMs };
   }
 }
 

@@ -1,7 +1,7 @@
 "use strict";
 const test = require("node:test");
 const assert = require("node:assert");
-const { durationMs, makeHolder, isConnectionLost, nextPause, nextSlot, diffHeld, dueRows, waitMs } = require("../lib/util");
+const { durationMs, makeHolder, isConnectionLost, nextPause, nextSlot, diffHeld, dueRows, waitMs, Pass } = require("../lib/util");
 const { Worker } = require("..");
 
 test("durationMs reads milliseconds and one-unit intervals", () => {
@@ -109,4 +109,29 @@ test("Worker checks its options", () => {
 test("stop() before run() resolves at once", async () => {
   const w = new Worker({ name: "mailer", table: "outbox", n: 8, pending: "sent_at", handler: async () => {} });
   await w.stop();
+});
+
+test("Pass: quiet after a whole pass that handled nothing, not after the end of a busy one", () => {
+  let t = 1000;
+  const p = new Pass(() => t);
+  assert.strictEqual(p.after(0, { handled: 5, end: false, retryMs: null }, [0]), false);
+  // the pass that handled items ends with an empty batch: not quiet, the slot is walked again
+  assert.strictEqual(p.after(0, { handled: 0, end: true, retryMs: null }, [0]), false);
+  assert.strictEqual(p.after(0, { handled: 0, end: true, retryMs: null }, [0, 1]), false); // slot 1 not yet
+  assert.strictEqual(p.after(1, { handled: 0, end: true, retryMs: null }, [0, 1]), true);
+  assert.strictEqual(p.retryMs([0, 1]), null);
+});
+
+test("Pass: an item failed in a pass is waited for even once its retry is due", () => {
+  let t = 1000;
+  const p = new Pass(() => t);
+  p.after(0, { handled: 3, end: false, retryMs: 200 }, [0]); // one of them failed, retry in 200 ms
+  t += 500; // the rest of the pass takes longer than the back-off
+  p.after(0, { handled: 0, end: true, retryMs: null }, [0]);
+  assert.strictEqual(p.after(0, { handled: 0, end: true, retryMs: null }, [0]), true);
+  assert.strictEqual(p.retryMs([0]), 0); // due now: the wait is the floor, not the poll
+  assert.strictEqual(waitMs(60000, p.retryMs([0])), 100);
+  assert.strictEqual(p.retryMs([1]), null); // another slot's item is not this worker's to wait for
+  p.clear();
+  assert.strictEqual(p.retryMs([0]), null);
 });

@@ -43,7 +43,7 @@ import psycopg
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "pylib"))
-from fleet_driver import Failure, WorkerProcess, check, log, poll, run_fleet_test  # noqa: E402
+from fleet_driver import Failure, WorkerProcess, check, failure_state, log, poll, run_fleet_test  # noqa: E402
 
 DB = "py_fleet"
 NAME, N, TTL_S = "fleet", 8, 2.0
@@ -267,8 +267,7 @@ def run(workdir):
         producer.stop()
         poll(lambda: d.execute("SELECT count(*) = 0 FROM items WHERE NOT done AND id <> %s",
                                (poison,)).fetchone()[0], 60, "every item but the poison one to be done")
-        poll(lambda: d.execute("SELECT state = 'dead' FROM item_failures(%s) WHERE item = %s",
-                               (NAME, str(poison))).fetchone(), 30, "the poison item to be dead")
+        poll(lambda: failure_state(d, NAME, poison) == "dead", 30, "the poison item to be dead")
         log(f"  {ITEMS + producer.produced} items done {time.monotonic() - t0:.1f} s after the start")
 
         # 8. everyone stops
