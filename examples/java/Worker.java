@@ -21,6 +21,14 @@
 //
 // Like the Python worker, it refuses to work behind a pooler (status 2) unless
 // MAILER_SESSION_POOL=1 says the pool is in session mode.
+//
+// MAILER_MODE=lease: leases instead (claim_leases, docs/leases.md), which work
+// through a transaction-mode pooler such as PgBouncer: any number of these
+// workers shares the 8 slots, each message is sent in a transaction that
+// starts with fence(), a worker polls (MAILER_POLL_S) instead of LISTENing,
+// and gives its slots back when it stops. Through PgBouncer pgjdbc must not
+// prepare statements on the server: the URL sets prepareThreshold=0. (The
+// Python and Node.js examples do this through the worker libraries.)
 
 import java.sql.Connection;
 import java.sql.DriverManager;
@@ -48,6 +56,8 @@ public class Worker {
     static final long POLL_MS = (long) (1000 * Double.parseDouble(env("MAILER_POLL_S", "30"))); // the fallback poll
     static final String WORKER = "java-" + ProcessHandle.current().pid();
     static final boolean SESSION_POOL = "1".equals(System.getenv("MAILER_SESSION_POOL")); // a pooler in session mode is in between
+    static final boolean LEASE = "lease".equals(env("MAILER_MODE", "session"));
+    static final String TTL = env("MAILER_TTL", "10 seconds");
     static boolean exitWhenEmpty;
     static volatile boolean stopping;
 
@@ -102,9 +112,20 @@ public class Worker {
     record Item(long id, String recipient, String body, String failure) {}
 
     // Send one message and mark it sent in one transaction; record a failure.
-    static void process(Connection c, Item it) throws SQLException {
+    // With a lease's token, the transaction starts with fence(): if the slot
+    // has moved on to another worker, nothing of it commits (SQLSTATE PC001,
+    // thrown to the caller).
+    static void process(Connection c, Item it, int slot, Long token) throws SQLException {
         try {
             c.setAutoCommit(false);
+            if (token != null) {
+                try (PreparedStatement st = c.prepareStatement("SELECT fence(?, ?, ?)")) {
+                    st.setString(1, NAME);
+                    st.setInt(2, slot);
+                    st.setLong(3, token);
+                    st.executeQuery().close();
+                }
+            }
             try (PreparedStatement st = c.prepareStatement("UPDATE outbox SET sent_at = now() WHERE id = ? AND sent_at IS NULL")) {
                 st.setLong(1, it.id());
                 if (st.executeUpdate() == 0) { // sent meanwhile by another kind of worker (docs/migrating.md)
@@ -190,7 +211,7 @@ public class Worker {
                     }
                     for (Item it : due) {
                         if (stopping) return true;
-                        process(c, it);
+                        process(c, it, s, null);
                     }
                     if (!due.isEmpty()) {
                         busy.add(s);
@@ -247,6 +268,118 @@ public class Worker {
     }
     // docs/workers.md: end
 
+    // Lease mode: the slots are leases of this worker's holder, claimed again
+    // (and renewed) between batches; true when told to stop, false when empty.
+    static boolean serveLeases(Connection c, String holder) throws SQLException {
+        Map<Integer, Long> held = new HashMap<>(), after = new HashMap<>();
+        Set<Integer> busy = new HashSet<>(), quiet = new HashSet<>();
+        try (PreparedStatement claim = c.prepareStatement(
+                 "SELECT slot, token FROM claim_leases(?, ?, ?, ttl => ?::interval) ORDER BY slot");
+             PreparedStatement fetch = c.prepareStatement(FETCH);
+             PreparedStatement nextRetry = c.prepareStatement(
+                 "SELECT extract(epoch FROM min(f.retry_at) - clock_timestamp())::float8"
+                 + " FROM item_failures(?) f JOIN outbox o ON o.id = f.item::bigint AND o.sent_at IS NULL"
+                 + " WHERE f.state <> 'dead' AND slot_of(o.id, ?) = ANY (?)");
+             PreparedStatement renew = c.prepareStatement("SELECT extract(epoch FROM ?::interval) * 1000 / 3")) {
+            renew.setString(1, TTL);
+            long renewMs; // claim again (which renews) at least every third of the TTL
+            try (ResultSet r = renew.executeQuery()) {
+                r.next();
+                renewMs = (long) r.getDouble(1);
+            }
+            while (!stopping) {
+                claim.setString(1, NAME);
+                claim.setInt(2, N);
+                claim.setString(3, holder);
+                claim.setString(4, TTL);
+                Map<Integer, Long> now = new java.util.TreeMap<>();
+                try (ResultSet r = claim.executeQuery()) {
+                    while (r.next()) now.put(r.getInt(1), r.getLong(2));
+                }
+                if (!now.keySet().equals(held.keySet()))
+                    say("slots", String.join(" ", now.keySet().stream().map(String::valueOf).toList()));
+                for (int s : held.keySet()) {
+                    if (now.containsKey(s)) continue;
+                    after.remove(s);
+                    busy.remove(s);
+                    quiet.remove(s);
+                }
+                held = now;
+                slots:
+                for (var slot : held.entrySet()) { // one batch of each slot's share
+                    int s = slot.getKey();
+                    fetch.setInt(1, s);
+                    fetch.setInt(2, N);
+                    if (after.containsKey(s)) fetch.setLong(3, after.get(s)); else fetch.setNull(3, Types.BIGINT);
+                    fetch.setInt(4, BATCH);
+                    fetch.setString(5, NAME);
+                    List<Item> due = new ArrayList<>();
+                    int rows = 0;
+                    long last = 0;
+                    try (ResultSet r = fetch.executeQuery()) {
+                        while (r.next()) {
+                            rows++;
+                            last = r.getLong(1);
+                            String failure = r.getString(5);
+                            if (r.getBoolean(4) && (failure == null || failure.equals("due")))
+                                due.add(new Item(last, r.getString(2), r.getString(3), failure));
+                        }
+                    }
+                    for (Item it : due) {
+                        if (stopping) return true;
+                        try {
+                            process(c, it, s, slot.getValue());
+                        } catch (SQLException e) {
+                            if (!"PC001".equals(e.getSQLState())) throw e;
+                            say("fenced", s); // the lease moved on: claim again
+                            break slots;
+                        }
+                    }
+                    if (!due.isEmpty()) busy.add(s);
+                    if (rows < BATCH) {
+                        after.remove(s);
+                        if (!busy.remove(s)) quiet.add(s);
+                    } else {
+                        after.put(s, last);
+                    }
+                }
+                if (!held.isEmpty() && !quiet.containsAll(held.keySet())) continue;
+                nextRetry.setString(1, NAME);
+                nextRetry.setInt(2, N);
+                nextRetry.setArray(3, c.createArrayOf("integer", held.keySet().toArray()));
+                Double retryIn;
+                try (ResultSet r = nextRetry.executeQuery()) {
+                    r.next();
+                    retryIn = r.getObject(1) == null ? null : r.getDouble(1);
+                }
+                if (retryIn == null && exitWhenEmpty) return false;
+                say("waiting");
+                long until = System.currentTimeMillis() + Math.min(Math.min(POLL_MS, renewMs),
+                    retryIn == null ? POLL_MS : (long) (Math.max(retryIn, 0.1) * 1000));
+                while (!stopping && System.currentTimeMillis() < until) {
+                    try { Thread.sleep(20); } catch (InterruptedException e) { return true; }
+                }
+                quiet.clear();
+            }
+            return true;
+        } finally {
+            giveBack(c, holder);
+        }
+    }
+
+    // Lease mode, stopping: give every slot back (else they expire after the TTL).
+    static void giveBack(Connection c, String holder) {
+        try (PreparedStatement st = c.prepareStatement("SELECT count(*) FROM claim_leases(?, ?, ?, max => 0)")) {
+            c.setAutoCommit(true);
+            st.setString(1, NAME);
+            st.setInt(2, N);
+            st.setString(3, holder);
+            st.executeQuery().close();
+        } catch (SQLException e) {
+            // the connection is gone: the leases expire after the TTL
+        }
+    }
+
     // Until a notification arrives (true), `ms` pass or a signal comes.
     static boolean waitForNotify(Connection c, long ms) throws SQLException {
         PGConnection pg = c.unwrap(PGConnection.class);
@@ -267,6 +400,7 @@ public class Worker {
         p.setProperty("user", env("PGUSER", System.getProperty("user.name")));
         if (System.getenv("PGPASSWORD") != null) p.setProperty("password", System.getenv("PGPASSWORD"));
         p.setProperty("ApplicationName", NAME);
+        if (LEASE) p.setProperty("prepareThreshold", "0"); // a transaction-mode pooler: no server-side prepared statements
         return DriverManager.getConnection(url, p);
     }
 
@@ -294,10 +428,13 @@ public class Worker {
             try { main.join(10_000); } catch (InterruptedException e) { /* exit now */ }
         }));
         long pause = 100;
+        // lease mode: one holder per process (host, pid and a random part)
+        String holder = WORKER + "-" + java.net.InetAddress.getLocalHost().getHostName() + "-"
+            + Long.toHexString(new java.util.Random().nextLong() >>> 32);
         while (true) {
             try (Connection c = connect()) {
                 pause = 100;
-                boolean told = serve(c, checkSession(c));
+                boolean told = LEASE ? serveLeases(c, holder) : serve(c, checkSession(c));
                 say("exit", told ? "told to stop" : "nothing left");
                 return;
             } catch (NotASession e) {
