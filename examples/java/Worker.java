@@ -111,6 +111,52 @@ public class Worker {
 
     record Item(long id, String recipient, String body, String failure) {}
 
+    // Where each slot's walk over its share is: the last key of its batch,
+    // whether this pass sent something, and the slots whose last whole pass
+    // had nothing due (quiet: when every slot is, the worker waits).
+    static class Walk {
+        final Map<Integer, Long> after = new HashMap<>();
+        final Set<Integer> busy = new HashSet<>(), quiet = new HashSet<>();
+
+        // The due messages of slot s's next batch; the walk goes on after it.
+        List<Item> next(PreparedStatement fetch, int s) throws SQLException {
+            fetch.setInt(1, s);
+            fetch.setInt(2, N);
+            if (after.containsKey(s)) fetch.setLong(3, after.get(s)); else fetch.setNull(3, Types.BIGINT);
+            fetch.setInt(4, BATCH);
+            fetch.setString(5, NAME);
+            List<Item> due = new ArrayList<>();
+            int rows = 0;
+            long last = 0;
+            try (ResultSet r = fetch.executeQuery()) {
+                while (r.next()) {
+                    rows++;
+                    last = r.getLong(1);
+                    String failure = r.getString(5);
+                    if (r.getBoolean(4) && (failure == null || failure.equals("due")))
+                        due.add(new Item(last, r.getString(2), r.getString(3), failure));
+                }
+            }
+            if (!due.isEmpty()) {
+                busy.add(s);
+                quiet.remove(s);
+            }
+            if (rows < BATCH) { // the share is walked: quiet if nothing was due
+                after.remove(s);
+                if (!busy.remove(s)) quiet.add(s);
+            } else {
+                after.put(s, last);
+            }
+            return due;
+        }
+
+        void forget(int s) {
+            after.remove(s);
+            busy.remove(s);
+            quiet.remove(s);
+        }
+    }
+
     // Send one message and mark it sent in one transaction; record a failure.
     // With a lease's token, the transaction starts with fence(): if the slot
     // has moved on to another worker, nothing of it commits (SQLSTATE PC001,
@@ -167,8 +213,7 @@ public class Worker {
     // Work until told to stop (true) or the share is empty (false).
     static boolean serve(Connection c, int server) throws SQLException {
         List<Integer> slots = new ArrayList<>();
-        Map<Integer, Long> after = new HashMap<>();
-        Set<Integer> busy = new HashSet<>(), quiet = new HashSet<>();
+        Walk walk = new Walk();
         try (PreparedStatement claim = c.prepareStatement(CLAIM);
              PreparedStatement fetch = c.prepareStatement(FETCH);
              PreparedStatement nextRetry = c.prepareStatement(NEXT_RETRY);
@@ -185,46 +230,17 @@ public class Worker {
                         String channel = "\"" + r.getString(1).replace("\"", "\"\"") + "\"";
                         plain.execute((held.contains(s) ? "LISTEN " : "UNLISTEN ") + channel);
                     }
-                    after.remove(s);
-                    busy.remove(s);
-                    quiet.remove(s);
+                    walk.forget(s);
                 }
                 if (!held.equals(slots)) say("slots", String.join(" ", held.stream().map(String::valueOf).toList()));
                 slots = held;
                 for (int s : slots) { // one batch of each slot's share
-                    fetch.setInt(1, s);
-                    fetch.setInt(2, N);
-                    if (after.containsKey(s)) fetch.setLong(3, after.get(s)); else fetch.setNull(3, Types.BIGINT);
-                    fetch.setInt(4, BATCH);
-                    fetch.setString(5, NAME);
-                    List<Item> due = new ArrayList<>();
-                    int rows = 0;
-                    long last = 0;
-                    try (ResultSet r = fetch.executeQuery()) {
-                        while (r.next()) {
-                            rows++;
-                            last = r.getLong(1);
-                            String failure = r.getString(5);
-                            if (r.getBoolean(4) && (failure == null || failure.equals("due")))
-                                due.add(new Item(last, r.getString(2), r.getString(3), failure));
-                        }
-                    }
-                    for (Item it : due) {
+                    for (Item it : walk.next(fetch, s)) {
                         if (stopping) return true;
                         process(c, it, s, null);
                     }
-                    if (!due.isEmpty()) {
-                        busy.add(s);
-                        quiet.remove(s);
-                    }
-                    if (rows < BATCH) { // the share is walked: quiet if nothing was due
-                        after.remove(s);
-                        if (!busy.remove(s)) quiet.add(s);
-                    } else {
-                        after.put(s, last);
-                    }
                 }
-                if (slots.isEmpty() || !quiet.containsAll(slots)) continue;
+                if (slots.isEmpty() || !walk.quiet.containsAll(slots)) continue;
                 nextRetry.setString(1, NAME);
                 nextRetry.setInt(2, N);
                 nextRetry.setString(3, NAME);
@@ -246,7 +262,7 @@ public class Worker {
                     // each second: claim again, as another worker may have given a slot up for this one
                     if (!claim(claim, server).equals(slots)) break;
                 }
-                quiet.clear(); // woken or not: walk every share again
+                walk.quiet.clear(); // woken or not: walk every share again
             }
         }
         return true;
@@ -271,8 +287,8 @@ public class Worker {
     // Lease mode: the slots are leases of this worker's holder, claimed again
     // (and renewed) between batches; true when told to stop, false when empty.
     static boolean serveLeases(Connection c, String holder) throws SQLException {
-        Map<Integer, Long> held = new HashMap<>(), after = new HashMap<>();
-        Set<Integer> busy = new HashSet<>(), quiet = new HashSet<>();
+        Map<Integer, Long> held = new HashMap<>();
+        Walk walk = new Walk();
         try (PreparedStatement claim = c.prepareStatement(
                  "SELECT slot, token FROM claim_leases(?, ?, ?, ttl => ?::interval) ORDER BY slot");
              PreparedStatement fetch = c.prepareStatement(FETCH);
@@ -298,52 +314,24 @@ public class Worker {
                 }
                 if (!now.keySet().equals(held.keySet()))
                     say("slots", String.join(" ", now.keySet().stream().map(String::valueOf).toList()));
-                for (int s : held.keySet()) {
-                    if (now.containsKey(s)) continue;
-                    after.remove(s);
-                    busy.remove(s);
-                    quiet.remove(s);
-                }
+                for (int s : held.keySet()) if (!now.containsKey(s)) walk.forget(s);
                 held = now;
                 slots:
                 for (var slot : held.entrySet()) { // one batch of each slot's share
                     int s = slot.getKey();
-                    fetch.setInt(1, s);
-                    fetch.setInt(2, N);
-                    if (after.containsKey(s)) fetch.setLong(3, after.get(s)); else fetch.setNull(3, Types.BIGINT);
-                    fetch.setInt(4, BATCH);
-                    fetch.setString(5, NAME);
-                    List<Item> due = new ArrayList<>();
-                    int rows = 0;
-                    long last = 0;
-                    try (ResultSet r = fetch.executeQuery()) {
-                        while (r.next()) {
-                            rows++;
-                            last = r.getLong(1);
-                            String failure = r.getString(5);
-                            if (r.getBoolean(4) && (failure == null || failure.equals("due")))
-                                due.add(new Item(last, r.getString(2), r.getString(3), failure));
-                        }
-                    }
-                    for (Item it : due) {
+                    for (Item it : walk.next(fetch, s)) {
                         if (stopping) return true;
                         try {
                             process(c, it, s, slot.getValue());
                         } catch (SQLException e) {
                             if (!"PC001".equals(e.getSQLState())) throw e;
                             say("fenced", s); // the lease moved on: claim again
-                            break slots;
+                            walk.forget(s);
+                            continue slots;
                         }
                     }
-                    if (!due.isEmpty()) busy.add(s);
-                    if (rows < BATCH) {
-                        after.remove(s);
-                        if (!busy.remove(s)) quiet.add(s);
-                    } else {
-                        after.put(s, last);
-                    }
                 }
-                if (!held.isEmpty() && !quiet.containsAll(held.keySet())) continue;
+                if (!held.isEmpty() && !walk.quiet.containsAll(held.keySet())) continue;
                 nextRetry.setString(1, NAME);
                 nextRetry.setInt(2, N);
                 nextRetry.setArray(3, c.createArrayOf("integer", held.keySet().toArray()));
@@ -359,7 +347,7 @@ public class Worker {
                 while (!stopping && System.currentTimeMillis() < until) {
                     try { Thread.sleep(20); } catch (InterruptedException e) { return true; }
                 }
-                quiet.clear();
+                walk.quiet.clear();
             }
             return true;
         } finally {

@@ -94,9 +94,37 @@ rescue StandardError => e # the delivery failed
   say(state == "retry" ? "failed" : "dead", item["id"], e.message)
 end
 
+# Where each slot's walk over its share is: the last key of its batch,
+# whether this pass sent something, and the slots whose last whole pass had
+# nothing due (quiet: when every slot is, the worker waits).
+class Walk
+  def initialize = (@after, @busy, @quiet = {}, {}, {})
+
+  # The due messages of slot s's next batch; the walk goes on after it.
+  def next(conn, s)
+    rows = conn.exec_params(FETCH, [s, N, @after[s], BATCH, NAME]).to_a
+    due = rows.select { |r| r["pending"] && [nil, "due"].include?(r["failure"]) }
+    unless due.empty?
+      @busy[s] = true
+      @quiet[s] = false
+    end
+    if rows.size < BATCH # the share is walked: quiet if nothing was due
+      @after.delete(s)
+      @quiet[s] = !@busy.delete(s)
+    else
+      @after[s] = rows.last["id"]
+    end
+    due
+  end
+
+  def forget(s) = [@after, @busy, @quiet].each { |h| h.delete(s) }
+  def quiet?(slots) = slots.all? { |s| @quiet[s] }
+  def wake = @quiet.clear
+end
+
 # Work until told to stop (true) or the share is empty (false).
 def serve(conn, server)
-  slots, after, busy, quiet = [], {}, {}, {}
+  slots, walk = [], Walk.new
   until $stopping
     # between batches: take unserved slots, give one back to a waiting newcomer
     held = claim(conn, server)
@@ -104,31 +132,17 @@ def serve(conn, server)
       next if slots.include?(s) == held.include?(s)
       channel = conn.exec_params("SELECT slot_channel($1, $2)", [NAME, s]).getvalue(0, 0)
       conn.exec("#{held.include?(s) ? "LISTEN" : "UNLISTEN"} #{conn.quote_ident(channel)}")
-      after.delete(s)
-      busy.delete(s)
-      quiet[s] = false
+      walk.forget(s)
     end
     say("slots", *held) if held != slots
     slots = held
     slots.each do |s| # one batch of each slot's share
-      rows = conn.exec_params(FETCH, [s, N, after[s], BATCH, NAME]).to_a
-      due = rows.select { |r| r["pending"] && [nil, "due"].include?(r["failure"]) }
-      due.each do |item|
+      walk.next(conn, s).each do |item|
         return true if $stopping
         process(conn, item)
       end
-      unless due.empty?
-        busy[s] = true
-        quiet[s] = false
-      end
-      if rows.size < BATCH # the share is walked: quiet if nothing was due
-        after.delete(s)
-        quiet[s] = !busy.delete(s)
-      else
-        after[s] = rows.last["id"]
-      end
     end
-    next if slots.empty? || !slots.all? { |s| quiet[s] }
+    next if slots.empty? || !walk.quiet?(slots)
     retry_in = conn.exec_params(NEXT_RETRY, [NAME, N]).getvalue(0, 0)
     return false if retry_in.nil? && EXIT_WHEN_EMPTY
     say("waiting")
@@ -141,7 +155,7 @@ def serve(conn, server)
       # each second: claim again, as another worker may have given a slot up for this one
       break if claim(conn, server) != slots
     end
-    quiet = {} # woken or not: walk every share again
+    walk.wake # woken or not: walk every share again
   end
   true
 end
@@ -152,43 +166,32 @@ end
 LEASES = "SELECT slot, token FROM claim_leases($1, $2, $3, ttl => $4::interval) ORDER BY slot"
 
 def serve_leases(conn, holder)
-  after, busy, quiet, slots = {}, {}, {}, []
+  slots, walk = [], Walk.new
   # claim again (which renews) at least every third of the TTL
   renew_s = conn.exec_params("SELECT extract(epoch FROM $1::interval)::float8 / 3", [TTL]).getvalue(0, 0)
   until $stopping
     held = conn.exec_params(LEASES, [NAME, N, holder, TTL]).to_a.to_h { |r| [r["slot"], r["token"]] }
     say("slots", *held.keys) if held.keys != slots
-    (slots - held.keys).each { |s| [after, busy, quiet].each { |h| h.delete(s) } }
+    (slots - held.keys).each { |s| walk.forget(s) }
     slots = held.keys
     held.each do |s, token| # one batch of each slot's share
-      rows = conn.exec_params(FETCH, [s, N, after[s], BATCH, NAME]).to_a
-      due = rows.select { |r| r["pending"] && [nil, "due"].include?(r["failure"]) }
-      begin
-        due.each do |item|
-          return true if $stopping
-          process(conn, item, s, token)
-        end
-      rescue PG::Error => e
-        raise unless e.result&.error_field(PG::Result::PG_DIAG_SQLSTATE) == "PC001"
-        say("fenced", s) # the lease moved on: claim again
-        break
+      walk.next(conn, s).each do |item|
+        return true if $stopping
+        process(conn, item, s, token)
       end
-      busy[s] = true unless due.empty?
-      if rows.size < BATCH
-        after.delete(s)
-        quiet[s] = !busy.delete(s)
-      else
-        after[s] = rows.last["id"]
-      end
+    rescue PG::Error => e
+      raise unless e.result&.error_field(PG::Result::PG_DIAG_SQLSTATE) == "PC001"
+      say("fenced", s) # the lease moved on: claim again
+      walk.forget(s)
     end
-    next unless slots.empty? || slots.all? { |s| quiet[s] }
+    next unless slots.empty? || walk.quiet?(slots)
     retry_in = conn.exec_params(NEXT_RETRY_LEASED, [NAME, N, slots.to_s.tr("[]", "{}")]).getvalue(0, 0)
     return false if retry_in.nil? && EXIT_WHEN_EMPTY
     say("waiting")
     wait_s = [POLL_S, renew_s, retry_in.nil? ? POLL_S : [retry_in, 0.1].max].min
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + wait_s
     sleep 0.05 until $stopping || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-    quiet = {}
+    walk.wake
   end
   true
 ensure
