@@ -98,6 +98,13 @@ DROP DATABASE pg_claim_package;
 SQL
 }
 
+# The Debian package (scripts/package --deb) installed with apt-get into the
+# system's PostgreSQL, a smoke test and an update from 0.1.0 on a cluster of
+# the system's binaries, then purged (tests/package/deb.sh). Where Debian has
+# no postgresql-N package, the package is built and inspected, and the layer
+# says so and is skipped.
+deb_package() { tests/package/deb.sh --pg "$PGC_PG_MAJOR" "$@"; }
+
 # The sql blocks of README.md and docs/*.md, each file's in order in a
 # database of its own with the fixtures of tests/docs/fixtures.sql; a block
 # marked <!-- not run: REASON --> is skipped and counted. Test names: files.
