@@ -244,11 +244,7 @@ public class Worker {
                 nextRetry.setString(1, NAME);
                 nextRetry.setInt(2, N);
                 nextRetry.setString(3, NAME);
-                Double retryIn;
-                try (ResultSet r = nextRetry.executeQuery()) {
-                    r.next();
-                    retryIn = r.getObject(1) == null ? null : r.getDouble(1);
-                }
+                Double retryIn = number(nextRetry);
                 if (retryIn == null && exitWhenEmpty) return false;
                 say("waiting");
                 long until = System.currentTimeMillis()
@@ -298,11 +294,7 @@ public class Worker {
                  + " WHERE f.state <> 'dead' AND slot_of(o.id, ?) = ANY (?)");
              PreparedStatement renew = c.prepareStatement("SELECT extract(epoch FROM ?::interval) * 1000 / 3")) {
             renew.setString(1, TTL);
-            long renewMs; // claim again (which renews) at least every third of the TTL
-            try (ResultSet r = renew.executeQuery()) {
-                r.next();
-                renewMs = (long) r.getDouble(1);
-            }
+            long renewMs = number(renew).longValue(); // claim again (which renews) at least every third of the TTL
             while (!stopping) {
                 claim.setString(1, NAME);
                 claim.setInt(2, N);
@@ -335,11 +327,7 @@ public class Worker {
                 nextRetry.setString(1, NAME);
                 nextRetry.setInt(2, N);
                 nextRetry.setArray(3, c.createArrayOf("integer", held.keySet().toArray()));
-                Double retryIn;
-                try (ResultSet r = nextRetry.executeQuery()) {
-                    r.next();
-                    retryIn = r.getObject(1) == null ? null : r.getDouble(1);
-                }
+                Double retryIn = number(nextRetry);
                 if (retryIn == null && exitWhenEmpty) return false;
                 say("waiting");
                 long until = System.currentTimeMillis() + Math.min(Math.min(POLL_MS, renewMs),
@@ -352,6 +340,14 @@ public class Worker {
             return true;
         } finally {
             giveBack(c, holder);
+        }
+    }
+
+    // The first column of a one-row query as a number; null for NULL.
+    static Double number(PreparedStatement st) throws SQLException {
+        try (ResultSet r = st.executeQuery()) {
+            r.next();
+            return r.getObject(1) == null ? null : r.getDouble(1);
         }
     }
 
