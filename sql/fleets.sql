@@ -13,7 +13,8 @@
 -- function manager with the calling role's oid first, after checking the
 -- definition as slot_backlog would with the caller's privileges. A definition
 -- belongs to the role that wrote it: another role may replace or drop it only
--- with the privileges of that role (pg_has_role(role, owner, 'USAGE')). The
+-- with the privileges of that role (pg_has_role(role, owner, 'USAGE')) or of
+-- the extension's owner. The
 -- definitions are part of a dump (pg_extension_config_dump).
 --
 -- The views read every fleet's table with the caller's rights (one
@@ -76,6 +77,21 @@ COMMENT ON TABLE @extschema@.pg_claim_fleets IS
     'pg_claim''s defined fleets (define_fleet); written only through define_fleet and drop_fleet';
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.pg_claim_fleets', '');
 
+-- Whether `role` may replace or drop a definition that belongs to `owner`:
+-- with the privileges of the owner (a member of it), or of the extension's
+-- owner (who can so remove any definition), or when the owner role no longer
+-- exists.
+CREATE FUNCTION @extschema@.pg_claim_fleet_may_change(role oid, owner oid)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT NOT EXISTS (SELECT 1 FROM pg_catalog.pg_authid a WHERE a.oid = owner)
+        OR pg_catalog.pg_has_role(role, owner, 'USAGE')
+        OR pg_catalog.pg_has_role(role, (SELECT e.extowner FROM pg_catalog.pg_extension e
+                                         WHERE e.extname = 'pg_claim'), 'USAGE')
+$$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_fleet_may_change(oid, oid) FROM PUBLIC;
+
 -- define_fleet for `role` (internal; define_fleet checked the arguments
 -- with role's privileges): insert, or replace a definition that belongs to a
 -- role whose privileges `role` has (or to a role that no longer exists).
@@ -98,8 +114,7 @@ BEGIN
         SET tbl = excluded.tbl, n = excluded.n, pending = excluded.pending, key = excluded.key,
             route = excluded.route, method = excluded.method, age = excluded.age,
             owner = excluded.owner, defined_at = excluded.defined_at
-        WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_authid a WHERE a.oid = f.owner::oid)
-           OR pg_catalog.pg_has_role(role, f.owner::oid, 'USAGE')
+        WHERE @extschema@.pg_claim_fleet_may_change(role, f.owner::oid)
     RETURNING f.owner::oid INTO owner_;
     IF owner_ IS NULL THEN
         SELECT f.owner::oid INTO owner_ FROM @extschema@.pg_claim_fleets f
@@ -107,7 +122,7 @@ BEGIN
         RAISE EXCEPTION 'fleet "%" is defined by role %, whose privileges role % does not have',
             name, owner_::regrole, role::regrole
             USING ERRCODE = '42501',
-            HINT = 'Only a member of the role that defined a fleet may replace or drop it: ask that role, or choose another fleet name.';
+            HINT = 'Only a member of the role that defined a fleet, or of the extension''s owner, may replace or drop it: ask that role, or choose another fleet name.';
     END IF;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_fleet_put(oid, text, oid, integer, text, text, text, text, text) FROM PUBLIC;
@@ -125,12 +140,11 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    IF EXISTS (SELECT 1 FROM pg_catalog.pg_authid a WHERE a.oid = owner_)
-       AND NOT pg_catalog.pg_has_role(role, owner_, 'USAGE') THEN
+    IF NOT @extschema@.pg_claim_fleet_may_change(role, owner_) THEN
         RAISE EXCEPTION 'fleet "%" is defined by role %, whose privileges role % does not have',
             name, owner_::regrole, role::regrole
             USING ERRCODE = '42501',
-            HINT = 'Only a member of the role that defined a fleet may replace or drop it: ask that role.';
+            HINT = 'Only a member of the role that defined a fleet, or of the extension''s owner, may replace or drop it: ask that role.';
     END IF;
     DELETE FROM @extschema@.pg_claim_fleets f WHERE f.name = pg_claim_fleet_drop.name;
     RETURN true;
