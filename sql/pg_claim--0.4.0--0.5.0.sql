@@ -876,9 +876,12 @@ CREATE FUNCTION @extschema@.slot_backlog(
     tbl regclass, n integer, pending text, key text DEFAULT NULL, route text DEFAULT NULL,
     method text DEFAULT 'auto', age text DEFAULT NULL)
 RETURNS TABLE (slot integer, backlog bigint, oldest timestamptz)
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE
 AS $body$
 BEGIN
+    -- VOLATILE: the query below runs with a snapshot taken after
+    -- slot_backlog_query locked the table, so a call that waited behind a
+    -- migration counts what it committed, as a plain SELECT would
     -- exact-typed (tbl::oid): a slot_backlog_query(regclass, ...) created in
     -- this schema would otherwise match better and run instead
     RETURN QUERY EXECUTE @extschema@.slot_backlog_query(
