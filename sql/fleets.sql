@@ -14,8 +14,8 @@
 -- definition as slot_backlog would with the caller's privileges. A definition
 -- belongs to the role that wrote it: another role may replace or drop it only
 -- with the privileges of that role (pg_has_role(role, owner, 'USAGE')) or of
--- the extension's owner. The
--- definitions are part of a dump (pg_extension_config_dump).
+-- the extension's owner. The definitions are part of a dump
+-- (pg_extension_config_dump).
 --
 -- The views read every fleet's table with the caller's rights (one
 -- slot_backlog scan per fleet, through pg_claim_fleet_slots); a fleet whose
@@ -41,8 +41,8 @@ AS $body$
 BEGIN
     -- VOLATILE: the query below runs with a snapshot taken after
     -- slot_backlog_query locked the table, so a call that waited behind a
-    -- migration counts what it committed, as a plain SELECT would
-    -- exact-typed (tbl::oid): a slot_backlog_query(regclass, ...) created in
+    -- migration counts what it committed, as a plain SELECT would.
+    -- Exact-typed (tbl::oid): a slot_backlog_query(regclass, ...) created in
     -- this schema would otherwise match better and run instead
     RETURN QUERY EXECUTE @extschema@.slot_backlog_query(
         tbl::pg_catalog.oid, n, pending, key, route, method, age) USING n;
