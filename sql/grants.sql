@@ -58,7 +58,7 @@ BEGIN
                'lease_holders', 'fence', 'lease_valid', 'my_token',
                'claim_partitions', 'my_partitions',
                'record_failure', 'failure_due', 'failing_items', 'clear_failure',
-               'item_failures']::pg_catalog.name[])
+               'item_failures', 'define_fleet', 'drop_fleet']::pg_catalog.name[])
            OR p.proname OPERATOR(pg_catalog.~~) 'group\_%');
     -- (in an upgrade, a function whose EXECUTE was already revoked from
     -- PUBLIC stays revoked)

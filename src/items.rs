@@ -1,4 +1,5 @@
-//! A worker's share of a table: my_items, my_items_query, slot_counts, slot_skew (reference: docs/my_items.md).
+//! A worker's share of a table: my_items, my_items_query, slot_counts, slot_skew,
+//! and seeing the fleet: slot_backlog, define_fleet, drop_fleet (`backlog`) (reference: docs/my_items.md).
 //!
 //! `my_items(NULL::tbl, slot, n, ...)` returns `SETOF tbl`: it is a C
 //! set-returning function (`srf`) that gets its query text from
@@ -17,6 +18,7 @@
 //! queries only as parameters.
 
 mod advice;
+mod backlog;
 mod cache;
 mod catalog;
 mod columns;
@@ -341,6 +343,13 @@ extension_sql_file!("../sql/items.sql", name = "my_items_sql");
 // slot_partition: the hash partition that holds a slot's rows (catalog
 // reads only, in PL/pgSQL).
 extension_sql_file!("../sql/slot_partition.sql", name = "slot_partition");
+// slot_backlog, define_fleet, drop_fleet and the views fleet_slots and fleets
+// (src/items/backlog.rs); the view fleets calls item_failures.
+extension_sql_file!(
+    "../sql/fleets.sql",
+    name = "fleets",
+    requires = ["my_items_sql", "failures", "slot_status"]
+);
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]

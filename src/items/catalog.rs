@@ -236,7 +236,13 @@ impl Table {
     /// The relation named by slot_counts' regclass argument (views allowed:
     /// counting needs no index).
     pub fn from_regclass(relid: pg_sys::Oid) -> Table {
-        Table::open(relid, b"rpmfv", "slot_counts")
+        Table::from_regclass_for(relid, "slot_counts")
+    }
+
+    /// The relation named by the regclass argument of `fn_name`
+    /// (slot_counts, slot_backlog, define_fleet; views allowed).
+    pub fn from_regclass_for(relid: pg_sys::Oid, fn_name: &str) -> Table {
+        Table::open(relid, b"rpmfv", fn_name)
     }
 
     pub fn is_partitioned(&self) -> bool {

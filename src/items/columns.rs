@@ -36,6 +36,40 @@ impl Key {
     /// `search_path` can stand in for it; an ERROR when the type has no
     /// default ordering (then the share cannot be paged).
     pub fn greater_than(&self) -> String {
+        self.btree_operator(pg_sys::BTGreaterStrategyNumber as i16)
+            .unwrap_or_else(|| {
+                raise(
+                    PgSqlErrorCode::ERRCODE_UNDEFINED_FUNCTION,
+                    format!(
+                        "key column {} of type {} has no default btree ordering, so after cannot page it",
+                        self.quoted, self.type_name
+                    ),
+                    "Page on a key of an orderable type: key => 'column_name'.",
+                )
+            })
+    }
+
+    /// The key type's `=` from its default btree operator class, as
+    /// `OPERATOR(schema.=)`; an ERROR when the type has none (then failure
+    /// records cannot be joined to rows by key).
+    pub fn equals(&self) -> String {
+        self.btree_operator(pg_sys::BTEqualStrategyNumber as i16)
+            .unwrap_or_else(|| {
+                raise(
+                    PgSqlErrorCode::ERRCODE_UNDEFINED_FUNCTION,
+                    format!(
+                        "key column {} of type {} has no default btree equality",
+                        self.quoted, self.type_name
+                    ),
+                    "Name a key of a type with a default btree operator class: key => 'column_name'.",
+                )
+            })
+    }
+
+    /// The operator of btree strategy `strategy` of the key type's default
+    /// btree operator class, written `OPERATOR(schema.op)` so that no
+    /// operator earlier in the caller's `search_path` can stand in for it.
+    fn btree_operator(&self, strategy: i16) -> Option<String> {
         // SAFETY: catalog look-ups on an existing type
         unsafe {
             let opclass = pg_sys::GetDefaultOpClass(self.decl_type, pg_sys::BTREE_AM_OID);
@@ -44,24 +78,9 @@ impl Key {
             } else {
                 let family = pg_sys::get_opclass_family(opclass);
                 let input = pg_sys::get_opclass_input_type(opclass);
-                pg_sys::get_opfamily_member(
-                    family,
-                    input,
-                    input,
-                    pg_sys::BTGreaterStrategyNumber as i16,
-                )
+                pg_sys::get_opfamily_member(family, input, input, strategy)
             };
-            if op == pg_sys::InvalidOid {
-                raise(
-                    PgSqlErrorCode::ERRCODE_UNDEFINED_FUNCTION,
-                    format!(
-                        "key column {} of type {} has no default btree ordering, so after cannot page it",
-                        self.quoted, self.type_name
-                    ),
-                    "Page on a key of an orderable type: key => 'column_name'.",
-                );
-            }
-            format!("OPERATOR({})", qualified_operator(op))
+            (op != pg_sys::InvalidOid).then(|| format!("OPERATOR({})", qualified_operator(op)))
         }
     }
 }
@@ -86,6 +105,7 @@ pub(super) enum ColumnUse {
     Key,
     Route,
     Pending,
+    Age,
     Listed,
     All,
 }
@@ -177,6 +197,9 @@ impl Table {
                 ),
                 ColumnUse::Pending => format!(
                     "The pending rows are selected by this column: GRANT SELECT ({q}) ON {t} to this role."
+                ),
+                ColumnUse::Age => format!(
+                    "The oldest pending row is found by this column: GRANT SELECT ({q}) ON {t} to this role, or leave age out."
                 ),
                 ColumnUse::Listed => {
                     format!("Leave {q} out of columns, or GRANT SELECT ({q}) ON {t} to this role.")

@@ -1,0 +1,281 @@
+-- Seeing the fleet (docs/my_items.md, "Backlog and fleets"): slot_backlog,
+-- the defined fleets (define_fleet, drop_fleet) and the views fleet_slots and
+-- fleets.
+--
+-- slot_backlog runs, with the caller's rights, the query that the C function
+-- slot_backlog_query (src/items/backlog.rs) writes and checks against the
+-- catalogs, as slot_counts does with slot_counts_query.
+--
+-- A fleet's definition is a row of @extschema@.pg_claim_fleets, readable by
+-- every role and written only by the internal SECURITY DEFINER functions
+-- pg_claim_fleet_put and pg_claim_fleet_drop, which define_fleet and
+-- drop_fleet (C functions that run with the caller's rights) call through the
+-- function manager with the calling role's oid first, after checking the
+-- definition as slot_backlog would with the caller's privileges. A definition
+-- belongs to the role that wrote it: another role may replace or drop it only
+-- with the privileges of that role (pg_has_role(role, owner, 'USAGE')). The
+-- definitions are part of a dump (pg_extension_config_dump).
+--
+-- The views read every fleet's table with the caller's rights (one
+-- slot_backlog scan per fleet, through pg_claim_fleet_slots); a fleet whose
+-- table the caller may not read shows pending and oldest NULL instead of an
+-- error. Every call of an extension function from here is schema-qualified
+-- and exact-typed.
+
+CREATE FUNCTION @extschema@.slot_backlog_query(
+    rel oid, n integer, pending text, key text DEFAULT NULL, route text DEFAULT NULL,
+    method text DEFAULT 'auto', age text DEFAULT NULL)
+RETURNS text
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'pg_claim_slot_backlog_query';
+COMMENT ON FUNCTION @extschema@.slot_backlog_query(oid, integer, text, text, text, text, text) IS
+    'the query slot_backlog runs for these arguments (parameter $1: n)';
+
+CREATE FUNCTION @extschema@.slot_backlog(
+    tbl regclass, n integer, pending text, key text DEFAULT NULL, route text DEFAULT NULL,
+    method text DEFAULT 'auto', age text DEFAULT NULL)
+RETURNS TABLE (slot integer, backlog bigint, oldest timestamptz)
+LANGUAGE plpgsql STABLE
+AS $body$
+BEGIN
+    -- exact-typed (tbl::oid): a slot_backlog_query(regclass, ...) created in
+    -- this schema would otherwise match better and run instead
+    RETURN QUERY EXECUTE @extschema@.slot_backlog_query(
+        tbl::pg_catalog.oid, n, pending, key, route, method, age) USING n;
+END
+$body$;
+COMMENT ON FUNCTION @extschema@.slot_backlog(regclass, integer, text, text, text, text, text) IS
+    'pending rows per slot 0 .. n-1 (0 for empty slots) of a table split by key (or route column), and the oldest pending row''s age column';
+
+-- The query that maps failure records to slots (parameters: $1 the items as
+-- text, $2 whether each is dead): slot, failing, dead per slot. Items are
+-- cast to the key column's type; with a route column, joined to the table
+-- by key. Called by pg_claim_fleet_slots.
+CREATE FUNCTION @extschema@.pg_claim_fleet_failures_query(
+    rel oid, n integer, key text, route text, method text)
+RETURNS text
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'pg_claim_fleet_failures_query';
+
+CREATE TABLE @extschema@.pg_claim_fleets (
+    name       text        PRIMARY KEY,
+    tbl        regclass    NOT NULL,
+    n          integer     NOT NULL,
+    pending    text,
+    key        text,
+    route      text,
+    method     text        NOT NULL,
+    age        text,
+    -- the role that defined it
+    owner      regrole     NOT NULL,
+    defined_at timestamptz NOT NULL
+);
+REVOKE ALL ON @extschema@.pg_claim_fleets FROM PUBLIC;
+GRANT SELECT ON @extschema@.pg_claim_fleets TO PUBLIC;
+COMMENT ON TABLE @extschema@.pg_claim_fleets IS
+    'pg_claim''s defined fleets (define_fleet); written only through define_fleet and drop_fleet';
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.pg_claim_fleets', '');
+
+-- define_fleet for `role` (internal; define_fleet checked the arguments
+-- with role's privileges): insert, or replace a definition that belongs to a
+-- role whose privileges `role` has (or to a role that no longer exists).
+CREATE FUNCTION @extschema@.pg_claim_fleet_put(
+    role oid, name text, tbl oid, n integer, pending text, key text, route text,
+    method text, age text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    owner_ oid;
+BEGIN
+    INSERT INTO @extschema@.pg_claim_fleets AS f
+        (name, tbl, n, pending, key, route, method, age, owner, defined_at)
+    VALUES (pg_claim_fleet_put.name, pg_claim_fleet_put.tbl::regclass, pg_claim_fleet_put.n,
+            pg_claim_fleet_put.pending, pg_claim_fleet_put.key, pg_claim_fleet_put.route,
+            coalesce(pg_claim_fleet_put.method, 'auto'), pg_claim_fleet_put.age,
+            role::regrole, pg_catalog.clock_timestamp())
+    ON CONFLICT ON CONSTRAINT pg_claim_fleets_pkey DO UPDATE
+        SET tbl = excluded.tbl, n = excluded.n, pending = excluded.pending, key = excluded.key,
+            route = excluded.route, method = excluded.method, age = excluded.age,
+            owner = excluded.owner, defined_at = excluded.defined_at
+        WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_authid a WHERE a.oid = f.owner::oid)
+           OR pg_catalog.pg_has_role(role, f.owner::oid, 'USAGE')
+    RETURNING f.owner::oid INTO owner_;
+    IF owner_ IS NULL THEN
+        SELECT f.owner::oid INTO owner_ FROM @extschema@.pg_claim_fleets f
+        WHERE f.name = pg_claim_fleet_put.name;
+        RAISE EXCEPTION 'fleet "%" is defined by role %, whose privileges role % does not have',
+            name, owner_::regrole, role::regrole
+            USING ERRCODE = '42501',
+            HINT = 'Only a member of the role that defined a fleet may replace or drop it: ask that role, or choose another fleet name.';
+    END IF;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_fleet_put(oid, text, oid, integer, text, text, text, text, text) FROM PUBLIC;
+
+-- drop_fleet for `role` (internal): true when the fleet was defined.
+CREATE FUNCTION @extschema@.pg_claim_fleet_drop(role oid, name text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    owner_ oid;
+BEGIN
+    SELECT f.owner::oid INTO owner_ FROM @extschema@.pg_claim_fleets f
+    WHERE f.name = pg_claim_fleet_drop.name FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_authid a WHERE a.oid = owner_)
+       AND NOT pg_catalog.pg_has_role(role, owner_, 'USAGE') THEN
+        RAISE EXCEPTION 'fleet "%" is defined by role %, whose privileges role % does not have',
+            name, owner_::regrole, role::regrole
+            USING ERRCODE = '42501',
+            HINT = 'Only a member of the role that defined a fleet may replace or drop it: ask that role.';
+    END IF;
+    DELETE FROM @extschema@.pg_claim_fleets f WHERE f.name = pg_claim_fleet_drop.name;
+    RETURN true;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_fleet_drop(oid, text) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.define_fleet(
+    name text, tbl regclass, n integer, pending text DEFAULT NULL, key text DEFAULT NULL,
+    route text DEFAULT NULL, method text DEFAULT 'auto', age text DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'pg_claim_define_fleet';
+COMMENT ON FUNCTION @extschema@.define_fleet(text, regclass, integer, text, text, text, text, text) IS
+    'define (or replace) the fleet name: its table, n and mapping, for the views fleet_slots and fleets';
+
+CREATE FUNCTION @extschema@.drop_fleet(name text)
+RETURNS boolean
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'pg_claim_drop_fleet';
+COMMENT ON FUNCTION @extschema@.drop_fleet(text) IS
+    'forget the definition of the fleet name: true when it was defined';
+
+-- The errors that make a fleet's table unreadable for this caller (or its
+-- definition stale): the view shows NULL instead.
+--   42501 insufficient_privilege  42P01 undefined_table  42703 undefined_column
+--   42804 datatype_mismatch  42809 wrong_object_type  42P10 invalid_column_reference
+--   42723 duplicate_function  42883 undefined_function
+
+-- One row per defined fleet and slot (the view fleet_slots), with the
+-- caller's rights: one slot_backlog scan, one slot_status call and one
+-- item_failures call per fleet.
+CREATE FUNCTION @extschema@.pg_claim_fleet_slots()
+RETURNS TABLE (fleet text, slot integer, pending bigint, oldest timestamptz, holder text,
+               mode text, token bigint, since timestamptz, unserved_since timestamptz,
+               failing bigint, dead bigint)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    f record;
+    backlog_ bigint[];
+    oldest_ timestamptz[];
+    items_ text[];
+    dead_ boolean[];
+    failing_ bigint[];
+    deadn_ bigint[];
+    r record;
+    q text;
+    i integer;
+BEGIN
+    FOR f IN SELECT d.* FROM @extschema@.pg_claim_fleets d ORDER BY d.name LOOP
+        backlog_ := NULL;
+        oldest_ := NULL;
+        IF f.pending IS NOT NULL THEN
+            BEGIN
+                SELECT pg_catalog.array_agg(b.backlog ORDER BY b.slot),
+                       pg_catalog.array_agg(b.oldest ORDER BY b.slot)
+                INTO backlog_, oldest_
+                FROM @extschema@.slot_backlog(f.tbl, f.n, f.pending, f.key, f.route, f.method, f.age) b;
+            EXCEPTION WHEN insufficient_privilege OR undefined_table OR undefined_column
+                           OR datatype_mismatch OR wrong_object_type OR invalid_column_reference
+                           OR duplicate_function OR undefined_function THEN
+                backlog_ := NULL;
+                oldest_ := NULL;
+            END;
+        END IF;
+        -- failure records: retry or due (failing), dead
+        SELECT pg_catalog.array_agg(x.item), pg_catalog.array_agg(x.state = 'dead')
+        INTO items_, dead_
+        FROM @extschema@.item_failures(f.name) x;
+        failing_ := pg_catalog.array_fill(0::bigint, ARRAY[f.n]);
+        deadn_ := pg_catalog.array_fill(0::bigint, ARRAY[f.n]);
+        IF items_ IS NOT NULL THEN
+            BEGIN
+                q := @extschema@.pg_claim_fleet_failures_query(
+                    f.tbl::pg_catalog.oid, f.n, f.key, f.route, f.method);
+                BEGIN
+                    FOR r IN EXECUTE q USING items_, dead_ LOOP
+                        failing_[r.slot + 1] := r.failing;
+                        deadn_[r.slot + 1] := r.dead;
+                    END LOOP;
+                EXCEPTION WHEN data_exception THEN
+                    -- an item that is not a value of the key's type belongs
+                    -- to no slot: map the items one by one
+                    failing_ := pg_catalog.array_fill(0::bigint, ARRAY[f.n]);
+                    deadn_ := pg_catalog.array_fill(0::bigint, ARRAY[f.n]);
+                    FOR i IN 1 .. pg_catalog.cardinality(items_) LOOP
+                        BEGIN
+                            FOR r IN EXECUTE q USING ARRAY[items_[i]], ARRAY[dead_[i]] LOOP
+                                failing_[r.slot + 1] := failing_[r.slot + 1] + r.failing;
+                                deadn_[r.slot + 1] := deadn_[r.slot + 1] + r.dead;
+                            END LOOP;
+                        EXCEPTION WHEN data_exception THEN
+                            NULL;
+                        END;
+                    END LOOP;
+                END;
+            EXCEPTION WHEN insufficient_privilege OR undefined_table OR undefined_column
+                           OR datatype_mismatch OR wrong_object_type OR invalid_column_reference
+                           OR duplicate_function OR undefined_function THEN
+                failing_ := NULL;
+                deadn_ := NULL;
+            END;
+        END IF;
+        RETURN QUERY
+        SELECT f.name, st.slot, backlog_[st.slot + 1], oldest_[st.slot + 1],
+               CASE WHEN st.state <> 'unserved' THEN st.holder END,
+               CASE WHEN st.state <> 'unserved' THEN st.state END,
+               CASE WHEN st.state = 'lease' THEN st.token END,
+               CASE WHEN st.state <> 'unserved' THEN st.since END,
+               CASE WHEN st.state = 'unserved' THEN st.since END,
+               failing_[st.slot + 1], deadn_[st.slot + 1]
+        FROM @extschema@.slot_status(f.name, f.n) st
+        ORDER BY st.slot;
+    END LOOP;
+END $$;
+COMMENT ON FUNCTION @extschema@.pg_claim_fleet_slots() IS
+    'the rows of the view fleet_slots: every slot of every defined fleet, read with the caller''s rights';
+
+CREATE VIEW @extschema@.fleet_slots WITH (security_invoker = true) AS
+    SELECT s.fleet, s.slot, s.pending, s.oldest, s.holder, s.mode, s.token, s.since,
+           s.unserved_since, s.failing, s.dead
+    FROM @extschema@.pg_claim_fleet_slots() s;
+COMMENT ON VIEW @extschema@.fleet_slots IS
+    'every slot of every defined fleet: pending rows, oldest, holder (session or lease) or unserved since, failing and dead items';
+GRANT SELECT ON @extschema@.fleet_slots TO PUBLIC;
+
+CREATE VIEW @extschema@.fleets WITH (security_invoker = true) AS
+    SELECT d.name AS fleet, d.tbl, d.n, d.pending AS pending_column, d.key, d.route,
+           d.method, d.age,
+           coalesce(s.holders, 0)::integer AS holders,
+           coalesce(s.unserved, d.n)::integer AS unserved,
+           s.pending, s.oldest,
+           fl.failing, fl.dead
+    FROM @extschema@.pg_claim_fleets d
+    LEFT JOIN (SELECT x.fleet,
+                      pg_catalog.count(DISTINCT x.holder) AS holders,
+                      pg_catalog.count(*) FILTER (WHERE x.mode IS NULL) AS unserved,
+                      pg_catalog.sum(x.pending)::bigint AS pending,
+                      pg_catalog.min(x.oldest) AS oldest
+               FROM @extschema@.pg_claim_fleet_slots() x
+               GROUP BY x.fleet) s ON s.fleet = d.name
+    LEFT JOIN LATERAL (
+        SELECT pg_catalog.count(*) FILTER (WHERE y.state <> 'dead') AS failing,
+               pg_catalog.count(*) FILTER (WHERE y.state = 'dead') AS dead
+        FROM @extschema@.item_failures(d.name) y) fl ON true;
+COMMENT ON VIEW @extschema@.fleets IS
+    'every defined fleet: its definition, distinct live holders, unserved slots, pending rows, oldest, failing and dead items';
+GRANT SELECT ON @extschema@.fleets TO PUBLIC;
