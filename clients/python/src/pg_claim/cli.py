@@ -106,8 +106,8 @@ class Fleets:
             return cur.execute(q).fetchall()
 
     def fleet(self, name: str) -> Row:
-        q = sql.SQL("SELECT f.fleet, f.tbl::text AS tbl, f.n, f.pending_column, f.holders, f.unserved,"
-                    " f.pending, f.oldest, now() - f.oldest AS oldest_age, f.failing, f.dead"
+        """The fleet's definition (only its columns: the view then reads no table)."""
+        q = sql.SQL("SELECT f.fleet, f.tbl::text AS tbl, f.n, f.pending_column"
                     " FROM {} f WHERE f.fleet = %s").format(self._view("fleets"))
         with self.conn.cursor(row_factory=dict_row) as cur:
             row = cur.execute(q, (name,)).fetchone()
@@ -242,17 +242,28 @@ def table(headers: Sequence[str], rows: List[Sequence[str]], right: Sequence[boo
     return [line(headers)] + [line(r) for r in rows]
 
 
-def summary(f: Row) -> str:
-    return (f"fleet {f['fleet']}: table {f['tbl']}, n {f['n']}, {f['holders']} holder(s), "
-            f"{f['unserved']} unserved, {fmt_int(f['pending'])} pending, oldest {fmt_age(f['oldest_age'])}, "
-            f"{fmt_int(f['failing'])} failing, {fmt_int(f['dead'])} dead")
+def _total(slots: List[Row], col: str) -> Optional[int]:
+    vals = [s[col] for s in slots]
+    return None if any(v is None for v in vals) else sum(vals)
+
+
+def summary(f: Row, slots: List[Row]) -> str:
+    """The fleet's line: its definition, and the totals of its slots (as the
+    view fleets has them)."""
+    holders = len({s["holder"] for s in slots if s["mode"] is not None})
+    unserved = sum(1 for s in slots if s["mode"] is None)
+    ages = [s["oldest_age"] for s in slots if s["oldest_age"] is not None]
+    return (f"fleet {f['fleet']}: table {f['tbl']}, n {f['n']}, {holders} holder(s), "
+            f"{unserved} unserved, {fmt_int(_total(slots, 'pending'))} pending, "
+            f"oldest {fmt_age(max(ages) if ages else None)}, "
+            f"{fmt_int(_total(slots, 'failing'))} failing, {fmt_int(_total(slots, 'dead'))} dead")
 
 
 def status_lines(f: Row, slots: List[Row], rate: Dict[int, Optional[float]]) -> List[str]:
     rows = [[str(s["slot"]), holder_text(s), s["mode"] or "-", fmt_int(s["pending"]),
              fmt_age(s["oldest_age"]), fmt_rate(rate.get(s["slot"])),
              fmt_int(s["failing"]), fmt_int(s["dead"])] for s in slots]
-    return [summary(f)] + table(["slot", "holder", "mode", "pending", "oldest", "rate/s", "failing", "dead"],
+    return [summary(f, slots)] + table(["slot", "holder", "mode", "pending", "oldest", "rate/s", "failing", "dead"],
                                 rows, [True, False, False, True, True, True, True, True])
 
 
@@ -268,7 +279,7 @@ def top_lines(f: Row, slots: List[Row], rate: Dict[int, Optional[float]], width:
     total = sum(known) if known and len(known) == len(rate) else None
     stamp = datetime.datetime.fromtimestamp(slots[0]["now"] if slots else time.time(),
                                             datetime.timezone.utc).strftime("%H:%M:%S")
-    out = [summary(f), f"{stamp} UTC  fleet rate {fmt_rate(total)} items/s (fall of pending)"]
+    out = [summary(f, slots), f"{stamp} UTC  fleet rate {fmt_rate(total)} items/s (fall of pending)"]
     most = max([s["pending"] or 0 for s in slots] + [1])
     cells = [(str(s["slot"]), fmt_int(s["pending"]), fmt_age(s["oldest_age"]), fmt_rate(rate.get(s["slot"])),
               holder_text(s) + (f" ({s['mode']})" if s["mode"] else "")) for s in slots]
@@ -333,18 +344,25 @@ def cmd_top(args: argparse.Namespace, out: TextIO) -> int:
         with connect(args.dsn) as conn:
             views = Fleets(conn)
             key = reading_key(conn, args.fleet)
-            views.fleet(args.fleet)
+            f = views.fleet(args.fleet)
             prev = readings.previous(key)
             while True:
-                f = views.fleet(args.fleet)
                 slots = views.slots(args.fleet)
+                if not slots:  # dropped meanwhile
+                    f = views.fleet(args.fleet)
                 rate = rates(slots, prev)
                 readings.record(key, slots)
                 prev = readings.previous(key)
-                lines = top_lines(f, slots, rate, shutil.get_terminal_size((100, 24)).columns)
+                size = shutil.get_terminal_size((100, 24))
+                lines = top_lines(f, slots, rate, size.columns)
                 if tty:
                     # redrawn in place: up over the last frame, clear below
-                    out.write((f"\x1b[{drawn}A\x1b[J" if drawn else "") + "\n".join(lines) + "\n")
+                    # (a frame taller than the terminal: from its top)
+                    if drawn >= size.lines:
+                        out.write("\x1b[H\x1b[2J")
+                    elif drawn:
+                        out.write(f"\x1b[{drawn}A\x1b[J")
+                    out.write("\n".join(lines) + "\n")
                     drawn = len(lines)
                 else:
                     out.write(("\n" if frames else "") + "\n".join(lines) + "\n")
