@@ -13,7 +13,8 @@
 -- function manager with the calling role's oid first, after checking the
 -- definition as slot_backlog would with the caller's privileges. A definition
 -- belongs to the role that wrote it: another role may replace or drop it only
--- with the privileges of that role (pg_has_role(role, owner, 'USAGE')). The
+-- with the privileges of that role (pg_has_role(role, owner, 'USAGE')) or of
+-- the extension's owner. The
 -- definitions are part of a dump (pg_extension_config_dump).
 --
 -- The views read every fleet's table with the caller's rights (one
@@ -76,6 +77,21 @@ COMMENT ON TABLE @extschema@.pg_claim_fleets IS
     'pg_claim''s defined fleets (define_fleet); written only through define_fleet and drop_fleet';
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.pg_claim_fleets', '');
 
+-- Whether `role` may replace or drop a definition that belongs to `owner`:
+-- with the privileges of the owner (a member of it), or of the extension's
+-- owner (who can so remove any definition), or when the owner role no longer
+-- exists.
+CREATE FUNCTION @extschema@.pg_claim_fleet_may_change(role oid, owner oid)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT NOT EXISTS (SELECT 1 FROM pg_catalog.pg_authid a WHERE a.oid = owner)
+        OR pg_catalog.pg_has_role(role, owner, 'USAGE')
+        OR pg_catalog.pg_has_role(role, (SELECT e.extowner FROM pg_catalog.pg_extension e
+                                         WHERE e.extname = 'pg_claim'), 'USAGE')
+$$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_fleet_may_change(oid, oid) FROM PUBLIC;
+
 -- define_fleet for `role` (internal; define_fleet checked the arguments
 -- with role's privileges): insert, or replace a definition that belongs to a
 -- role whose privileges `role` has (or to a role that no longer exists).
@@ -88,6 +104,23 @@ SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     owner_ oid;
 BEGIN
+    -- (define_fleet checked all of this already; a direct call by a
+    -- superuser gets the same errors)
+    IF role IS NULL OR name IS NULL OR tbl IS NULL OR n IS NULL THEN
+        RAISE EXCEPTION '% must not be null',
+            CASE WHEN role IS NULL THEN 'role' WHEN name IS NULL THEN 'name' WHEN tbl IS NULL THEN 'tbl' ELSE 'n' END
+            USING ERRCODE = '22004', HINT = 'Call define_fleet(name, tbl, n, ...).';
+    END IF;
+    IF pg_catalog.octet_length(name) > 1024 OR n < 1 OR n > 1048576
+       OR coalesce(method, 'auto') NOT IN ('auto', 'crc32', 'jump', 'pg_hash') THEN
+        RAISE EXCEPTION 'invalid fleet definition: name of % bytes, n = %, method %',
+            pg_catalog.octet_length(name), n, coalesce(method, 'auto')
+            USING ERRCODE = '22023', HINT = 'Call define_fleet(name, tbl, n, ...), which checks every argument.';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = tbl) THEN
+        RAISE EXCEPTION 'relation with oid % does not exist', tbl
+            USING ERRCODE = '42P01', HINT = 'Call define_fleet(name, tbl, n, ...) with an existing table.';
+    END IF;
     INSERT INTO @extschema@.pg_claim_fleets AS f
         (name, tbl, n, pending, key, route, method, age, owner, defined_at)
     VALUES (pg_claim_fleet_put.name, pg_claim_fleet_put.tbl::regclass, pg_claim_fleet_put.n,
@@ -98,8 +131,7 @@ BEGIN
         SET tbl = excluded.tbl, n = excluded.n, pending = excluded.pending, key = excluded.key,
             route = excluded.route, method = excluded.method, age = excluded.age,
             owner = excluded.owner, defined_at = excluded.defined_at
-        WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_authid a WHERE a.oid = f.owner::oid)
-           OR pg_catalog.pg_has_role(role, f.owner::oid, 'USAGE')
+        WHERE @extschema@.pg_claim_fleet_may_change(role, f.owner::oid)
     RETURNING f.owner::oid INTO owner_;
     IF owner_ IS NULL THEN
         SELECT f.owner::oid INTO owner_ FROM @extschema@.pg_claim_fleets f
@@ -107,7 +139,7 @@ BEGIN
         RAISE EXCEPTION 'fleet "%" is defined by role %, whose privileges role % does not have',
             name, owner_::regrole, role::regrole
             USING ERRCODE = '42501',
-            HINT = 'Only a member of the role that defined a fleet may replace or drop it: ask that role, or choose another fleet name.';
+            HINT = 'Only a member of the role that defined a fleet, or of the extension''s owner, may replace or drop it: ask that role, or choose another fleet name.';
     END IF;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_fleet_put(oid, text, oid, integer, text, text, text, text, text) FROM PUBLIC;
@@ -125,12 +157,11 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    IF EXISTS (SELECT 1 FROM pg_catalog.pg_authid a WHERE a.oid = owner_)
-       AND NOT pg_catalog.pg_has_role(role, owner_, 'USAGE') THEN
+    IF NOT @extschema@.pg_claim_fleet_may_change(role, owner_) THEN
         RAISE EXCEPTION 'fleet "%" is defined by role %, whose privileges role % does not have',
             name, owner_::regrole, role::regrole
             USING ERRCODE = '42501',
-            HINT = 'Only a member of the role that defined a fleet may replace or drop it: ask that role.';
+            HINT = 'Only a member of the role that defined a fleet, or of the extension''s owner, may replace or drop it: ask that role.';
     END IF;
     DELETE FROM @extschema@.pg_claim_fleets f WHERE f.name = pg_claim_fleet_drop.name;
     RETURN true;
@@ -153,15 +184,14 @@ AS 'MODULE_PATHNAME', 'pg_claim_drop_fleet';
 COMMENT ON FUNCTION @extschema@.drop_fleet(text) IS
     'forget the definition of the fleet name: true when it was defined';
 
--- The errors that make a fleet's table unreadable for this caller (or its
--- definition stale): the view shows NULL instead.
---   42501 insufficient_privilege  42P01 undefined_table  42703 undefined_column
---   42804 datatype_mismatch  42809 wrong_object_type  42P10 invalid_column_reference
---   42723 duplicate_function  42883 undefined_function
-
 -- One row per defined fleet and slot (the view fleet_slots), with the
 -- caller's rights: one slot_backlog scan, one slot_status call and one
--- item_failures call per fleet.
+-- item_failures call per fleet. A fleet whose table this caller cannot read
+-- (no privilege, a table dropped or changed since the definition, a foreign
+-- table whose server fails) shows pending and oldest NULL, and failing and
+-- dead NULL when the failures need the table (a route column): one fleet
+-- never makes the whole view fail. A cancel or statement_timeout still
+-- ends the query (WHEN OTHERS does not catch them).
 CREATE FUNCTION @extschema@.pg_claim_fleet_slots()
 RETURNS TABLE (fleet text, slot integer, pending bigint, oldest timestamptz, holder text,
                mode text, token bigint, since timestamptz, unserved_since timestamptz,
@@ -189,9 +219,7 @@ BEGIN
                        pg_catalog.array_agg(b.oldest ORDER BY b.slot)
                 INTO backlog_, oldest_
                 FROM @extschema@.slot_backlog(f.tbl, f.n, f.pending, f.key, f.route, f.method, f.age) b;
-            EXCEPTION WHEN insufficient_privilege OR undefined_table OR undefined_column
-                           OR datatype_mismatch OR wrong_object_type OR invalid_column_reference
-                           OR duplicate_function OR undefined_function THEN
+            EXCEPTION WHEN OTHERS THEN
                 backlog_ := NULL;
                 oldest_ := NULL;
             END;
@@ -211,7 +239,7 @@ BEGIN
                         failing_[r.slot + 1] := r.failing;
                         deadn_[r.slot + 1] := r.dead;
                     END LOOP;
-                EXCEPTION WHEN data_exception THEN
+                EXCEPTION WHEN data_exception OR integrity_constraint_violation THEN
                     -- an item that is not a value of the key's type belongs
                     -- to no slot: map the items one by one
                     failing_ := pg_catalog.array_fill(0::bigint, ARRAY[f.n]);
@@ -222,14 +250,12 @@ BEGIN
                                 failing_[r.slot + 1] := failing_[r.slot + 1] + r.failing;
                                 deadn_[r.slot + 1] := deadn_[r.slot + 1] + r.dead;
                             END LOOP;
-                        EXCEPTION WHEN data_exception THEN
+                        EXCEPTION WHEN data_exception OR integrity_constraint_violation THEN
                             NULL;
                         END;
                     END LOOP;
                 END;
-            EXCEPTION WHEN insufficient_privilege OR undefined_table OR undefined_column
-                           OR datatype_mismatch OR wrong_object_type OR invalid_column_reference
-                           OR duplicate_function OR undefined_function THEN
+            EXCEPTION WHEN OTHERS THEN
                 failing_ := NULL;
                 deadn_ := NULL;
             END;

@@ -33,6 +33,10 @@ BEGIN
         RAISE EXCEPTION 'slot must be between 0 and n - 1 = %, got %', n - 1, slot USING ERRCODE = '22023',
             HINT = 'Pass a slot the worker holds.';
     END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) tbl) THEN
+        RAISE EXCEPTION 'relation with oid % does not exist', tbl::oid USING ERRCODE = '42P01',
+            HINT = 'Pass an existing table; if another session drops and re-creates it, call again.';
+    END IF;
     SELECT pt.partstrat, pt.partnatts, c.relrowsecurity INTO strat, natts, parent_rls
     FROM pg_catalog.pg_partitioned_table pt
     JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) pt.partrelid

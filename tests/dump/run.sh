@@ -7,7 +7,9 @@
 # no error, every index valid and used by the query it serves, the same
 # results from the same queries as in the original database, and the same
 # failure records (pg_claim_failures is part of a dump: an item set aside
-# stays set aside, one waiting for its retry keeps its attempts and error).
+# stays set aside, one waiting for its retry keeps its attempts and error),
+# and the same defined fleets (pg_claim_fleets: name, table, owner, time of
+# definition) with what the view fleets shows of them.
 #
 # Runs against PGHOST/PGPORT with the client programs in $PGC_BIN (or PATH).
 #
@@ -42,6 +44,22 @@ failures_sql="SELECT string_agg(item || ' ' || state || ' ' || attempts || ' ' |
 q -p "$from_port" -d $src -c "SELECT claim.record_failure('dump', 'dead-1', 'boom', 1)" \
     -c "SELECT claim.record_failure('dump', 'retry-1', 'flaky', 5, '1 hour')" >/dev/null
 failures_before=$(value -p "$from_port" -d $src -c "$failures_sql")
+# defined fleets (pg_claim_fleets is part of a dump too): their definitions
+# and what the view fleets shows of them
+q -p "$from_port" -d $src \
+    -c "CREATE TABLE dump_outbox (id bigint PRIMARY KEY, customer integer, created_at timestamptz NOT NULL,
+                                  sent_at timestamptz)" \
+    -c "INSERT INTO dump_outbox SELECT g, g % 7, '2026-01-01 00:00+00'::timestamptz + g * interval '1 s',
+            CASE WHEN g % 4 <> 0 THEN '2026-02-01 00:00+00'::timestamptz END FROM generate_series(1, 400) g" \
+    -c "CREATE INDEX dump_outbox_pending ON dump_outbox (id) WHERE sent_at IS NULL" \
+    -c "SELECT claim.define_fleet('dump_mailer', 'dump_outbox', 4, 'sent_at', age => 'created_at')" \
+    -c "SELECT claim.define_fleet('dump_routed', 'dump_outbox', 3, 'sent_at', route => 'customer', method => 'jump')" \
+    -c "SELECT claim.record_failure('dump_mailer', '8', 'boom', 1)" >/dev/null
+fleets_sql="SELECT string_agg(f::text, '; ' ORDER BY f.fleet) FROM claim.fleets f;
+            SELECT string_agg(d.name || ' ' || d.tbl::text || ' ' || d.owner::text || ' ' || d.defined_at, '; ' ORDER BY d.name)
+            FROM claim.pg_claim_fleets d"
+fleets_before=$(PGTZ=UTC value -p "$from_port" -d $src -c "$fleets_sql")
+[ "$(grep -c dump_ <<<"$fleets_before")" = 2 ] || { echo "dump: the fleets before the dump: $fleets_before" >&2; exit 1; }
 from_version=$(value -p "$from_port" -d $src -c "SHOW server_version")
 "${from_bin}pg_dump" -p "$from_port" -Fc -d $src -f "$work/db.dump"
 "${from_bin}pg_dump" -p "$from_port" -Fp -d $src -f "$work/db.sql"
@@ -61,6 +79,10 @@ check() {
     failures=$(value -d "$db" -c "$failures_sql")
     [ "$failures" = "$failures_before" ] ||
         { echo "dump ($format): failure records '$failures_before' restored as '$failures'" >&2; return 1; }
+    local fleets
+    fleets=$(PGTZ=UTC value -d "$db" -c "$fleets_sql")
+    [ "$fleets" = "$fleets_before" ] ||
+        { echo "dump ($format): fleets '$fleets_before' restored as '$fleets'" >&2; return 1; }
     local plan
     plan=$(value -d "$db" -c "EXPLAIN SELECT id FROM up_items WHERE claim.slot_of(id, 8) = 3 ORDER BY id LIMIT 50")
     grep -q up_items_slot <<<"$plan" || { echo "dump ($format): the slot index is not used: $plan" >&2; return 1; }
@@ -83,4 +105,4 @@ q -p "$from_port" -d postgres -c "DROP DATABASE $src WITH (FORCE)"
 for db in pg_claim_dump_custom pg_claim_dump_plain; do
     q -d postgres -c "DROP DATABASE $db WITH (FORCE)"
 done
-echo "dump from PostgreSQL $from_version, restore into $to_version (custom and plain formats, extension in schema claim): no error, $checked results and the failure records unchanged, indexes valid and used"
+echo "dump from PostgreSQL $from_version, restore into $to_version (custom and plain formats, extension in schema claim): no error, $checked results, the failure records and the defined fleets unchanged, indexes valid and used"

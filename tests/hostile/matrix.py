@@ -216,7 +216,7 @@ def rel_values(argtype):
 # Values of an argument by its type; extras by its name.
 def values_for(name, argtype, fn=None):
     on_table = fn is None or "rel" in fn.names
-    if name == "rel":
+    if name in ("rel", "tbl"):
         return rel_values(argtype)
     if argtype in ("integer",):
         return int_values()
@@ -304,6 +304,7 @@ VALID_BY_NAME = {
     ("after", "text"): "NULL::text",
     ("route", "text"): "NULL::text",
     ("pending", "text"): "NULL::text",
+    ("age", "text"): "NULL::text",
     ("batch", "integer"): "10",
     ("columns", "text[]"): "NULL::text[]",
     ("token", "bigint"): "1",
@@ -338,10 +339,29 @@ VALID_BY_TYPE = {
 }
 
 
+# The valid value of an argument of one function, where the general rules
+# above give a value that does not fit (slot_backlog needs a pending column;
+# the fleet functions name their table tbl).
+VALID_BY_FUNCTION = {
+    ("slot_backlog", "tbl"): "'hm_items'::regclass",
+    ("slot_backlog", "pending"): "'email'::text",
+    ("slot_backlog", "key"): "NULL::text",
+    ("slot_backlog_query", "rel"): "'hm_items'::regclass::oid",
+    ("slot_backlog_query", "pending"): "'email'::text",
+    ("define_fleet", "tbl"): "'hm_items'::regclass",
+    ("define_fleet", "key"): "NULL::text",
+    ("pg_claim_fleet_failures_query", "rel"): "'hm_items'::regclass::oid",
+    ("pg_claim_fleet_put", "tbl"): "'hm_items'::regclass::oid",
+    ("pg_claim_fleet_put", "key"): "NULL::text",
+}
+
+
 def valid(name, argtype, fn):
     """The valid values of an argument, best first: a call with the first
     that works is the base of the function's cases."""
     out = []
+    if (fn.name, name) in VALID_BY_FUNCTION:
+        out.append(VALID_BY_FUNCTION[(fn.name, name)])
     if (name, argtype) in VALID_BY_NAME and (name not in ("key", "after") or "rel" in fn.names):
         out.append(VALID_BY_NAME[(name, argtype)])
     out += [v for v in VALID_ALSO.get((name, argtype), [])]

@@ -335,6 +335,12 @@ SEARCH_PATH_PLANTS = [
     "slot_channel(text, integer)",
     "pg_claim_register_name(text)",
     "pg_claim_leased(text)",
+    "slot_backlog_query(regclass, integer, text, text, text, text, text)",
+    "slot_backlog_query(oid, integer, text, text, text, text, text)",
+    "pg_claim_fleet_failures_query(oid, integer, text, text, text)",
+    "pg_claim_fleet_may_change(oid, oid)",
+    "item_failures(text)",
+    "slot_status(text, integer)",
 ]
 
 
@@ -378,6 +384,11 @@ def test_superuser_search_path_plants_never_run():
         su.execute("SELECT * FROM public.failing_items('sec_su')").fetchall()
         su.execute("SELECT public.group_join('sec_su_g')")
         su.execute("SELECT public.claim_partitions('sec_su_g', 4)")
+        su.execute("SELECT * FROM public.slot_backlog('public.jobs', 4, 'v')").fetchall()
+        su.execute("SELECT public.define_fleet('sec_su_f', 'public.jobs', 4, 'v')")
+        su.execute("SELECT * FROM public.fleet_slots").fetchall()
+        su.execute("SELECT * FROM public.fleets").fetchall()
+        su.execute("SELECT public.drop_fleet('sec_su_f')")
     except psycopg.Error as e:
         raise Failure(f"a superuser's call failed with {e.diag.sqlstate}: {e.diag.message_primary}")
     finally:
@@ -570,6 +581,142 @@ def test_tables_closed_to_other_roles():
                     problems.append(f"{role}: {stmt}: {e.diag.sqlstate} (not 42501)")
     check(not problems, "; ".join(problems))
     check(not missing, f"the extension has no table {', '.join(missing)}")
+
+
+# ---------------------------------------------------------------------------
+# Defined fleets (docs/security.md "Defined fleets")
+
+
+def fleet_row(conn, name):
+    return conn.execute("SELECT tbl::text, n, pending, owner::text FROM public.pg_claim_fleets WHERE name = %s",
+                        (name,)).fetchall()
+
+
+def test_fleet_definition_belongs_to_its_role():
+    """A fleet's definition belongs to the role that wrote it: another role
+    can neither replace nor drop it (42501), nor write the definitions table
+    or call the internal functions with a forged role; a member of the
+    role can replace it, and so can the extension's owner."""
+    a, att = as_fleet("sec_worker_a"), connect("sec_attacker")
+    a.execute("SELECT define_fleet('sec_fl', 'public.jobs', 4, key => 'id')")
+    before = fleet_row(a, "sec_fl")
+    check(before and before[0][3] == "sec_fleet", f"the definition does not belong to sec_fleet: {before}")
+    att.execute("CREATE TABLE att.mine (id bigint PRIMARY KEY, done boolean)")
+    e = expect_error(att, "SELECT define_fleet('sec_fl', 'att.mine', 2, 'done')", "42501",
+                     "define_fleet replacing another role's fleet")
+    check("sec_fleet" in (e.diag.message_primary or ""), f"the refusal does not name sec_fleet: {e.diag.message_primary}")
+    expect_error(att, "SELECT drop_fleet('sec_fl')", "42501", "drop_fleet of another role's fleet")
+    fleet_oid = one(a, "SELECT 'sec_fleet'::regrole::oid")[0]
+    for stmt, what in (
+            ("SELECT public.pg_claim_fleet_put(%s, 'sec_fl', 'att.mine'::regclass::oid, 2, 'done', NULL, NULL, 'auto', NULL)"
+             % fleet_oid, "the internal pg_claim_fleet_put with a forged role"),
+            ("SELECT public.pg_claim_fleet_drop(%s, 'sec_fl')" % fleet_oid, "the internal pg_claim_fleet_drop"),
+            ("UPDATE public.pg_claim_fleets SET tbl = 'att.mine'", "UPDATE of the definitions"),
+            ("DELETE FROM public.pg_claim_fleets", "DELETE of the definitions"),
+            ("INSERT INTO public.pg_claim_fleets VALUES ('x', 'att.mine', 1, NULL, NULL, NULL, 'auto', NULL, "
+             "'sec_attacker', now())", "INSERT into the definitions"),
+            ("TRUNCATE public.pg_claim_fleets", "TRUNCATE of the definitions")):
+        expect_error(att, stmt, "42501", what)
+    check(fleet_row(a, "sec_fl") == before, f"the definition changed: {before} -> {fleet_row(a, 'sec_fl')}")
+    b = as_fleet("sec_worker_b")
+    b.execute("SELECT define_fleet('sec_fl', 'public.jobs', 8, key => 'id')")
+    check(fleet_row(b, "sec_fl")[0][1] == 8, "a member of the fleet role could not replace its definition")
+    # a name taken first by another role: the extension's owner removes it
+    att.execute("GRANT USAGE ON SCHEMA att TO PUBLIC")
+    att.execute("SELECT define_fleet('sec_squat', 'att.mine', 2, 'done')")
+    expect_error(a, "SELECT define_fleet('sec_squat', 'public.jobs', 4, key => 'id')", "42501",
+                 "define_fleet of a name another role defined first")
+    own = connect("sec_owner")
+    check(one(own, "SELECT drop_fleet('sec_squat')")[0] is True, "the extension's owner could not drop a definition")
+    a.execute("SELECT define_fleet('sec_squat', 'public.jobs', 4, key => 'id')")
+    for c in (a, b):
+        c.execute("SELECT drop_fleet('sec_fl'), drop_fleet('sec_squat')")
+
+
+def test_define_fleet_needs_read_privilege():
+    """define_fleet checks the definition with the caller's privileges: a
+    role that may not read the table, or the columns the definition names,
+    gets 42501 and defines nothing."""
+    own = connect("sec_owner")
+    own.execute("CREATE TABLE public.closed (id bigint PRIMARY KEY, done boolean NOT NULL DEFAULT false, "
+                 "created_at timestamptz)")
+    own.execute("GRANT SELECT (id, done) ON public.closed TO sec_other")
+    try:
+        att, o = connect("sec_attacker"), connect("sec_other")
+        expect_error(att, "SELECT define_fleet('sec_closed', 'public.closed', 2, 'done')", "42501",
+                     "define_fleet on a table the role may not read")
+        expect_error(o, "SELECT define_fleet('sec_closed', 'public.closed', 2, 'done', age => 'created_at')", "42501",
+                     "define_fleet with an age column the role may not read")
+        check(not fleet_row(own, "sec_closed"), "a refused define_fleet left a definition")
+        o.execute("SELECT define_fleet('sec_closed', 'public.closed', 2, 'done')")
+        o.execute("SELECT drop_fleet('sec_closed')")
+    finally:
+        own.execute("DROP TABLE public.closed")
+
+
+def test_fleet_views_show_what_the_caller_can_read():
+    """fleet_slots, fleets and slot_backlog read a fleet's table with the
+    caller's privileges and row-level security: each role sees the pending
+    rows its own SELECT sees; a role that may not read the table sees
+    pending NULL, not an error; lease holders and tokens as lease_holders
+    shows them."""
+    own = connect("sec_owner")
+    own.execute("CREATE TABLE public.tenant_jobs (id bigint PRIMARY KEY, tenant text NOT NULL, "
+                "done boolean NOT NULL DEFAULT false)")
+    own.execute("INSERT INTO public.tenant_jobs SELECT g, CASE WHEN g % 3 = 0 THEN 'sec_worker_a' "
+                "ELSE 'sec_other' END, g % 2 = 0 FROM generate_series(1, 60) g")
+    own.execute("ALTER TABLE public.tenant_jobs ENABLE ROW LEVEL SECURITY")
+    own.execute("CREATE POLICY mine ON public.tenant_jobs USING (tenant = session_user)")
+    own.execute("GRANT SELECT ON public.tenant_jobs TO sec_worker_a, sec_other")
+    own.execute("CREATE TABLE public.fleet_only (id bigint PRIMARY KEY, done boolean NOT NULL DEFAULT false)")
+    own.execute("INSERT INTO public.fleet_only SELECT g, false FROM generate_series(1, 10) g")
+    own.execute("GRANT SELECT ON public.fleet_only TO sec_fleet")
+    try:
+        own.execute("SELECT define_fleet('sec_tenant', 'public.tenant_jobs', 3, 'done')")
+        a = as_fleet("sec_worker_a")
+        a.execute("SELECT define_fleet('sec_private', 'public.fleet_only', 2, 'done')")
+        slot, token, holder = lease_of(a, "sec_private", 2)
+        problems = []
+        for role in ("sec_worker_a", "sec_other", "sec_attacker"):
+            c = connect(role)
+            try:
+                own_count = one(c, "SELECT count(*) FROM public.tenant_jobs WHERE NOT done")[0]
+            except psycopg.errors.InsufficientPrivilege:
+                own_count = None
+            try:
+                pending = one(c, "SELECT pending FROM public.fleets WHERE fleet = 'sec_tenant'")[0]
+                per_slot = c.execute("SELECT slot, pending FROM public.fleet_slots WHERE fleet = 'sec_tenant' "
+                                     "ORDER BY slot").fetchall()
+                private = c.execute("SELECT slot, pending, holder, token FROM public.fleet_slots "
+                                    "WHERE fleet = 'sec_private' ORDER BY slot").fetchall()
+            except psycopg.Error as e:
+                problems.append(f"{role}: the views failed with {e.diag.sqlstate} {e.diag.message_primary}")
+                continue
+            if pending != own_count:
+                problems.append(f"{role}: fleets shows {pending} pending, its own SELECT sees {own_count}")
+            if own_count is not None:
+                backlog = c.execute("SELECT slot, backlog FROM public.slot_backlog('public.tenant_jobs', 3, 'done') "
+                                    "ORDER BY slot").fetchall()
+                if backlog != per_slot:
+                    problems.append(f"{role}: fleet_slots {per_slot} differs from slot_backlog {backlog}")
+            if role == "sec_worker_a":
+                continue  # a member of sec_fleet: it may read the fleet's table and leases
+            if any(r[1] is not None for r in private):
+                problems.append(f"{role}: sees pending rows of a table it may not read: {private}")
+            if any(r[2] == holder or r[3] == token for r in private):
+                problems.append(f"{role}: sees another role's lease holder or token: {private}")
+        mine = a.execute("SELECT pending, holder, token FROM public.fleet_slots WHERE fleet = 'sec_private' "
+                         "AND slot = %s", (slot,)).fetchall()
+        if mine != [(one(a, "SELECT count(*) FROM public.fleet_only WHERE NOT done AND slot_of(id, 2) = %s",
+                         (slot,))[0], holder, token)]:
+            problems.append(f"the fleet's own role does not see its slot: {mine}")
+        check(not problems, "; ".join(problems))
+    finally:
+        for stmt in ("SELECT drop_fleet('sec_tenant')", "DROP TABLE public.tenant_jobs"):
+            own.execute(stmt)
+        a2 = as_fleet("sec_worker_a")
+        a2.execute("SELECT drop_fleet('sec_private')")
+        own.execute("DROP TABLE public.fleet_only")
 
 
 # ---------------------------------------------------------------------------
