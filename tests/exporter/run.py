@@ -348,6 +348,11 @@ def main():
                   "no SELECT on the table: fleet pending NaN")
             check(value(m, "pg_claim_slot_holder_present", fleet="mailer", slot=0) == 1.0,
                   "no SELECT on the table: holders still shown")
+            # a lease of another role: its holder is hidden, the slot still held
+            check(value(m, "pg_claim_slot_holder_present", fleet="leased", slot=0) == 1.0,
+                  "another role's lease: holder_present 1")
+            check(value(m, "pg_claim_fleet_unserved_slots", fleet="leased") == 1.0,
+                  "another role's leases: unserved_slots counts every slot")
             print("a role without SELECT on the table: NaN backlog, holders shown", flush=True)
 
         # 4. promtool: the scrape's pg_claim families lint clean, the rules check, their unit tests pass
