@@ -307,3 +307,29 @@ def test_top_ends_cleanly_on_ctrl_c(db, state):
             p.kill()
     err = p.stderr.read()
     assert rc == 0 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
+def test_another_roles_lease_is_held_but_not_named(db):
+    roles = ("cli_lessor", "cli_viewer")
+    for r in roles:
+        db.execute(f"DROP ROLE IF EXISTS {r}")
+        db.execute(f"CREATE ROLE {r} LOGIN")
+    db.execute("GRANT SELECT ON outbox TO cli_viewer")
+    db.execute("SELECT define_fleet('leasy', 'outbox', 2, pending => 'sent_at')")
+    try:
+        with psycopg.connect(dbname=DB, user="cli_lessor", autocommit=True) as lessor:
+            assert lessor.execute("SELECT slot FROM claim_lease('leasy', 2, 'hidden-holder')").fetchone()[0] == 0
+        viewer = f"dbname={DB} user=cli_viewer"
+        got = json.loads(run("status", "--json", viewer, "leasy").stdout)
+        assert [(o["slot"], o["mode"], o["holder"]) for o in got] == [(0, "lease", None), (1, None, None)]
+        p = run("status", viewer, "leasy")
+        assert p.returncode == 0, p.stderr
+        assert "0 holder(s), 1 unserved" in p.stdout.splitlines()[0]
+        assert p.stdout.splitlines()[2].split()[1:3] == ["(not", "visible)"]
+        # the owner of the lease's role sees it
+        assert json.loads(run("status", "--json", DSN, "leasy").stdout)[0]["holder"] == "hidden-holder"
+    finally:
+        db.execute("SELECT drop_fleet('leasy')")
+        for r in roles:
+            db.execute(f"DROP OWNED BY {r}")
+            db.execute(f"DROP ROLE {r}")

@@ -230,7 +230,8 @@ def fmt_rate(r: Optional[float]) -> str:
 def holder_text(s: Row) -> str:
     if s["mode"] is None:
         return "unserved " + fmt_age(s["unserved_for"]) if s["unserved_for"] is not None else "unserved"
-    return s["holder"] or "?"
+    # a lease of a role whose privileges the caller lacks: held, holder hidden
+    return s["holder"] or "(not visible)"
 
 
 def table(headers: Sequence[str], rows: List[Sequence[str]], right: Sequence[bool]) -> List[str]:
@@ -250,7 +251,7 @@ def _total(slots: List[Row], col: str) -> Optional[int]:
 def summary(f: Row, slots: List[Row]) -> str:
     """The fleet's line: its definition, and the totals of its slots (as the
     view fleets has them)."""
-    holders = len({s["holder"] for s in slots if s["mode"] is not None})
+    holders = len({s["holder"] for s in slots if s["mode"] is not None and s["holder"] is not None})
     unserved = sum(1 for s in slots if s["mode"] is None)
     ages = [s["oldest_age"] for s in slots if s["oldest_age"] is not None]
     return (f"fleet {f['fleet']}: table {f['tbl']}, n {f['n']}, {holders} holder(s), "
