@@ -231,7 +231,9 @@ def test_cannot_connect(db):
     assert p.returncode == 1
     assert p.stderr.startswith("pg-claim: cannot connect: ") and "Traceback" not in p.stderr
     p = run("fleets", "host=127.0.0.1 port=notaport")
-    assert p.returncode in (1, 2) and "cannot connect" in p.stderr and "Traceback" not in p.stderr
+    assert p.returncode == 1 and "cannot connect" in p.stderr and "Traceback" not in p.stderr
+    p = run("fleets", "not a conninfo")  # malformed: a usage error
+    assert p.returncode == 2 and "cannot connect" in p.stderr and "connection string" in p.stderr
 
 
 def frames(text):

@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 from . import __version__
@@ -51,10 +52,14 @@ class CliError(Exception):
 
 def connect(dsn: str) -> psycopg.Connection:
     try:
+        extra: Dict[str, Any] = {}
+        # a host that does not answer: give up after 10 s unless told otherwise
+        if "connect_timeout" not in conninfo_to_dict(dsn) and not os.environ.get("PGCONNECT_TIMEOUT"):
+            extra["connect_timeout"] = 10
         # no server-side prepared statements: works through PgBouncer in
         # transaction mode too
         return psycopg.connect(dsn, autocommit=True, prepare_threshold=None,
-                               application_name="pg-claim")
+                               application_name="pg-claim", **extra)
     except psycopg.OperationalError as e:
         raise CliError(f"cannot connect: {_first_line(e)}",
                        "check the DSN (a libpq connection string or URI) and that the server is running") from None
