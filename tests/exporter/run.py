@@ -3,10 +3,12 @@
 
 Two fleets in a database of their own: `mailer` (session holders on two of
 its 4 slots, a failing item and a dead one) and `leased` (lease holders on
-two of its 3 slots, a dead item, no age column). Debian's
-prometheus-postgres-exporter runs with contrib/prometheus/pg_claim.yaml on
-a free port; each value of its /metrics is checked against the views
-fleet_slots and fleets and against the tables themselves. Then the fleets
+two of its 3 slots, a third lease expired, a dead item, no age column).
+Debian's prometheus-postgres-exporter runs with
+contrib/prometheus/pg_claim.yaml on a free port, discovering every database
+of the server; each value of its /metrics is checked against the views
+fleet_slots and fleets and against the tables themselves, and a fleet of
+another database stays out (`master: true`). Then the fleets
 change (a fleet defined, a holder gone, a slot's share done, a fleet
 dropped) and a later scrape must show it with no restart. A role that may
 not read a fleet's table sees NaN for its backlog. Last, promtool lints the
@@ -35,6 +37,7 @@ QUERIES = os.path.join(ROOT, "contrib", "prometheus", "pg_claim.yaml")
 ALERTS = os.path.join(ROOT, "contrib", "prometheus", "alerts.yml")
 ALERT_TESTS = os.path.join(ROOT, "tests", "exporter", "alerts_test.yml")
 DB = "pg_claim_exporter"
+OTHER_DB = "pg_claim_exporter_other"
 MONITOR = "exporter_monitor"
 
 SLOT_METRICS = ["pending", "oldest_pending_seconds", "holder_present", "unserved_seconds",
@@ -65,7 +68,7 @@ def free_port():
 # --- the exporter ------------------------------------------------------------
 
 class Exporter:
-    def __init__(self, user, tmp):
+    def __init__(self, user, tmp, extra=()):
         exe = shutil.which("prometheus-postgres-exporter")
         if not exe:
             sys.exit("exporter: prometheus-postgres-exporter is not installed (scripts/lib.sh installs it)")
@@ -78,7 +81,7 @@ class Exporter:
                 [exe, f"--web.listen-address=127.0.0.1:{self.port}", f"--extend.query-path={QUERIES}",
                  # this layer checks pg_claim's queries: the exporter's own
                  # ones (every database of the server) only cost time
-                 "--disable-default-metrics", "--disable-settings-metrics"],
+                 "--disable-default-metrics", "--disable-settings-metrics", *extra],
                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def scrape(self):
@@ -146,8 +149,15 @@ def families(metrics, prefix):
 # --- the fleets --------------------------------------------------------------
 
 def setup(admin):
-    admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-    admin.execute(f"CREATE DATABASE {DB}")
+    for d in (DB, OTHER_DB):
+        admin.execute(f"DROP DATABASE IF EXISTS {d} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {d}")
+    # another database of the server with a fleet of its own: the exporter,
+    # discovering every database, runs the queries on its DSN's only
+    with connect(OTHER_DB) as o:
+        o.execute("CREATE EXTENSION pg_claim")
+        o.execute("CREATE TABLE elsewhere (id bigint PRIMARY KEY, done boolean NOT NULL DEFAULT false)")
+        o.execute("SELECT define_fleet('elsewhere', 'elsewhere', 2, pending => 'done')")
     admin.execute(f"DROP ROLE IF EXISTS {MONITOR}")
     admin.execute(f"CREATE ROLE {MONITOR} LOGIN")
     c = connect()
@@ -269,7 +279,7 @@ def main():
     c, sessions = setup(admin)
     exporters = []
     try:
-        e = Exporter("postgres", tmp)
+        e = Exporter("postgres", tmp, ["--auto-discover-databases"])
         exporters.append(e)
         want = {"pg_claim_slot_" + m for m in SLOT_METRICS} | {"pg_claim_fleet_" + m for m in FLEET_METRICS}
 
@@ -283,6 +293,10 @@ def main():
         for name in want:
             check(m.get(("#TYPE", name)) == "gauge", f"{name} is a gauge: {m.get(('#TYPE', name))}")
         check(value(m, "pg_exporter_last_scrape_error") == 0.0, "pg_exporter_last_scrape_error is 0")
+        check(value(m, "pg_claim_fleet_slots", fleet="elsewhere") is None,
+              "master: true: another database's fleet is not scraped")
+        check(sorted({dict(k[1]).get("fleet") for k in m if k[0].startswith("pg_claim_")}) == ["leased", "mailer"],
+              "only the fleets of the DSN's database")
         check(any(k[0] == "pg_exporter_user_queries_load_error" and v == 0.0 for k, v in m.items() if k[0] != "#TYPE"),
               "the query file loaded (pg_exporter_user_queries_load_error 0)")
         now, slots, fleets = compare(m, c, t0, "first scrape")
@@ -371,7 +385,8 @@ def main():
         for s in sessions:
             s.close()
         c.close()
-        admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+        for d in (DB, OTHER_DB):
+            admin.execute(f"DROP DATABASE IF EXISTS {d} WITH (FORCE)")
         admin.execute(f"DROP ROLE IF EXISTS {MONITOR}")
         admin.close()
         shutil.rmtree(tmp, ignore_errors=True)
