@@ -335,3 +335,18 @@ def test_another_roles_lease_is_held_but_not_named(db):
         for r in roles:
             db.execute(f"DROP OWNED BY {r}")
             db.execute(f"DROP ROLE {r}")
+
+
+def test_top_ends_quietly_when_its_reader_goes(db, state):
+    env = dict(os.environ, PYTHONPATH=SRC, XDG_STATE_HOME=state)
+    p = subprocess.Popen([sys.executable, "-m", "pg_claim", "top", "--count", "100", "--interval", "0.05", DSN,
+                          "mailer"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        assert p.stdout.readline().startswith(b"fleet mailer:")
+        p.stdout.close()  # as `pg-claim top | head -1` does
+        rc = p.wait(20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    err = p.stderr.read().decode()
+    assert rc == 0 and err == "", err

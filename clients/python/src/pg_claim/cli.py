@@ -435,9 +435,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        # the reader went away (pg-claim top | head)
+        # the reader went away (pg-claim top | head): nothing more to say,
+        # and nothing for the interpreter to flush at exit
         try:
-            sys.stdout = open(os.devnull, "w")
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except OSError:
             pass
         return 0

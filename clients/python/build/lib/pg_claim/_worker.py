@@ -1,0 +1,868 @@
+"""pg_claim.Worker: the worker loop of a pg_claim fleet."""
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import secrets
+import select
+import signal
+import socket
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import dict_row
+
+from ._held import Held
+from ._metrics import Stats, serve
+
+log = logging.getLogger("pg_claim")
+
+Interval = Union[str, int, float, datetime.timedelta]
+Row = Dict[str, Any]
+EventHook = Callable[[str, Dict[str, Any]], None]
+
+MODES = ("lease", "session", "auto")
+# the columns the fetch adds to the table's own (taken off before the handler sees a row)
+_KEY, _STATE, _RETRY = "__pg_claim_key", "__pg_claim_state", "__pg_claim_retry_in"
+
+
+class Error(Exception):
+    """An error of the worker's set-up or configuration (not of an item)."""
+
+
+class PoolerError(Error):
+    """Session mode on a connection that is not one server session: a
+    transaction-mode pooler is in between."""
+
+
+class Batch(List[Row]):
+    """The rows of one batch (a list of dicts, one per row, the table's
+    columns), with where they come from:
+
+    - `name`, `slot`, `token`: the fleet, the slot whose share they are, and
+      the fencing token that passed in this transaction (None in session
+      mode, where the session's own lock holds the slot);
+    - `table`: an SQL fragment (psycopg.sql.Composable) naming the table to
+      write them in: the slot's own partition (slot_partition) when the table
+      is hash-partitioned with modulus n by the key (or route) column, else
+      the table itself. `sql.SQL("UPDATE {} SET ...").format(rows.table)`.
+    """
+
+    name: str
+    slot: int
+    token: Optional[int]
+    table: sql.Composable
+
+    def __init__(self, rows: Sequence[Row], name: str, slot: int, token: Optional[int],
+                 table: sql.Composable) -> None:
+        super().__init__(rows)
+        self.name, self.slot, self.token, self.table = name, slot, token, table
+
+
+Handler = Callable[[psycopg.Connection, Batch], Any]
+
+
+class _SlotLost(Exception):
+    """The fence refused the slot's token (PC001), or session mode lost it."""
+
+
+def make_holder() -> str:
+    """A holder text unique to this process: host:pid:random (8 random bytes in hex)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(8)}"
+
+
+def transient(e: BaseException, conn: Optional[psycopg.Connection] = None) -> bool:
+    """Whether an error is the connection's or the server's state, not the
+    work's: a lost connection, a server shutting down or restarting, a
+    serialization failure or deadlock, resources exhausted. Such errors are
+    never recorded as an item's failure: the worker reconnects (or tries the
+    batch again)."""
+    if not isinstance(e, psycopg.Error):
+        return False
+    if conn is not None and (conn.broken or conn.closed):
+        return True
+    state = e.sqlstate
+    if state is None:
+        return isinstance(e, (psycopg.OperationalError, psycopg.InterfaceError))
+    if state == "57014":  # query_canceled (statement_timeout): the item's
+        return False
+    return state[:2] in ("08", "40", "53", "57", "58")
+
+
+def _seconds(v: Interval) -> Optional[float]:
+    """An interval given as a number of seconds or a timedelta, in seconds;
+    None for text (the server reads it)."""
+    if isinstance(v, datetime.timedelta):
+        return v.total_seconds()
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    if isinstance(v, str):
+        return None
+    raise TypeError(f"an interval must be text ('5 seconds'), seconds or a timedelta, got {v!r}")
+
+
+def _interval_param(v: Interval) -> Union[str, datetime.timedelta]:
+    s = _seconds(v)
+    return datetime.timedelta(seconds=s) if s is not None else str(v)
+
+
+class Worker:
+    """A worker of the fleet `name`: it serves slots of `n`, walks each slot's
+    share of `table` in batches of `batch` rows still to do (`pending`), and
+    calls `handler(tx, rows)` once per batch inside one transaction that has
+    first passed the slot's fence, then commits.
+
+    Parameters (all but `conninfo` by keyword):
+
+    conninfo
+        libpq connection string or URI of the work connections ("" for
+        libpq's environment: PGHOST, PGDATABASE, ...). May point at a
+        transaction-mode pooler (PgBouncer) in lease mode. No server-side
+        prepared statements are used (prepare_threshold=None).
+    name, n
+        the fleet's name and its number of slots (fixed for the life of a name).
+    table
+        the table (optionally schema-qualified, as in SQL: 'outbox',
+        'app."Mail Out"').
+    pending
+        the column that marks the rows still to do: a boolean column means
+        pending while false (`done`), any other nullable column pending while
+        NULL (`sent_at`). The handler marks the rows it handled (sets it),
+        in the transaction it is given.
+    handler
+        handler(tx, rows): tx is the batch's psycopg connection inside its
+        transaction, rows a Batch (a list of dicts). What it writes commits
+        with the batch; what it raises makes the worker retry the batch
+        item by item (below).
+    batch
+        rows per batch (50).
+    mode
+        "lease" (default; works through transaction poolers: claim_leases,
+        any number of workers shares the n slots, the fleet grows and shrinks),
+        "session" (claim_slots on a direct connection: refuses at start, with
+        PoolerError, when the connection is not one server session), or
+        "auto": session on a direct connection, lease behind a pooler. Every
+        worker of one name must end up in the same mode: use "auto" only when
+        all of them connect the same way.
+    ttl
+        the lease's time to live ('30 seconds'; text, seconds or a
+        timedelta). Lease mode claims every ttl/3 on a thread and a connection
+        of its own. In both modes a batch's transaction may stay idle at most
+        ttl at a time (SET LOCAL idle_in_transaction_session_timeout), so a
+        worker paused in a batch loses its session and its slots.
+    key, route, method
+        as in my_items: the key column (default: the primary key), the column
+        mapped to the slot (default: the key), the mapping (default 'auto';
+        'pg_hash' when the table is hash-partitioned with modulus n by the
+        route or key column: then each slot's share is one partition).
+    max_slots
+        at most this many slots per worker (default n).
+    holder
+        the lease holder (default host:pid:random, made once per Worker).
+    notify_conninfo
+        a direct connection (or a session-mode pool) on which lease mode
+        LISTENs on slot_channel(name, slot) of its slots: new rows wake it
+        (the table needs a notify_slot trigger). Session mode LISTENs on its
+        work connection.
+    poll_interval
+        seconds between looks at an idle share: 1 without LISTEN, 30 with it
+        (the fallback poll).
+    max_attempts, backoff
+        record_failure's: a failing item is retried after backoff (doubled at
+        each attempt) and set aside (dead) after max_attempts attempts.
+    metrics_port
+        serve Prometheus metrics on this port (/metrics): needs
+        prometheus_client (pip install 'pg-claim[metrics]').
+    on_event
+        on_event(event, fields) for logging and metrics, called from the
+        worker's threads; see README.md for the events.
+    """
+
+    def __init__(self, conninfo: str = "", *, name: str, table: str, n: int, pending: str,
+                 handler: Handler, batch: int = 50, mode: str = "lease", ttl: Interval = "30 seconds",
+                 key: Optional[str] = None, route: Optional[str] = None, method: Optional[str] = None,
+                 max_slots: Optional[int] = None, holder: Optional[str] = None,
+                 notify_conninfo: Optional[str] = None, poll_interval: Optional[float] = None,
+                 max_attempts: int = 5, backoff: Interval = "10 seconds",
+                 metrics_port: Optional[int] = None, on_event: Optional[EventHook] = None) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError("name must be a non-empty text")
+        if not isinstance(n, int) or not 1 <= n <= 1048576:
+            raise ValueError(f"n must be an integer between 1 and 1048576, got {n!r}")
+        if not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"batch must be an integer of at least 1, got {batch!r}")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if not callable(handler):
+            raise TypeError("handler must be callable: handler(tx, rows)")
+        if not isinstance(pending, str) or not pending:
+            raise ValueError("pending must name the column that marks the rows still to do"
+                             " (a boolean done flag, or a nullable column such as sent_at)")
+        if max_slots is not None and not 1 <= max_slots <= n:
+            raise ValueError(f"max_slots must be between 1 and n = {n}, got {max_slots!r}")
+        if not isinstance(max_attempts, int) or not 1 <= max_attempts <= 1000:
+            raise ValueError(f"max_attempts must be between 1 and 1000, got {max_attempts!r}")
+        if poll_interval is not None and poll_interval <= 0:
+            raise ValueError(f"poll_interval must be positive, got {poll_interval!r}")
+        ttl_s = _seconds(ttl)
+        if ttl_s is not None and ttl_s <= 0:
+            raise ValueError(f"ttl must be positive, got {ttl!r}")
+        _seconds(backoff)
+        self.conninfo, self.name, self.table, self.n = conninfo, name, table, n
+        self.pending, self.handler, self.batch, self.mode = pending, handler, batch, mode
+        self.ttl, self.key, self.route, self.method = ttl, key, route, method
+        self.max_slots = max_slots or n
+        self.holder = holder or make_holder()
+        self.notify_conninfo, self.poll_interval = notify_conninfo, poll_interval
+        self.max_attempts, self.backoff = max_attempts, backoff
+        self.metrics_port, self.on_event = metrics_port, on_event
+        self.stats = Stats()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._notified = False
+        self._fatal: Optional[BaseException] = None
+        self._held = Held()
+        self._ttl_s = ttl_s or 0.0
+        self._ready = False
+        self._partitions: Dict[int, sql.Composable] = {}
+        self._threads: List[threading.Thread] = []
+        self.running_mode: Optional[str] = None
+
+    # ------------------------------------------------------------------ API
+
+    def run(self) -> None:
+        """Work until stop() is called or SIGTERM/SIGINT arrives (handled when
+        run() is called from the main thread): finish the batch at hand, give
+        the slots back (lease mode: claim_leases(..., max => 0); session
+        mode: release_slot), and return. Reconnects after a lost connection or
+        a server restart. Raises Error (PoolerError) for a set-up that cannot
+        work, and the server's error for one that is not the connection's
+        (a wrong column, missing privileges, another mode on the name)."""
+        restore = self._install_signals()
+        server = None
+        try:
+            if self.metrics_port is not None:
+                server = serve(self.metrics_port, self.name, self.stats)
+            self._setup()
+            self._emit("started", mode=self.running_mode, holder=self.holder, n=self.n,
+                       table=self._table_text, method=self._method, partitioned=self._partitioned)
+            if self.running_mode == "lease":
+                self._run_lease()
+            else:
+                self._run_session()
+        finally:
+            self._stop.set()
+            self._wake.set()
+            for t in self._threads:
+                t.join(10)
+            self._threads = []
+            if server is not None:
+                server.shutdown()
+            restore()
+        self._emit("stopped", **self.stats.snapshot())
+
+    def stop(self) -> None:
+        """Ask the worker to stop: run() finishes the batch at hand, gives
+        the slots back and returns. Safe from any thread and from a signal
+        handler."""
+        self._stop.set()
+        self._wake.set()
+
+    @property
+    def slots(self) -> Dict[int, Optional[int]]:
+        """slot -> token of the slots held now (token None in session mode)."""
+        snap = self._held.snapshot()
+        return {s: (t if self.running_mode == "lease" else None) for s, t in snap.items()}
+
+    # ------------------------------------------------------------ internals
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        log.debug("%s %s", event, fields)
+        if self.on_event is not None:
+            try:
+                self.on_event(event, fields)
+            except Exception:  # a hook never stops the worker
+                log.exception("on_event(%r) raised", event)
+
+    def _install_signals(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        saved = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            saved[sig] = signal.signal(sig, lambda *_: self.stop())
+
+        def restore() -> None:
+            for sig, h in saved.items():
+                signal.signal(sig, h)
+        return restore
+
+    def _connect(self, conninfo: str) -> psycopg.Connection:
+        """A connection in autocommit, without server-side prepared
+        statements (PgBouncer in transaction mode has none before 1.21)."""
+        params = conninfo_to_dict(conninfo)
+        extra: Dict[str, Any] = {}
+        if "application_name" not in params and "PGAPPNAME" not in os.environ:
+            extra["application_name"] = f"pg_claim {self.name}"[:63]
+        if "connect_timeout" not in params and "PGCONNECT_TIMEOUT" not in os.environ:
+            extra["connect_timeout"] = 10
+        return psycopg.connect(conninfo, autocommit=True, prepare_threshold=None, **extra)
+
+    @staticmethod
+    def session_check(conn: psycopg.Connection) -> int:
+        """The server process of `conn` if the connection is one server
+        session; raises PoolerError otherwise. It compares the server
+        process that runs a statement (pg_backend_pid()) with the one the
+        connection was opened with (the server's start-up reply): a pooler
+        answers the start-up itself, with a number of its own (PgBouncer in
+        any pool mode, and other poolers that do not pass the server's
+        through)."""
+        (pid,) = conn.execute("SELECT pg_backend_pid()").fetchone()  # type: ignore[misc]
+        if pid != conn.info.backend_pid:
+            raise PoolerError(
+                f"the server process (pid {pid}) is not the one the connection was opened with"
+                f" (pid {conn.info.backend_pid}): a connection pooler is in between. Session mode holds"
+                " its slots with session locks and LISTENs, which need one server session per"
+                " connection: connect to PostgreSQL directly, or use mode='lease' (works through"
+                " transaction-mode poolers).")
+        return pid
+
+    def _retrying(self, what: Callable[[], Any]) -> Any:
+        """what(), tried again after transient errors (with back-off) until
+        it succeeds or the worker is stopped (None)."""
+        pause = 0.1
+        while not self._stop.is_set():
+            try:
+                return what()
+            except psycopg.Error as e:
+                if not transient(e):
+                    raise
+                self._reconnecting(e, pause)
+                pause = min(pause * 2, 5.0)
+        return None
+
+    def _reconnecting(self, e: BaseException, pause: float) -> None:
+        self.stats.add("reconnects")
+        text = str(e).strip().splitlines()
+        self._emit("reconnecting", error=text[0] if text else type(e).__name__, pause=pause)
+        self._stop.wait(pause)
+
+    def _setup(self) -> None:
+        """What the worker reads once: the mode, the table, its key, the
+        intervals, whether the table is hash-partitioned with modulus n."""
+        def probe() -> None:
+            with self._connect(self.conninfo) as conn:
+                if self.mode == "auto":
+                    try:
+                        self.session_check(conn)
+                        self.running_mode = "session"
+                    except PoolerError:
+                        self.running_mode = "lease"
+                else:
+                    self.running_mode = self.mode
+                self._read_table(conn)
+        if not self._ready:
+            self._retrying(probe)
+            if self.running_mode is None:
+                raise Error("stopped before the worker could connect")
+            self._ready = True
+
+    def _read_table(self, conn: psycopg.Connection) -> None:
+        cur = conn.execute(
+            "SELECT %s::regclass::oid, %s::regclass::text,"
+            " extract(epoch FROM %s::interval)::float8, extract(epoch FROM %s::interval)::float8",
+            (self.table, self.table, _interval_param(self.ttl), _interval_param(self.backoff)))
+        oid, self._table_text, ttl_s, backoff_s = cur.fetchone()  # type: ignore[misc]
+        if ttl_s <= 0 or backoff_s < 0:
+            raise Error(f"ttl must be positive and backoff not negative, got {self.ttl!r}, {self.backoff!r}")
+        self._ttl_s = ttl_s
+        key = self.key
+        if key is None:
+            cols = [r[0] for r in conn.execute(
+                "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
+                " AND a.attnum = ANY (i.indkey) WHERE i.indrelid = %s AND i.indisprimary", (oid,))]
+            if len(cols) != 1:
+                raise Error(f"{self._table_text} has {'no primary key' if not cols else 'a primary key of'}"
+                            f"{'' if not cols else ' %d columns' % len(cols)}: pass key= (a unique, not"
+                            " null column)")
+            key = cols[0]
+        self._key = key
+        self._method = self.method
+        self._partitioned = False
+        mapped = self.route or key
+        part = conn.execute(
+            "SELECT pt.partstrat::text, pt.partnatts, a.attname FROM pg_partitioned_table pt"
+            " LEFT JOIN pg_attribute a ON a.attrelid = pt.partrelid AND a.attnum = pt.partattrs[0]"
+            " WHERE pt.partrelid = %s", (oid,)).fetchone()
+        if part is not None and part[0] == "h" and part[1] == 1 and part[2] == mapped \
+                and self.method in (None, "pg_hash"):
+            try:
+                conn.execute("SELECT slot_partition(%s::regclass, 0, %s)", (oid, self.n))
+                self._partitioned, self._method = True, "pg_hash"
+            except psycopg.Error as e:
+                if e.sqlstate not in ("22023", "42501"):
+                    raise
+                log.info("%s is hash-partitioned but not with modulus %d: reading and writing it"
+                         " through the table (%s)", self._table_text, self.n, e)
+        args = [sql.SQL("NULL::{}").format(sql.SQL(self._table_text)), sql.SQL("%(slot)s"), sql.SQL("%(n)s")]
+        args.append(sql.SQL("key => %(key)s"))
+        if self._method is not None:
+            args.append(sql.SQL("method => %(method)s"))
+        if self.route is not None:
+            args.append(sql.SQL("route => %(route)s"))
+        args += [sql.SQL("after => %(after)s::text"), sql.SQL("batch => %(batch)s"),
+                 sql.SQL("pending => %(pending)s")]
+        k = sql.Identifier(key)
+        self._fetch = sql.SQL(
+            "SELECT t.*, t.{k}::text AS {kc}, f.state AS {sc},"
+            " extract(epoch FROM f.retry_at - clock_timestamp())::float8 AS {rc}"
+            " FROM my_items({args}) t LEFT JOIN item_failures(%(name)s) f ON f.item = t.{k}::text"
+            " ORDER BY t.{k}").format(k=k, kc=sql.Identifier(_KEY), sc=sql.Identifier(_STATE),
+                                      rc=sql.Identifier(_RETRY), args=sql.SQL(", ").join(args))
+
+    def _table_for(self, conn: psycopg.Connection, slot: int) -> sql.Composable:
+        if not self._partitioned:
+            return sql.SQL(self._table_text)
+        if slot not in self._partitions:
+            (p,) = conn.execute("SELECT slot_partition(%s::regclass, %s, %s)::text",
+                                (self._table_text, slot, self.n)).fetchone()  # type: ignore[misc]
+            self._partitions[slot] = sql.SQL(p)
+        return self._partitions[slot]
+
+    def _params(self, slot: int, after: Optional[str]) -> Dict[str, Any]:
+        return {"slot": slot, "n": self.n, "key": self._key, "method": self._method, "route": self.route,
+                "after": after, "batch": self.batch, "pending": self.pending, "name": self.name}
+
+    # ------------------------------------------------------------ one batch
+
+    def _guard(self, conn: psycopg.Connection, slot: int, token: Optional[int]) -> None:
+        """The first statement of a batch's transaction: the slot is still
+        this worker's (lease: fence, which keeps the slot until the
+        transaction ends; session: the session's own lock), and the
+        transaction may stay idle at most ttl at a time."""
+        idle = str(max(1, int(self._ttl_s * 1000)))
+        if token is None:
+            (mine, _) = conn.execute(
+                "SELECT %s = ANY (my_slots(%s)), set_config('idle_in_transaction_session_timeout', %s, true)",
+                (slot, self.name, idle)).fetchone()  # type: ignore[misc]
+            if not mine:
+                raise _SlotLost()
+            return
+        try:
+            conn.execute("SELECT fence(%s, %s, %s), set_config('idle_in_transaction_session_timeout', %s, true)",
+                         (self.name, slot, token, idle))
+        except psycopg.Error as e:
+            if e.sqlstate == "PC001":
+                raise _SlotLost() from None
+            raise
+
+    def _step(self, conn: psycopg.Connection, slot: int, token: Optional[int],
+              after: Optional[str]) -> Tuple[int, bool, Optional[float], Optional[str]]:
+        """One batch of the slot's share after `after`: (items handled,
+        whether the share was walked to its end, seconds until the first
+        held-back item of the batch is due, the cursor to go on from)."""
+        with conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(self._fetch, self._params(slot, after)).fetchall()
+        end = len(rows) < self.batch
+        cursor = None if end else rows[-1][_KEY]
+        retry_in = None
+        todo: List[Row] = []
+        keys: Dict[int, Tuple[str, Optional[str]]] = {}
+        for r in rows:
+            k, state, due_in = r.pop(_KEY), r.pop(_STATE), r.pop(_RETRY)
+            if state in (None, "due"):
+                keys[id(r)] = (k, state)
+                todo.append(r)
+            elif state == "retry" and due_in is not None:
+                retry_in = due_in if retry_in is None else min(retry_in, due_in)
+        if not todo:
+            return 0, end, retry_in, cursor
+        table = self._table_for(conn, slot)
+        t0 = time.monotonic()
+        try:
+            with conn.transaction():
+                self._guard(conn, slot, token)
+                self.handler(conn, Batch(todo, self.name, slot, token, table))
+                cleared = [keys[id(r)][0] for r in todo if keys[id(r)][1] is not None]
+                if cleared:
+                    conn.execute("SELECT clear_failure(%s, VARIADIC %s::text[])", (self.name, cleared))
+            done, failed = len(todo), 0
+        except _SlotLost:
+            raise
+        except Exception as e:
+            if transient(e, conn) or isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+            log.debug("batch of slot %d failed (%s): retrying item by item", slot, e)
+            done, failed, retry = self._one_by_one(conn, slot, token, todo, keys, table)
+            if retry is not None:
+                retry_in = retry if retry_in is None else min(retry_in, retry)
+        seconds = time.monotonic() - t0
+        if done:
+            self.stats.batch(slot, done, seconds)
+        self._emit("batch", slot=slot, token=token, items=done, failed=failed, seconds=seconds)
+        return done, end, retry_in, cursor
+
+    def _one_by_one(self, conn: psycopg.Connection, slot: int, token: Optional[int], todo: List[Row],
+                    keys: Dict[int, Tuple[str, Optional[str]]],
+                    table: sql.Composable) -> Tuple[int, int, Optional[float]]:
+        """The batch again, one item per savepoint: the failing items are
+        recorded (record_failure), the others commit. (done, failed, seconds
+        until the first recorded retry)."""
+        done = failed = 0
+        retry_in = None
+        # reported once the transaction has committed: a failure record that
+        # a lost connection rolled back is no attempt
+        outcomes: List[Tuple[bool, Dict[str, Any]]] = []
+        with conn.transaction():
+            self._guard(conn, slot, token)
+            for r in todo:
+                item, state = keys[id(r)]
+                try:
+                    with conn.transaction():
+                        self.handler(conn, Batch([r], self.name, slot, token, table))
+                    if state is not None:
+                        conn.execute("SELECT clear_failure(%s, %s)", (self.name, item))
+                    done += 1
+                except Exception as e:
+                    if transient(e, conn) or isinstance(e, (KeyboardInterrupt, SystemExit)):
+                        raise
+                    failed += 1
+                    error = str(e) or type(e).__name__
+                    (outcome,) = conn.execute(
+                        "SELECT record_failure(%s, %s, %s, %s, %s)",
+                        (self.name, item, error, self.max_attempts,
+                         _interval_param(self.backoff))).fetchone()  # type: ignore[misc]
+                    attempts, due_in = conn.execute(
+                        "SELECT f.attempts, extract(epoch FROM f.retry_at - clock_timestamp())::float8"
+                        " FROM item_failures(%s) f WHERE f.item = %s",
+                        (self.name, item)).fetchone() or (None, None)  # type: ignore[misc]
+                    dead = outcome == "dead"
+                    if not dead and due_in is not None:
+                        retry_in = due_in if retry_in is None else min(retry_in, due_in)
+                    outcomes.append((dead, {"slot": slot, "item": item, "error": error,
+                                            "attempts": attempts}))
+        for dead, fields in outcomes:
+            self.stats.failure(slot, dead)
+            self._emit("dead" if dead else "failed", **fields)
+        return done, failed, retry_in
+
+    # ---------------------------------------------------------- the loops
+
+    def _walk(self, conn: psycopg.Connection, quiet: Dict[Tuple[int, int], bool], busy: Dict[int, bool],
+              due: Dict[int, float], session: bool) -> bool:
+        """One batch of the next held slot. Returns False when there is no
+        slot to work on."""
+        nxt = self._held.next()
+        if nxt is None:
+            return False
+        slot, token, after = nxt
+        try:
+            done, end, retry_in, cursor = self._step(conn, slot, None if session else token, after)
+        except _SlotLost:
+            self.stats.add("rejected")
+            if self._held.drop(slot, token):
+                self.stats.slots(0, 1, len(self._held.snapshot()))
+            self._emit("rejected", slot=slot, token=None if session else token)
+            return True
+        if retry_in is not None:
+            due[slot] = min(due.get(slot, float("inf")), time.monotonic() + max(retry_in, 0.0))
+        if done:
+            busy[slot] = True
+            quiet[(slot, token)] = False
+        if end:  # the pass over the share is over: quiet when it handled nothing
+            quiet[(slot, token)] = not busy.pop(slot, False)
+        self._held.advance(slot, token, cursor)
+        return True
+
+    def _all_quiet(self, quiet: Dict[Tuple[int, int], bool]) -> bool:
+        held = self._held.snapshot()
+        return bool(held) and all(quiet.get(st, False) for st in held.items())
+
+    def _idle_timeout(self, due: Dict[int, float]) -> Tuple[float, Optional[float]]:
+        """(seconds to wait, seconds until the first retry of a held slot's
+        item or None)."""
+        default = self.poll_interval or (30.0 if self._listening() else 1.0)
+        held = self._held.snapshot()
+        now = time.monotonic()
+        nexts = [t for s, t in due.items() if s in held]
+        retry = max(min(nexts) - now, 0.0) if nexts else None
+        # at least 0.1 s: an item due now is fetched by the next pass, never by a busy loop
+        return (min(default, max(retry, 0.1)) if retry is not None else default), retry
+
+    def _listening(self) -> bool:
+        return self.running_mode == "session" or self.notify_conninfo is not None
+
+    # lease mode
+
+    def _claim(self, conn: psycopg.Connection, max_: Optional[int] = None) -> List[Tuple[int, int]]:
+        return conn.execute("SELECT slot, token FROM claim_leases(%s, %s, %s, max => %s, ttl => %s)",
+                            (self.name, self.n, self.holder, self.max_slots if max_ is None else max_,
+                             datetime.timedelta(seconds=self._ttl_s))).fetchall()
+
+    def _changed(self, gained: List[Tuple[int, int]], lost: List[Tuple[int, int]]) -> None:
+        held = sorted(self._held.snapshot())
+        self.stats.slots(len(gained), len(lost), len(held))
+        self._emit("slots", held=held, gained=[s for s, _ in gained], lost=[s for s, _ in lost])
+        self._wake.set()
+
+    def _claimer(self, conn: Optional[psycopg.Connection]) -> None:
+        """claim_leases every ttl/3 on a connection of its own, whatever the
+        batches do. A failed call is tried again at the next period on a new
+        connection; the slots are dropped once no call succeeded for a ttl.
+        An error that is not the connection's stops the worker."""
+        period = self._ttl_s / 3
+        failing = False
+        while True:
+            asked = time.monotonic()
+            try:
+                conn = conn or self._connect(self.conninfo)
+                rows = self._claim(conn)
+                gained, lost = self._held.replace(rows, asked)
+                if failing:
+                    failing = False
+                    self._wake.set()
+            except psycopg.Error as e:
+                if conn is not None:
+                    conn.close()
+                conn = None
+                if not transient(e):
+                    self._fatal = e
+                    self.stop()
+                    return
+                failing = True
+                gained, lost = [], self._held.failed(time.monotonic())
+                self._emit("claim_failed", error=(str(e).strip().splitlines() or [type(e).__name__])[0])
+            if gained or lost:
+                self._changed(gained, lost)
+            if self._stop.wait(max(0.0, asked + period - time.monotonic())):
+                break
+        if conn is not None:
+            conn.close()
+
+    def _listener(self) -> None:
+        """LISTEN on the channels of the held slots on a direct connection
+        (notify_conninfo); a notification wakes the work loop."""
+        assert self.notify_conninfo is not None
+        conn: Optional[psycopg.Connection] = None
+        channels: Dict[int, str] = {}
+        pause = 0.1
+        while not self._stop.is_set():
+            try:
+                if conn is None:
+                    conn = self._connect(self.notify_conninfo)
+                    self.session_check(conn)
+                    conn.add_notify_handler(lambda _n: self._notify())
+                    channels = {}
+                want = set(self._held.snapshot())
+                for s in sorted(want - set(channels)):
+                    (ch,) = conn.execute("SELECT slot_channel(%s, %s)", (self.name, s)).fetchone()  # type: ignore[misc]
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(ch)))
+                    channels[s] = ch
+                for s in sorted(set(channels) - want):
+                    conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(channels.pop(s))))
+                pause = 0.1
+                if select.select([conn.fileno()], [], [], 0.5)[0]:
+                    conn.execute("SELECT 1")  # reads the notifications: the handler runs
+            except PoolerError as e:
+                self._fatal = PoolerError(f"notify_conninfo: {e}")
+                self.stop()
+                break
+            except psycopg.Error as e:
+                if conn is not None:
+                    conn.close()
+                conn = None
+                if not transient(e):
+                    self._fatal = e
+                    self.stop()
+                    break
+                self._emit("listen_failed", error=(str(e).strip().splitlines() or [type(e).__name__])[0])
+                self._stop.wait(pause)
+                pause = min(pause * 2, 5.0)
+        if conn is not None:
+            conn.close()
+
+    def _notify(self) -> None:
+        self._notified = True
+        self._wake.set()
+
+    def _idle(self, due: Dict[int, float], on_slice: Optional[Callable[[float], bool]] = None,
+              announce: bool = True) -> None:
+        """Wait for a notification, a change of the held slots, the fallback
+        poll or the first retry due, whichever comes first."""
+        timeout, retry = self._idle_timeout(due)
+        if announce:
+            self._emit("idle", retry_in=retry, slots=sorted(self._held.snapshot()))
+        if self._stop.is_set():
+            return
+        if on_slice is None:
+            self._wake.wait(timeout)
+        else:
+            end = time.monotonic() + timeout
+            while not self._stop.is_set() and not self._wake.is_set():
+                left = end - time.monotonic()
+                if left <= 0 or on_slice(left):
+                    break
+        self._wake.clear()
+        if self._notified:
+            self._notified = False
+            self._emit("woken")
+
+    def _run_lease(self) -> None:
+        self._held = Held(valid_s=self._ttl_s, margin_s=self._ttl_s / 3)
+        first: Optional[psycopg.Connection] = None
+
+        def claim_first() -> None:
+            nonlocal first
+            first = self._connect(self.conninfo)
+            asked = time.monotonic()
+            try:
+                gained, lost = self._held.replace(self._claim(first), asked)
+            except BaseException:
+                first.close()
+                raise
+            self._changed(gained, lost)
+        self._retrying(claim_first)
+        if self._stop.is_set():
+            if first is not None:
+                first.close()
+            self._leave()
+            return
+        self._threads = [threading.Thread(target=self._claimer, args=(first,), daemon=True,
+                                          name=f"pg_claim claimer {self.name}")]
+        if self.notify_conninfo is not None:
+            self._threads.append(threading.Thread(target=self._listener, daemon=True,
+                                                  name=f"pg_claim listener {self.name}"))
+        for t in self._threads:
+            t.start()
+        try:
+            self._work_loop(session=False)
+        finally:
+            self._stop.set()
+            for t in self._threads:
+                t.join(10)
+            self._threads = []
+            self._leave()
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _leave(self) -> None:
+        """Give every slot back and leave the live set: claim_leases(..., max => 0)."""
+        for attempt in range(3):
+            try:
+                with self._connect(self.conninfo) as conn:
+                    self._claim(conn, max_=0)
+                break
+            except psycopg.Error as e:
+                if attempt == 2 or not transient(e):
+                    log.warning("could not give the slots back (they expire after the ttl): %s", e)
+                    self._emit("leave_failed", error=str(e).strip())
+                    return
+                time.sleep(0.2)
+        gave = sorted(self._held.snapshot())
+        self._held.replace([], time.monotonic())
+        self.stats.slots(0, len(gave), 0)
+        self._emit("left", slots=gave)
+
+    def _work_loop(self, session: bool, conn: Optional[psycopg.Connection] = None,
+                   claim: Optional[Callable[[psycopg.Connection], None]] = None) -> None:
+        quiet: Dict[Tuple[int, int], bool] = {}
+        busy: Dict[int, bool] = {}
+        due: Dict[int, float] = {}
+        pause = 0.1
+        try:
+            while not self._stop.is_set():
+                try:
+                    if conn is None:
+                        conn = self._connect(self.conninfo)
+                    pause = 0.1
+                    if claim is not None:
+                        claim(conn)  # session mode: between batches (a new session: checked first)
+                    if not self._walk(conn, quiet, busy, due, session):
+                        if not session:  # no slot (yet): until the claimer's next change
+                            self._idle({}, announce=False)
+                        continue
+                    if self._all_quiet(quiet):
+                        c = conn
+                        self._idle(due, (lambda left: self._session_slice(c, claim, left)) if session else None)
+                        quiet.clear()
+                        busy.clear()
+                        due.clear()
+                except psycopg.Error as e:
+                    if not transient(e, conn):
+                        raise
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+                    if session:
+                        self._held.replace([], time.monotonic())  # the claims died with the session
+                    quiet.clear()
+                    self._reconnecting(e, pause)
+                    pause = min(pause * 2, 5.0)
+                if self._fatal is not None:
+                    break
+        finally:
+            if session and conn is not None and not conn.broken:
+                try:
+                    conn.execute("SELECT release_slot(%s)", (self.name,))
+                    gave = sorted(self._held.snapshot())
+                    self.stats.slots(0, len(gave), 0)
+                    self._emit("left", slots=gave)
+                except psycopg.Error:
+                    pass
+            if conn is not None:
+                conn.close()
+
+    # session mode
+
+    def _run_session(self) -> None:
+        self._held = Held()
+        state: Dict[str, Any] = {"pid": None, "channels": {}}
+
+        def claim(conn: psycopg.Connection) -> None:
+            if state.get("conn") is not conn:  # a new session: check it, LISTEN from scratch
+                state["pid"] = self.session_check(conn)
+                state["conn"] = conn
+                state["channels"] = {}
+                conn.add_notify_handler(lambda _n: self._notify())
+                self._held.replace([], time.monotonic())
+            held_before = self._held.snapshot()
+            args: Tuple[Any, ...] = (self.name, self.n, self.max_slots)
+            q = "SELECT claim_slots(%s, %s, %s), pg_backend_pid()"
+            if not held_before:  # a standby: the wait form, which holders see
+                q = "SELECT claim_slots(%s, %s, %s, '1 second'), pg_backend_pid()"
+            slots, pid = conn.execute(q, args).fetchone()  # type: ignore[misc]
+            if pid != state["pid"]:
+                raise PoolerError(f"claim_slots ran in server process {pid}, not {state['pid']}:"
+                                  " a connection pooler is in between (the claim stays with the other"
+                                  " server connection until it ends)")
+            gained, lost = self._held.replace([(s, 0) for s in slots], time.monotonic())
+            channels = state["channels"]
+            for s, _ in lost:
+                if s in channels:
+                    conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(channels.pop(s))))
+            for s, _ in gained:
+                (ch,) = conn.execute("SELECT slot_channel(%s, %s)", (self.name, s)).fetchone()  # type: ignore[misc]
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(ch)))
+                channels[s] = ch
+            if gained or lost:
+                self._changed(gained, lost)
+
+        self._work_loop(session=True, claim=claim)
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _session_slice(self, conn: Optional[psycopg.Connection],
+                       claim: Optional[Callable[[psycopg.Connection], None]], left: float) -> bool:
+        """Part of an idle wait in session mode: up to 0.5 s (or `left`) for the
+        connection to have something to read (a notification), then a claim
+        (it reads the notifications, takes free slots and gives one back to
+        a waiting worker). True when the slots changed."""
+        assert conn is not None and claim is not None
+        select.select([conn.fileno()], [], [], min(0.5, left))
+        before = self._held.snapshot()
+        claim(conn)
+        return self._held.snapshot() != before
