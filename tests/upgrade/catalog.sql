@@ -15,6 +15,10 @@ SELECT pg_describe_object(d.classid, d.objid, 0) || ': ' ||
                || ' | ' || coalesce((SELECT string_agg(pg_get_constraintdef(c.oid), ', ' ORDER BY conname)
                                      FROM pg_constraint c WHERE c.conrelid = d.objid), '')
                || ' | acl ' || coalesce((SELECT relacl::text FROM pg_class WHERE oid = d.objid), 'default')
+               -- a view's query and options (security_invoker)
+               || coalesce((SELECT ' | options ' || coalesce(c.reloptions::text, '-') || ' | '
+                                   || replace(pg_get_viewdef(c.oid), E'\n', '\n')
+                            FROM pg_class c WHERE c.oid = d.objid AND c.relkind = 'v'), '')
        END, '')
        || ' | acl ' || coalesce((SELECT proacl::text FROM pg_proc WHERE oid = d.objid AND d.classid = 'pg_proc'::regclass), '-')
        || ' | comment ' || coalesce(obj_description(d.objid, (SELECT relname FROM pg_class WHERE oid = d.classid)), '-')
@@ -23,4 +27,9 @@ LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
 LEFT JOIN pg_aggregate a ON a.aggfnoid = p.oid
 WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_claim')
+UNION ALL
+-- the tables pg_dump keeps (pg_extension_config_dump), with their filters
+SELECT 'dumped: ' || coalesce((SELECT string_agg(c::regclass::text || ' ' || coalesce(f, ''), ', ' ORDER BY c::regclass::text)
+                                FROM unnest(e.extconfig, e.extcondition) AS x(c, f)), '-')
+FROM pg_extension e WHERE e.extname = 'pg_claim'
 ORDER BY 1;
