@@ -330,6 +330,13 @@ def test_another_roles_lease_is_held_but_not_named(db):
         assert p.stdout.splitlines()[2].split()[1:3] == ["(not", "visible)"]
         # the owner of the lease's role sees it
         assert json.loads(run("status", "--json", DSN, "leasy").stdout)[0]["holder"] == "hidden-holder"
+        # a role that may not read the table: the backlog is unknown, the rest is there
+        db.execute("REVOKE SELECT ON outbox FROM cli_viewer")
+        got = json.loads(run("status", "--json", viewer, "leasy").stdout)
+        assert [(o["pending"], o["oldest"], o["mode"]) for o in got] == [(None, None, "lease"), (None, None, None)]
+        p = run("status", viewer, "leasy")
+        assert "? pending" in p.stdout.splitlines()[0]
+        assert [line.split()[-5] for line in p.stdout.splitlines()[2:]] == ["?", "?"]
     finally:
         db.execute("SELECT drop_fleet('leasy')")
         for r in roles:
