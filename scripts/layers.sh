@@ -162,6 +162,14 @@ libs_python() {
         PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" python3 clients/python/tests/fleet.py
 }
 
+# contrib/prometheus against Debian's prometheus-postgres-exporter: two
+# fleets (session and lease holders, failing and dead items), every exported
+# value checked against the views and the tables, the fleets changed and
+# scraped again, a role without SELECT on a table; promtool lints the scrape,
+# checks contrib/prometheus/alerts.yml and runs its unit tests
+# (tests/exporter/).
+exporter() { python3 tests/exporter/run.py "$@"; }
+
 # The example workers (examples/) in Python, Node.js, Java and Ruby, 4 of each
 # on the example schema: a server restart mid-run, a failing message retried
 # and set aside, a wake-up by NOTIFY, SIGTERM and --exit-when-empty, every

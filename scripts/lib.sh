@@ -200,6 +200,7 @@ pgc_ensure_clients() {
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     fi
+    pgc_ensure_prometheus
     if ! python3 -c 'import psycopg' 2>/dev/null; then
         pgc_log "installing psycopg 3 for $(command -v python3)"
         python3 -m pip install --quiet --root-user-action=ignore "psycopg[binary]>=3.1,<4" </dev/null ||
@@ -224,6 +225,31 @@ pgc_ensure_clients() {
         (cd "$PGC_ROOT/examples/node" && rm -rf node_modules &&
             npm install --silent --no-audit --no-fund --no-package-lock </dev/null)
     fi
+}
+
+# The exporter layer's tools (contrib/prometheus): Debian's
+# prometheus-postgres-exporter, and promtool from the package prometheus.
+# Both packages start a service where services may start (systemd, or their
+# init scripts); the layer runs its own exporter on a free port and needs no
+# Prometheus server, so the services are stopped and disabled right after the
+# install, and left alone on later runs.
+pgc_ensure_prometheus() {
+    local p missing=()
+    for p in prometheus-postgres-exporter prometheus; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    ((${#missing[@]})) || return 0
+    pgc_log "installing Debian packages: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    for p in "${missing[@]}"; do
+        if [ -d /run/systemd/system ]; then
+            systemctl disable --now "$p" >/dev/null 2>&1 || true
+        elif [ -x "/etc/init.d/$p" ]; then
+            "/etc/init.d/$p" stop >/dev/null 2>&1 || true
+            update-rc.d "$p" disable >/dev/null 2>&1 || true
+        fi
+    done
 }
 
 # What the Python worker library (clients/python) needs beside psycopg 3, and

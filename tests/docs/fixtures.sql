@@ -35,3 +35,9 @@ CREATE TABLE jobs (id bigint PRIMARY KEY, payload text);
 -- docs/wake.md creates the example schema's trigger itself.
 -- for: docs/wake.md
 DROP TRIGGER outbox_wake ON outbox;
+
+-- docs/operations.md: the example outbox with its 1,000 messages.
+-- for: docs/operations.md
+-- include: examples/schema.sql
+INSERT INTO outbox (customer_id, recipient, body)
+SELECT g % 100, 'user' || g || '@example.com', 'hello' FROM generate_series(1, 1000) g;
