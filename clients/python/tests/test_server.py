@@ -293,6 +293,11 @@ def test_readme_quick_start_runs_as_written(db, tmp_path):
             try:
                 wait_for(lambda: q.execute("SELECT count(*) = 0 FROM outbox WHERE sent_at IS NULL").fetchone()[0],
                          30, "the quick start's outbox to be sent")
+                # both running (a SIGTERM during the start-up, before run(), kills a process): the
+                # first may have sent everything before the second was up
+                wait_for(lambda: q.execute("SELECT count(DISTINCT holder) = 2 FROM lease_holders('mailer')"
+                                           " WHERE NOT expired").fetchone()[0],
+                         30, "both quick start workers to hold slots")
             finally:
                 for p in procs:
                     p.send_signal(signal.SIGTERM)
