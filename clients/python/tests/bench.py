@@ -3,7 +3,7 @@
 LOCKED loop with the same handler, both through a pooler (PgBouncer in
 transaction mode, PGC_POOLER_PORT) in front of the server (PGHOST/PGPORT).
 
-    PGC_POOLER_PORT=6432 python3 clients/python/tests/bench.py [--items 50000] [--workers 4 8] [--io-ms 0 10] [--rounds 3]
+    PGC_POOLER_PORT=6432 python3 clients/python/tests/bench.py [--items 50000] [--workers 4 8] [--io-ms 0 10] [--rounds 3] [--stale-stats]
 
 Each run starts W workers (threads, each with its own connections) on a
 table whose rows are all done; once the library's workers hold balanced
@@ -49,15 +49,19 @@ def fresh(items, n):
         d.execute("VACUUM ANALYZE jobs")
 
 
+STALE = False  # --stale-stats
+
+
 def release():
     """Every row to do, in one commit, with the statistics of the table as it
-    is then (ANALYZE in the same transaction: without it the planner still
-    sees the table of fresh(), every row done, and may plan either loop's
-    query on the other's index); the time of the commit."""
+    is then (ANALYZE in the same transaction: without it, --stale-stats, the
+    planner still sees the table of fresh(), every row done, and may plan
+    either loop's query on the other's index); the time of the commit."""
     with direct() as d:
         with d.transaction():
             d.execute("UPDATE jobs SET done = false")
-            d.execute("ANALYZE jobs")
+            if not STALE:
+                d.execute("ANALYZE jobs")
     return time.monotonic()
 
 
@@ -138,7 +142,11 @@ def main():
     ap.add_argument("--io-ms", type=float, nargs="+", default=[0.0, 10.0])
     ap.add_argument("--n", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--stale-stats", action="store_true",
+                    help="no ANALYZE with the rows made pending: the statistics say none is")
     a = ap.parse_args()
+    global STALE
+    STALE = a.stale_stats
     port = int(os.environ["PGC_POOLER_PORT"])
     with direct("postgres") as d:
         d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
@@ -146,7 +154,7 @@ def main():
     with direct() as d:
         d.execute("CREATE EXTENSION pg_claim")
     print(f"{a.items} items, batches of {BATCH}, n = {a.n}, through PgBouncer (transaction mode) on port {port};"
-          f" {a.rounds} rounds each way, alternating; medians")
+          f" {a.rounds} rounds each way, alternating; medians{'; stale statistics' if STALE else ''}")
     print("| handler I/O per batch | workers | pg_claim.Worker (lease) | SKIP LOCKED loop | ratio (lowest, highest round) |")
     print("|---|---|---|---|---|")
     ways = {"lib": lambda w, io: run_library(port, w, a.n, io), "queue": lambda w, io: run_skip_locked(port, w, io)}
