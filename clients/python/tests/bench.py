@@ -3,7 +3,7 @@
 LOCKED loop with the same handler, both through a pooler (PgBouncer in
 transaction mode, PGC_POOLER_PORT) in front of the server (PGHOST/PGPORT).
 
-    PGC_POOLER_PORT=6432 python3 clients/python/tests/bench.py [--items 50000] [--workers 4 8] [--io-ms 0 10] [--rounds 3] [--stale-stats]
+    PGC_POOLER_PORT=6432 python3 clients/python/tests/bench.py [--items 50000] [--workers 4 8] [--io-ms 0 10] [--rounds 3] [--failures 0] [--stale-stats]
 
 Each run starts W workers (threads, each with its own connections) on a
 table whose rows are all done; once the library's workers hold balanced
@@ -142,6 +142,8 @@ def main():
     ap.add_argument("--io-ms", type=float, nargs="+", default=[0.0, 10.0])
     ap.add_argument("--n", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--failures", type=int, default=0,
+                    help="dead failure records of the name (of keys not in the table) kept during the runs")
     ap.add_argument("--stale-stats", action="store_true",
                     help="no ANALYZE with the rows made pending: the statistics say none is")
     a = ap.parse_args()
@@ -153,8 +155,12 @@ def main():
         d.execute(f"CREATE DATABASE {DB}")
     with direct() as d:
         d.execute("CREATE EXTENSION pg_claim")
+        if a.failures:  # what the Worker's fetch reads at each batch (item_failures('bench'))
+            d.execute("SELECT count(record_failure('bench', 'gone-' || g, 'an error', 1))"
+                      " FROM generate_series(1, %s) g", (a.failures,))
     print(f"{a.items} items, batches of {BATCH}, n = {a.n}, through PgBouncer (transaction mode) on port {port};"
-          f" {a.rounds} rounds each way, alternating; medians{'; stale statistics' if STALE else ''}")
+          f" {a.rounds} rounds each way, alternating; medians{'; stale statistics' if STALE else ''}"
+          f"{f'; {a.failures} dead failure records of the name' if a.failures else ''}")
     print("| handler I/O per batch | workers | pg_claim.Worker (lease) | SKIP LOCKED loop | ratio (lowest, highest round) |")
     print("|---|---|---|---|---|")
     ways = {"lib": lambda w, io: run_library(port, w, a.n, io), "queue": lambda w, io: run_skip_locked(port, w, io)}
