@@ -495,14 +495,23 @@ class Worker:
                 raise
 
     @staticmethod
-    def _commit(conn: psycopg.Connection) -> None:
-        """Commits the batch's transaction. Raises Error if the handler
-        ended it itself (commit(), rollback()) or let it fail (a caught
-        error: the server rolls it back at COMMIT)."""
+    def _still_open(conn: psycopg.Connection) -> None:
+        """After the handler: raises Error if it ended the batch's
+        transaction itself (commit(), rollback()) or left it failed (an
+        error of a statement caught and ignored), so that the items go
+        through the failure path instead of a COMMIT that commits nothing."""
         status = conn.info.transaction_status
         if status == psycopg.pq.TransactionStatus.IDLE:
             raise Error("the batch's transaction was ended inside the handler (commit() or rollback() on tx):"
                         " leave that to the worker, which commits after the handler returns")
+        if status == psycopg.pq.TransactionStatus.INERROR:
+            raise Error("an error of a statement inside the handler was caught and ignored: the transaction"
+                        " is aborted, so nothing of the batch can commit")
+
+    @classmethod
+    def _commit(cls, conn: psycopg.Connection) -> None:
+        """Commits the batch's transaction (see _still_open)."""
+        cls._still_open(conn)
         if conn.execute("COMMIT").statusmessage == "ROLLBACK":
             raise Error("the batch's transaction was aborted (an error inside the handler was caught and"
                         " ignored), so COMMIT rolled it back")
@@ -569,6 +578,7 @@ class Worker:
                 try:
                     with conn.transaction():
                         self.handler(conn, Batch([r], self.name, slot, token, table))
+                        self._still_open(conn)  # a caught error: back to the savepoint, a failure
                     if state is not None:
                         conn.execute("SELECT clear_failure(%s, %s)", (self.name, item))
                     done += 1
