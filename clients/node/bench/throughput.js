@@ -3,23 +3,29 @@
 // loop with the same handler, through a transaction-mode pooler.
 //
 //   node bench/throughput.js --direct postgresql://postgres@127.0.0.1:5432/postgres \
-//        --pooled postgresql://postgres@127.0.0.1:6432 [--items 20000] [--workers 8] [--n 16] [--io-ms 0,20]
+//        --pooled postgresql://postgres@127.0.0.1:6432 [--items 50000] [--workers 4,8] [--n 16] [--io-ms 0,10] [--rounds 3]
 //
 // For each handler (--io-ms: milliseconds of I/O per batch, an awaited
-// timer standing for one call to another service) and each way, --workers
-// workers in this process, each on connections of its own through --pooled,
-// start on an empty table and poll it every 50 ms; once they are ready (the
-// Workers hold their shares of the n slots), --items rows are inserted and
-// the time until all are done is measured. Batches of 50; the handler waits
-// io-ms inside the batch's transaction, then marks the batch done.
+// timer standing for one call to another service), each number of workers
+// and each way, that many workers in this process, each on connections of
+// its own through --pooled, start on an empty table and poll it every 50 ms;
+// once they are ready (the Workers hold their shares of the n slots),
+// --items rows are inserted (with ANALYZE, in one transaction) and the time
+// from that commit until all are done is measured. Batches of 50; the
+// handler waits io-ms inside the batch's transaction, then marks the batch
+// done. Each case runs --rounds times each way, alternating which way goes
+// first, so that the noise of a shared machine hits both; prints the median
+// items/s of each way and the ratio of the medians (with the lowest and
+// highest ratio of a round).
 "use strict";
 const { Client } = require("pg");
 const { Worker } = require("..");
 
 const arg = (k, d) => { const i = process.argv.indexOf(`--${k}`); return i > 0 ? process.argv[i + 1] : d; };
 const DIRECT = arg("direct"), POOLED = arg("pooled");
-const ITEMS = Number(arg("items", 20000)), WORKERS = Number(arg("workers", 8)), N = Number(arg("n", 16)), BATCH = 50;
-const IO = arg("io-ms", "0,20").split(",").map(Number);
+const ITEMS = Number(arg("items", 50000)), N = Number(arg("n", 16)), BATCH = 50, ROUNDS = Number(arg("rounds", 3));
+const WORKERS = arg("workers", "4,8").split(",").map(Number);
+const IO = arg("io-ms", "0,10").split(",").map(Number);
 const DB = "node_bench";
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 if (!DIRECT || !POOLED) { console.error("--direct URL and --pooled URL (without a database) are required"); process.exit(2); }
@@ -38,10 +44,11 @@ async function fresh() {
     CREATE INDEX ON jobs ((slot_of(id, ${N})), id) WHERE NOT done;
     CREATE INDEX ON jobs (id) WHERE NOT done`));
 }
-const fill = () => on(dbUrl(DIRECT), async (c) => {
-  await c.query(`INSERT INTO jobs (id, payload) SELECT g, 'job ' || g FROM generate_series(1, ${ITEMS}) g`);
-  await c.query("ANALYZE jobs");
-});
+// the rows to do and the statistics of the table with them, in one commit
+const fill = () => on(dbUrl(DIRECT), (c) => c.query(`BEGIN;
+  INSERT INTO jobs (id, payload) SELECT g, 'job ' || g FROM generate_series(1, ${ITEMS}) g;
+  ANALYZE jobs;
+  COMMIT`));
 const left = () => on(dbUrl(DIRECT), async (c) => Number((await c.query("SELECT count(*) FROM jobs WHERE NOT done")).rows[0].count));
 
 async function handle(client, ids, ioMs) {
@@ -51,7 +58,7 @@ async function handle(client, ids, ioMs) {
 
 // Each way: start the fleet on the empty table, wait until it is ready (the
 // leases shared out), insert the items, and time the drain.
-async function skipLocked(ioMs, timed) {
+async function skipLocked(count, ioMs, timed) {
   let stop = false;
   const loop = async () => {
     const c = new Client({ connectionString: dbUrl(POOLED) });
@@ -65,21 +72,21 @@ async function skipLocked(ioMs, timed) {
     }
     await c.end();
   };
-  const loops = Array.from({ length: WORKERS }, loop);
+  const loops = Array.from({ length: count }, loop);
   const s = await timed();
   stop = true;
   await Promise.all(loops);
   return s;
 }
 
-async function library(ioMs, timed) {
-  const workers = Array.from({ length: WORKERS }, () => new Worker({
+async function library(count, ioMs, timed) {
+  const workers = Array.from({ length: count }, () => new Worker({
     connectionString: dbUrl(POOLED), name: "bench", table: "jobs", n: N, pending: "done", batch: BATCH,
     mode: "lease", ttl: "3 seconds", pollInterval: 50,
     handler: (client, rows) => handle(client, rows.map((r) => r.id), ioMs),
   }));
   const runs = workers.map((w) => w.run());
-  const share = Math.floor(N / WORKERS);
+  const share = Math.floor(N / count);
   while (!workers.every((w) => w.held.size >= share)) await sleep(50);
   const s = await timed();
   await Promise.all(workers.map((w) => w.stop()));
@@ -94,22 +101,36 @@ async function drain() {
   return Number(process.hrtime.bigint() - t0) / 1e9;
 }
 
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b), m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
+const fmt = (x) => Math.round(x).toLocaleString("en-US");
+
 (async () => {
   await on(DIRECT, async (c) => {
     await c.query(`DROP DATABASE IF EXISTS ${DB} WITH (FORCE)`);
     await c.query(`CREATE DATABASE ${DB}`);
   });
   await on(dbUrl(DIRECT), (c) => c.query("CREATE EXTENSION pg_claim"));
-  console.log(`${ITEMS} items, ${WORKERS} workers, batches of ${BATCH}, n = ${N} (pg-claim), through ${POOLED.replace(/^.*@/, "")}`);
+  console.log(`${ITEMS} items, batches of ${BATCH}, n = ${N} (pg-claim), through ${POOLED.replace(/^.*@/, "")};`
+    + ` ${ROUNDS} rounds each way, alternating; medians`);
+  console.log("| handler I/O per batch | workers | pg-claim Worker (lease) | SKIP LOCKED loop | ratio (lowest, highest round) |");
+  console.log("|---|---|---|---|---|");
   for (const io of IO) {
-    const out = {};
-    for (const [way, fn] of [["SKIP LOCKED loop", skipLocked], ["pg-claim Worker", library]]) {
-      await fresh();
-      const s = await fn(io, drain);
-      out[way] = ITEMS / s;
-      console.log(`handler ${io} ms of I/O per batch: ${way}: ${s.toFixed(2)} s, ${Math.round(ITEMS / s)} items/s`);
+    for (const w of WORKERS) {
+      const got = { lib: [], queue: [] };
+      for (let r = 0; r < ROUNDS; r++) {
+        for (const way of r % 2 === 0 ? ["lib", "queue"] : ["queue", "lib"]) {
+          await fresh();
+          got[way].push(ITEMS / await (way === "lib" ? library : skipLocked)(w, io, drain));
+        }
+      }
+      const ratios = got.lib.map((x, i) => x / got.queue[i]);
+      const lib = median(got.lib), q = median(got.queue);
+      console.log(`| ${io} ms | ${w} | ${fmt(lib)} items/s | ${fmt(q)} items/s | ${(lib / q).toFixed(2)}x`
+        + ` (${Math.min(...ratios).toFixed(2)}x, ${Math.max(...ratios).toFixed(2)}x) |`);
     }
-    console.log(`handler ${io} ms: pg-claim / SKIP LOCKED = ${(out["pg-claim Worker"] / out["SKIP LOCKED loop"]).toFixed(2)}x`);
   }
   await on(DIRECT, (c) => c.query(`DROP DATABASE IF EXISTS ${DB} WITH (FORCE)`));
 })().catch((e) => { console.error(e); process.exit(1); });

@@ -277,22 +277,20 @@ class Worker {
       }
     }
     const q = (id) => client.escapeIdentifier(id);
-    const args = ["$1", "$2", "key => $3", "after => $4", "batch => $5", "pending => $6"];
-    this._fetchParams = (slot, after) => {
-      const p = [slot, this.n, this.key, after, this.batch, this.pending, this.name];
-      if (this.route !== null) p.push(this.route);
-      if (this.method !== null) p.push(this.method);
-      return p;
-    };
-    let i = 8;
-    if (this.route !== null) args.push(`route => $${i++}`);
-    if (this.method !== null) args.push(`method => $${i++}`);
-    this._fetchSql = `SELECT t.*, t.${q(this.key)}::text AS "${KEY}", ${this.route === null ? "NULL::text" : `t.${q(this.route)}::text`} AS "${ROUTE}",`
-      + ` f.state AS "${FAILURE}", extract(epoch FROM f.retry_at - clock_timestamp())::float8 * 1000 AS "${RETRY}"`
-      + ` FROM my_items(NULL::${t}, ${args.join(", ")}) t`
-      + ` LEFT JOIN item_failures($7) f ON f.item = t.${q(this.key)}::text ORDER BY t.${q(this.key)}`;
+    // the fetch goes out in the same message as BEGIN and the fence (one
+    // round trip): a simple-protocol query, so its values are literals
+    const esc = client.escapeLiteral.bind(client);
+    const lit = (v) => (v === null || v === undefined ? "NULL" : typeof v === "number" ? String(v) : esc(String(v)));
+    const fixed = `key => ${lit(this.key)}, batch => ${lit(this.batch)}, pending => ${lit(this.pending)}`
+      + (this.route !== null ? `, route => ${lit(this.route)}` : "")
+      + (this.method !== null ? `, method => ${lit(this.method)}` : "");
+    const cols = `SELECT t.*, t.${q(this.key)}::text AS "${KEY}", ${this.route === null ? "NULL::text" : `t.${q(this.route)}::text`} AS "${ROUTE}",`
+      + ` f.state AS "${FAILURE}", extract(epoch FROM f.retry_at - clock_timestamp())::float8 * 1000 AS "${RETRY}"`;
+    const tail = ` LEFT JOIN item_failures(${lit(this.name)}) f ON f.item = t.${q(this.key)}::text ORDER BY t.${q(this.key)}`;
+    this._fetchText = (slot, after) => `${cols} FROM my_items(NULL::${t}, ${lit(slot)}, ${lit(this.n)}, ${fixed},`
+      + ` after => ${lit(after)}::text) t${tail}`;
     // the first fetch checks the columns and the method now, not at the first batch
-    await client.query(`SELECT count(*) FROM (${this._fetchSql} LIMIT 0) x`, this._fetchParams(0, null));
+    await client.query(`SELECT count(*) FROM (${this._fetchText(0, null)} LIMIT 0) x`);
     if (this.pollMs === null) this.pollMs = this.mode === "session" || this.notifyConnection ? 30000 : 1000;
     this._ready = true;
     this._emit("start", { mode: this.mode, table: t, key: this.key, method: this.method || "auto", partitioned: this.partitioned });
@@ -499,18 +497,22 @@ class Worker {
     return w;
   }
 
-  async _begin(client, slot, token) {
-    if (token === null) {
-      await client.query("BEGIN");
-      return true;
-    }
+  /**
+   * Opens the batch's transaction in one message (one round trip): BEGIN,
+   * in lease mode the idle limit and the fence first, then with `fetch` (the
+   * fetch's SQL) the slot's next rows. The rows ([] without `fetch`), or
+   * null when the fence refused the token (rolled back).
+   */
+  async _begin(client, slot, token, fetch = null) {
+    // a worker paused inside its fenced transaction (SIGSTOP, a GC pause)
+    // holds its slot: the server ends that transaction after idleMs, so
+    // the slot moves on as a lease would
+    const idle = this.idleMs > 0 ? `SET LOCAL idle_in_transaction_session_timeout = ${this.idleMs}; ` : "";
+    const open = token === null ? "BEGIN"
+      : `BEGIN; ${idle}SELECT fence(${client.escapeLiteral(this.name)}, ${slot}, ${token}::bigint)`;
     try {
-      // a worker paused inside its fenced transaction (SIGSTOP, a GC pause)
-      // holds its slot: the server ends that transaction after idleMs, so
-      // the slot moves on as a lease would
-      const idle = this.idleMs > 0 ? `SET LOCAL idle_in_transaction_session_timeout = ${this.idleMs}; ` : "";
-      await client.query(`BEGIN; ${idle}SELECT fence(${client.escapeLiteral(this.name)}, ${slot}, ${token}::bigint)`);
-      return true;
+      const r = await client.query(fetch === null ? open : `${open}; ${fetch}`);
+      return fetch === null ? [] : r[r.length - 1].rows;
     } catch (e) {
       if (isConnectionLost(e)) throw e;
       await client.query("ROLLBACK");
@@ -522,7 +524,7 @@ class Worker {
         now.delete(slot);
         this._setHeld(now, "fence refused the token");
       }
-      return false;
+      return null;
     }
   }
 
@@ -532,16 +534,16 @@ class Worker {
   }
 
   /**
-   * One batch of `slot`'s share: BEGIN, fence (lease mode), the fetch, the
-   * handler, COMMIT. {handled: items committed, end: the share is walked}.
+   * One batch of `slot`'s share: BEGIN, fence (lease mode) and the fetch in
+   * one message, the handler, COMMIT. {handled: items committed, end: the share is walked}.
    */
   async _batch(client, slot, token) {
     const w = this._walk(slot, token);
     const partition = await this._partition(client, slot);
-    if (!(await this._begin(client, slot, token))) return { handled: 0, end: true, fenced: true };
+    const rows = await this._begin(client, slot, token, this._fetchText(slot, w.after));
+    if (rows === null) return { handled: 0, end: true, fenced: true };
     let committed = false;
     try {
-      const { rows } = await client.query(this._fetchSql, this._fetchParams(slot, w.after));
       const end = rows.length < this.batch;
       const items = rows.map((r) => {
         const it = { key: r[KEY], route: r[ROUTE], failure: r[FAILURE], retryMs: r[RETRY], row: r };
@@ -610,7 +612,7 @@ class Worker {
    * fence refused.
    */
   async _oneByOne(client, slot, token, due, info, w) {
-    if (!(await this._begin(client, slot, token))) return null;
+    if ((await this._begin(client, slot, token)) === null) return null;
     // reported once the transaction has committed: a failure record that a
     // lost connection rolled back is no attempt
     const ok = [], failedRoutes = new Set(), outcomes = [];

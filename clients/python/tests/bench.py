@@ -3,14 +3,18 @@
 LOCKED loop with the same handler, both through a pooler (PgBouncer in
 transaction mode, PGC_POOLER_PORT) in front of the server (PGHOST/PGPORT).
 
-    PGC_POOLER_PORT=6432 python3 clients/python/tests/bench.py [--items 20000] [--workers 4 8] [--io-ms 10]
+    PGC_POOLER_PORT=6432 python3 clients/python/tests/bench.py [--items 50000] [--workers 4 8] [--io-ms 0 10] [--rounds 3] [--failures 0] [--stale-stats]
 
 Each run starts W workers (threads, each with its own connections) on a
 table whose rows are all done; once the library's workers hold balanced
 shares, one UPDATE makes `--items` rows to do, and the clock runs from its
 commit until every row is done again, in batches of 50; the handler sleeps `--io-ms` per
 batch (an I/O-bound handler: a call to another service) and marks the
-batch done, inside the batch's transaction in both loops. Prints items/s.
+batch done, inside the batch's transaction in both loops. Each case runs
+`--rounds` times each way, alternating which way goes first, so that the
+noise of a shared machine hits both; prints the median items/s of each way
+and the ratio of the medians (with the lowest and highest ratio of a
+round).
 """
 import argparse
 import os
@@ -45,10 +49,19 @@ def fresh(items, n):
         d.execute("VACUUM ANALYZE jobs")
 
 
+STALE = False  # --stale-stats
+
+
 def release():
-    """Every row to do, in one commit; the time of the commit."""
+    """Every row to do, in one commit, with the statistics of the table as it
+    is then (ANALYZE in the same transaction: without it, --stale-stats, the
+    planner still sees the table of fresh(), every row done, and may plan
+    either loop's query on the other's index); the time of the commit."""
     with direct() as d:
-        d.execute("UPDATE jobs SET done = false")
+        with d.transaction():
+            d.execute("UPDATE jobs SET done = false")
+            if not STALE:
+                d.execute("ANALYZE jobs")
     return time.monotonic()
 
 
@@ -117,29 +130,51 @@ def run_skip_locked(port, workers, io_s):
     return dt
 
 
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--items", type=int, default=50000)
     ap.add_argument("--workers", type=int, nargs="+", default=[4, 8])
     ap.add_argument("--io-ms", type=float, nargs="+", default=[0.0, 10.0])
     ap.add_argument("--n", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--failures", type=int, default=0,
+                    help="dead failure records of the name (of keys not in the table) kept during the runs")
+    ap.add_argument("--stale-stats", action="store_true",
+                    help="no ANALYZE with the rows made pending: the statistics say none is")
     a = ap.parse_args()
+    global STALE
+    STALE = a.stale_stats
     port = int(os.environ["PGC_POOLER_PORT"])
     with direct("postgres") as d:
         d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
         d.execute(f"CREATE DATABASE {DB}")
     with direct() as d:
         d.execute("CREATE EXTENSION pg_claim")
-    print(f"{a.items} items, batches of {BATCH}, n = {a.n}, through PgBouncer (transaction mode) on port {port}")
-    print("| handler I/O per batch | workers | pg_claim.Worker (lease) | SKIP LOCKED loop | ratio |")
+        if a.failures:  # what the Worker's fetch reads at each batch (item_failures('bench'))
+            d.execute("SELECT count(record_failure('bench', 'gone-' || g, 'an error', 1))"
+                      " FROM generate_series(1, %s) g", (a.failures,))
+    print(f"{a.items} items, batches of {BATCH}, n = {a.n}, through PgBouncer (transaction mode) on port {port};"
+          f" {a.rounds} rounds each way, alternating; medians{'; stale statistics' if STALE else ''}"
+          f"{f'; {a.failures} dead failure records of the name' if a.failures else ''}")
+    print("| handler I/O per batch | workers | pg_claim.Worker (lease) | SKIP LOCKED loop | ratio (lowest, highest round) |")
     print("|---|---|---|---|---|")
+    ways = {"lib": lambda w, io: run_library(port, w, a.n, io), "queue": lambda w, io: run_skip_locked(port, w, io)}
     for io_ms in a.io_ms:
         for w in a.workers:
-            fresh(a.items, a.n)
-            lib = a.items / run_library(port, w, a.n, io_ms / 1000)
-            fresh(a.items, a.n)
-            q = a.items / run_skip_locked(port, w, io_ms / 1000)
-            print(f"| {io_ms:g} ms | {w} | {lib:,.0f} items/s | {q:,.0f} items/s | {lib / q:.2f}x |", flush=True)
+            got = {"lib": [], "queue": []}
+            for r in range(a.rounds):
+                for way in (("lib", "queue") if r % 2 == 0 else ("queue", "lib")):
+                    fresh(a.items, a.n)
+                    got[way].append(a.items / ways[way](w, io_ms / 1000))
+            ratios = [x / y for x, y in zip(got["lib"], got["queue"])]
+            lib, q = median(got["lib"]), median(got["queue"])
+            print(f"| {io_ms:g} ms | {w} | {lib:,.0f} items/s | {q:,.0f} items/s | {lib / q:.2f}x"
+                  f" ({min(ratios):.2f}x, {max(ratios):.2f}x) |", flush=True)
     with direct("postgres") as d:
         d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
 

@@ -8,6 +8,7 @@ Every event of the worker is a JSON line on stdout."""
 import json
 import os
 import sys
+import threading
 import time
 
 import pg_claim
@@ -15,8 +16,13 @@ import pg_claim
 ITEM_S = float(os.environ.get("FLEET_ITEM_MS", "10")) / 1000
 
 
+_out = threading.Lock()  # events come from the worker's threads: one line at a time
+
+
 def emit(event, **fields):
-    print(json.dumps(dict(event=event, **fields), default=str), flush=True)
+    line = json.dumps(dict(event=event, **fields), default=str)
+    with _out:
+        print(line, flush=True)
 
 
 def handle(tx, rows):

@@ -207,6 +207,29 @@ def test_a_retried_item_that_succeeds_is_cleared(db):
     assert len(r.said("failed")) == 1 and tries[5] == 3
 
 
+def test_a_handler_that_swallows_an_error_fails_its_item_only(db):
+    make_table(db, "swallow", 30, poison=[7])
+
+    def handle(tx, rows):  # a statement's error is caught and ignored: the transaction is aborted
+        tx.execute("UPDATE swallow SET done = true WHERE id = ANY(%s)", ([x["id"] for x in rows],))
+        if any(x["payload"] == "poison" for x in rows):
+            try:
+                tx.execute("SELECT 1 / 0")
+            except psycopg.errors.DivisionByZero:
+                pass
+    r = Run(name="swallow", table="swallow", n=1, pending="done", ttl=3, handler=handle, max_attempts=1,
+            poll_interval=0.5)
+    try:
+        wait_for(lambda: failures(db, "swallow") == [("7", "dead", 1)], what="item 7 dead")
+        wait_for(lambda: db.execute("SELECT count(*) FROM swallow WHERE done").fetchone()[0] == 29,
+                 what="the other 29 done")
+    finally:
+        r.stop()
+    assert r.error is None, r.error
+    assert "caught and ignored" in r.said("dead")[0]["error"]
+    assert r.worker.stats.snapshot()["items"] == 29
+
+
 def test_notify_wakes_a_lease_worker(db):
     make_table(db, "woken", 0)
     db.execute("CREATE TRIGGER woken_wake AFTER INSERT ON woken FOR EACH ROW EXECUTE FUNCTION notify_slot('woken', '4', 'id')")
@@ -293,6 +316,11 @@ def test_readme_quick_start_runs_as_written(db, tmp_path):
             try:
                 wait_for(lambda: q.execute("SELECT count(*) = 0 FROM outbox WHERE sent_at IS NULL").fetchone()[0],
                          30, "the quick start's outbox to be sent")
+                # both running (a SIGTERM during the start-up, before run(), kills a process): the
+                # first may have sent everything before the second was up
+                wait_for(lambda: q.execute("SELECT count(DISTINCT holder) = 2 FROM lease_holders('mailer')"
+                                           " WHERE NOT expired").fetchone()[0],
+                         30, "both quick start workers to hold slots")
             finally:
                 for p in procs:
                     p.send_signal(signal.SIGTERM)

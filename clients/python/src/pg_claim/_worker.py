@@ -422,7 +422,7 @@ class Worker:
             " extract(epoch FROM f.retry_at - clock_timestamp())::float8 AS {rc}"
             " FROM my_items({args}) t LEFT JOIN item_failures(%(name)s) f ON f.item = t.{k}::text"
             " ORDER BY t.{k}").format(k=k, kc=sql.Identifier(_KEY), sc=sql.Identifier(_STATE),
-                                      rc=sql.Identifier(_RETRY), args=sql.SQL(", ").join(args))
+                                      rc=sql.Identifier(_RETRY), args=sql.SQL(", ").join(args)).as_string(conn)
 
     def _table_for(self, conn: psycopg.Connection, slot: int) -> sql.Composable:
         if not self._partitioned:
@@ -439,62 +439,116 @@ class Worker:
 
     # ------------------------------------------------------------ one batch
 
-    def _guard(self, conn: psycopg.Connection, slot: int, token: Optional[int]) -> None:
-        """The first statement of a batch's transaction: the slot is still
-        this worker's (lease: fence, which keeps the slot until the
-        transaction ends; session: the session's own lock), and the
-        transaction may stay idle at most ttl at a time."""
-        idle = str(max(1, int(self._ttl_s * 1000)))
+    def _begin(self, conn: psycopg.Connection, slot: int, token: Optional[int],
+               fetch: Optional[Dict[str, Any]] = None) -> List[Row]:
+        """Opens the batch's transaction in one message (one round trip):
+        BEGIN; the guard, its first statement (lease: fence, which keeps the
+        slot until the transaction ends; session: the session's own lock),
+        which also lets the transaction stay idle at most ttl at a time;
+        then, with `fetch` (the fetch's parameters), the slot's next rows,
+        returned. One simple-protocol message, not a pipeline: a worker
+        stopped while sending it leaves no transaction open, and one
+        stopped after it leaves one that the server ends after ttl. Raises
+        _SlotLost (rolled back) when the slot is no longer this worker's;
+        on success the transaction is open: end it with _commit or
+        _rollback."""
+        params = {"slot": slot, "name": self.name, "token": token,
+                  "idle": str(max(1, int(self._ttl_s * 1000)))}
         if token is None:
-            (mine, _) = conn.execute(
-                "SELECT %s = ANY (my_slots(%s)), set_config('idle_in_transaction_session_timeout', %s, true)",
-                (slot, self.name, idle)).fetchone()  # type: ignore[misc]
-            if not mine:
-                raise _SlotLost()
-            return
+            q = "BEGIN; SELECT %(slot)s = ANY (my_slots(%(name)s)) AS mine"
+        else:
+            q = "BEGIN; SELECT fence(%(name)s, %(slot)s, %(token)s::bigint)"
+        q += ", set_config('idle_in_transaction_session_timeout', %(idle)s, true)"
+        if fetch is not None:
+            q += "; " + self._fetch
+            params.update(fetch)
+        cur = psycopg.ClientCursor(conn, row_factory=dict_row)
         try:
-            conn.execute("SELECT fence(%s, %s, %s), set_config('idle_in_transaction_session_timeout', %s, true)",
-                         (self.name, slot, token, idle))
-        except psycopg.Error as e:
-            if e.sqlstate == "PC001":
+            cur.execute(q, params)
+            cur.nextset()
+            mine = cur.fetchone()
+            if token is None and not (mine and mine["mine"]):
+                raise _SlotLost()
+            rows: List[Row] = []
+            if fetch is not None:
+                cur.nextset()
+                rows = cur.fetchall()
+            return rows
+        except BaseException as e:
+            self._rollback(conn)
+            if isinstance(e, psycopg.Error) and e.sqlstate == "PC001":
                 raise _SlotLost() from None
             raise
+        finally:
+            cur.close()
+
+    @staticmethod
+    def _rollback(conn: psycopg.Connection) -> None:
+        """Ends the batch's transaction without its work, if the connection
+        still has one (a lost connection: nothing to do)."""
+        if conn.closed or conn.broken or conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            return
+        try:
+            conn.execute("ROLLBACK")
+        except psycopg.Error:
+            if not (conn.closed or conn.broken):
+                raise
+
+    @staticmethod
+    def _still_open(conn: psycopg.Connection) -> None:
+        """After the handler: raises Error if it ended the batch's
+        transaction itself (commit(), rollback()) or left it failed (an
+        error of a statement caught and ignored), so that the items go
+        through the failure path instead of a COMMIT that commits nothing."""
+        status = conn.info.transaction_status
+        if status == psycopg.pq.TransactionStatus.IDLE:
+            raise Error("the batch's transaction was ended inside the handler (commit() or rollback() on tx):"
+                        " leave that to the worker, which commits after the handler returns")
+        if status == psycopg.pq.TransactionStatus.INERROR:
+            raise Error("an error of a statement inside the handler was caught and ignored: the transaction"
+                        " is aborted, so nothing of the batch can commit")
+
+    @classmethod
+    def _commit(cls, conn: psycopg.Connection) -> None:
+        """Commits the batch's transaction (see _still_open)."""
+        cls._still_open(conn)
+        if conn.execute("COMMIT").statusmessage == "ROLLBACK":
+            raise Error("the batch's transaction was aborted (an error inside the handler was caught and"
+                        " ignored), so COMMIT rolled it back")
 
     def _step(self, conn: psycopg.Connection, slot: int, token: Optional[int],
               after: Optional[str]) -> Tuple[int, bool, Optional[float], Optional[str]]:
         """One batch of the slot's share after `after`: (items handled,
         whether the share was walked to its end, seconds until the first
         held-back item of the batch is due, the cursor to go on from)."""
-        with conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute(self._fetch, self._params(slot, after)).fetchall()
-        end = len(rows) < self.batch
-        cursor = None if end else rows[-1][_KEY]
-        retry_in = None
-        todo: List[Row] = []
-        keys: Dict[int, Tuple[str, Optional[str]]] = {}
-        for r in rows:
-            k, state, due_in = r.pop(_KEY), r.pop(_STATE), r.pop(_RETRY)
-            if state in (None, "due"):
-                keys[id(r)] = (k, state)
-                todo.append(r)
-            elif state == "retry" and due_in is not None:
-                retry_in = due_in if retry_in is None else min(retry_in, due_in)
-        if not todo:
-            return 0, end, retry_in, cursor
         table = self._table_for(conn, slot)
         t0 = time.monotonic()
+        rows = self._begin(conn, slot, token, self._params(slot, after))
         try:
-            with conn.transaction():
-                self._guard(conn, slot, token)
-                self.handler(conn, Batch(todo, self.name, slot, token, table))
-                cleared = [keys[id(r)][0] for r in todo if keys[id(r)][1] is not None]
-                if cleared:
-                    conn.execute("SELECT clear_failure(%s, VARIADIC %s::text[])", (self.name, cleared))
+            end = len(rows) < self.batch
+            cursor = None if end else rows[-1][_KEY]
+            retry_in = None
+            todo: List[Row] = []
+            keys: Dict[int, Tuple[str, Optional[str]]] = {}
+            for r in rows:
+                k, state, due_in = r.pop(_KEY), r.pop(_STATE), r.pop(_RETRY)
+                if state in (None, "due"):
+                    keys[id(r)] = (k, state)
+                    todo.append(r)
+                elif state == "retry" and due_in is not None:
+                    retry_in = due_in if retry_in is None else min(retry_in, due_in)
+            if not todo:  # nothing to do here: the transaction ends
+                self._commit(conn)
+                return 0, end, retry_in, cursor
+            self.handler(conn, Batch(todo, self.name, slot, token, table))
+            cleared = [keys[id(r)][0] for r in todo if keys[id(r)][1] is not None]
+            if cleared:
+                conn.execute("SELECT clear_failure(%s, VARIADIC %s::text[])", (self.name, cleared))
+            self._commit(conn)
             done, failed = len(todo), 0
-        except _SlotLost:
-            raise
-        except Exception as e:
-            if transient(e, conn) or isinstance(e, (KeyboardInterrupt, SystemExit)):
+        except BaseException as e:
+            self._rollback(conn)
+            if not isinstance(e, Exception) or transient(e, conn) or not todo:
                 raise
             log.debug("batch of slot %d failed (%s): retrying item by item", slot, e)
             done, failed, retry = self._one_by_one(conn, slot, token, todo, keys, table)
@@ -517,13 +571,14 @@ class Worker:
         # reported once the transaction has committed: a failure record that
         # a lost connection rolled back is no attempt
         outcomes: List[Tuple[bool, Dict[str, Any]]] = []
-        with conn.transaction():
-            self._guard(conn, slot, token)
+        self._begin(conn, slot, token)
+        try:
             for r in todo:
                 item, state = keys[id(r)]
                 try:
                     with conn.transaction():
                         self.handler(conn, Batch([r], self.name, slot, token, table))
+                        self._still_open(conn)  # a caught error: back to the savepoint, a failure
                     if state is not None:
                         conn.execute("SELECT clear_failure(%s, %s)", (self.name, item))
                     done += 1
@@ -545,6 +600,10 @@ class Worker:
                         retry_in = due_in if retry_in is None else min(retry_in, due_in)
                     outcomes.append((dead, {"slot": slot, "item": item, "error": error,
                                             "attempts": attempts}))
+            self._commit(conn)
+        except BaseException:
+            self._rollback(conn)
+            raise
         for dead, fields in outcomes:
             self.stats.failure(slot, dead)
             self._emit("dead" if dead else "failed", **fields)
