@@ -187,6 +187,27 @@ security() {
     return $rc
 }
 
+# The portable edition (docs/portable.md): the file of scripts/portable
+# installed by a database owner that is not a superuser, on a server of a
+# copy of the PostgreSQL installation without pg_claim's files; its mappings
+# compared with the extension's on the test cluster, its claims, leases,
+# failures, my_items and notify_slot against real sessions, other roles and
+# planted look-alikes (tests/portable/run.py). A subshell: the test
+# cluster stays for the next layers.
+portable_edition() (
+    PGC_CLUSTERS=()
+    trap pgc_cleanup EXIT
+    local ext_port="$PGPORT" sql inst="$PGC_WORK/inst-portable-$PGC_PG_MAJOR"
+    sql=$(python3 scripts/portable --out "$PGC_WORK/portable" | head -1) || return 1
+    chmod -R a+rX "$PGC_WORK/portable"
+    [ -x "$inst$PGC_PG_LIB/bin/postgres" ] || pgc_copy_installation "$inst"
+    rm -f "$inst$PGC_PG_SHARE"/extension/pg_claim* "$inst$PGC_PG_PKGLIB"/pg_claim.so
+    chmod -R a+rX "$inst"
+    PGC_BIN="$inst$PGC_PG_LIB/bin"
+    pgc_cluster_start "portable-$PGC_PG_MAJOR" 2>/dev/null
+    PGC_EXT_PORT="$ext_port" PGC_PORTABLE_SQL="$sql" python3 tests/portable/run.py "$@"
+)
+
 # The demo end to end on a smaller table: workers, standbys, a killed worker,
 # the takeover and the exactly-once check of the processing log (it exits
 # non-zero when any item was processed twice or not at all).

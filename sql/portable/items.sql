@@ -101,7 +101,6 @@ BEGIN
         END IF;
     END LOOP;
 END $$;
-REVOKE ALL ON FUNCTION @extschema@.pg_claim_items_parts(oid, integer, text, text, text, text, text) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.my_items_query(
     rel oid, slot integer, n integer,

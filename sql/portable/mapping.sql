@@ -46,11 +46,11 @@ RETURN @extschema@.crc32(pg_catalog.convert_to(key, 'UTF8'));
 CREATE FUNCTION @extschema@.slot_of(key smallint, n integer) RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN CASE WHEN n OPERATOR(pg_catalog.<) 1 THEN @extschema@.pg_claim_bad_n(n)
-            ELSE ((key::integer OPERATOR(pg_catalog.%) n) OPERATOR(pg_catalog.+) n) OPERATOR(pg_catalog.%) n END;
+            ELSE (((key::bigint OPERATOR(pg_catalog.%) n) OPERATOR(pg_catalog.+) n) OPERATOR(pg_catalog.%) n)::integer END;
 CREATE FUNCTION @extschema@.slot_of(key integer, n integer) RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN CASE WHEN n OPERATOR(pg_catalog.<) 1 THEN @extschema@.pg_claim_bad_n(n)
-            ELSE ((key::bigint OPERATOR(pg_catalog.%) n) OPERATOR(pg_catalog.+) n) OPERATOR(pg_catalog.%) n END;
+            ELSE (((key::bigint OPERATOR(pg_catalog.%) n) OPERATOR(pg_catalog.+) n) OPERATOR(pg_catalog.%) n)::integer END;
 CREATE FUNCTION @extschema@.slot_of(key bigint, n integer) RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN CASE WHEN n OPERATOR(pg_catalog.<) 1 THEN @extschema@.pg_claim_bad_n(n)
@@ -114,6 +114,26 @@ COMMENT ON FUNCTION @extschema@.jump_slot(text, integer) IS 'jump consistent has
 COMMENT ON FUNCTION @extschema@.jump_slot(bytea, integer) IS 'jump consistent hash of crc32 of the bytes into 0 .. n-1';
 COMMENT ON FUNCTION @extschema@.jump_slot(uuid, integer) IS 'jump consistent hash of crc32 of the uuid''s text form into 0 .. n-1';
 
+-- pg_hash_slot's hash of a bytea key (see there): the bytes hashed as a
+-- text, when they are one; 0A000 otherwise.
+CREATE FUNCTION @extschema@.pg_claim_hash_bytea(key bytea) RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    t text;
+BEGIN
+    BEGIN
+        t := pg_catalog.convert_from(key, pg_catalog.getdatabaseencoding());
+    EXCEPTION WHEN character_not_in_repertoire OR untranslatable_character THEN
+        t := NULL;
+    END;
+    IF t IS NULL THEN
+        RAISE EXCEPTION 'pg_hash_slot of a bytea key that is not text in the database encoding needs the pg_claim extension'
+            USING ERRCODE = '0A000',
+            HINT = 'The portable edition hashes a bytea key as PARTITION BY HASH does only when its bytes are valid text; use slot_of or jump_slot for binary keys, or install the extension.';
+    END IF;
+    RETURN pg_catalog.hashtextextended(t COLLATE "C", 8816678312871386365);
+END $$;
+
 -- pg_hash_slot: the remainder PARTITION BY HASH (key) with MODULUS n routes
 -- key to: the extended hash function (support function 2) of the key type's
 -- default hash operator class, seeded with the partition seed, combined
@@ -140,6 +160,13 @@ BEGIN
         h := pg_catalog.hashtextextended(key, 8816678312871386365);
     ELSIF t = 'uuid'::regtype THEN
         h := pg_catalog.uuid_hash_extended(key, 8816678312871386365);
+    ELSIF t = 'bytea'::regtype THEN
+        -- bytea's hash (hashvarlenaextended) takes an internal argument, which
+        -- SQL cannot pass; it hashes the bytes as hashtextextended hashes a
+        -- text's bytes under a deterministic collation, so a key whose bytes
+        -- are text (valid in the database encoding, no zero byte) hashes as
+        -- that text; any other bytea needs the extension
+        h := @extschema@.pg_claim_hash_bytea(key);
     ELSE
         -- a domain hashes as its base type
         SELECT coalesce(nullif(ty.typbasetype, 0), ty.oid) INTO base FROM pg_catalog.pg_type ty WHERE ty.oid = t;
