@@ -192,8 +192,9 @@ security() {
 # copy of the PostgreSQL installation without pg_claim's files; its mappings
 # compared with the extension's on the test cluster, its claims, leases,
 # failures, my_items and notify_slot against real sessions, other roles and
-# planted look-alikes (tests/portable/run.py). A subshell: the test
-# cluster stays for the next layers.
+# planted look-alikes (tests/portable/run.py); then the pg_regress tests that
+# apply to it (tests/portable/regress.py). Test names: none. A subshell: the
+# test cluster stays for the next layers.
 portable_edition() (
     PGC_CLUSTERS=()
     trap pgc_cleanup EXIT
@@ -205,7 +206,10 @@ portable_edition() (
     chmod -R a+rX "$inst"
     PGC_BIN="$inst$PGC_PG_LIB/bin"
     pgc_cluster_start "portable-$PGC_PG_MAJOR" 2>/dev/null
-    PGC_EXT_PORT="$ext_port" PGC_PORTABLE_SQL="$sql" python3 tests/portable/run.py "$@"
+    PGC_EXT_PORT="$ext_port" PGC_PORTABLE_SQL="$sql" python3 tests/portable/run.py "$@" || return 1
+    # the pg_regress tests that apply (tests/portable/regress.txt)
+    python3 tests/portable/regress.py "$PGC_PGXS/src/test/regress/pg_regress" "$PGC_BIN" \
+        "$PGC_WORK/portable-regress-$PGC_PG_MAJOR" "$sql"
 )
 
 # The demo end to end on a smaller table: workers, standbys, a killed worker,

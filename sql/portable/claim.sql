@@ -191,8 +191,20 @@ DECLARE
     attempt integer := 0;
     ms float8;
 BEGIN
+    -- a claiming session notices a dead client while busy, for the rest of
+    -- the session (as the extension does)
+    IF pg_catalog.current_setting('client_connection_check_interval') = '0' THEN
+        PERFORM pg_catalog.set_config('client_connection_check_interval', '1s', false);
+    END IF;
     SELECT * INTO cur FROM @extschema@.pg_claim_current(key1);
     IF cur.slot IS NOT NULL THEN
+        SELECT r.name INTO other FROM @extschema@.pg_claim_names r WHERE r.key = key1;
+        IF FOUND AND other.name IS DISTINCT FROM name THEN
+            RAISE EXCEPTION 'name "%" has the same lock key (crc32 %) as name "%", which is already in use in this database (this session holds its slot %)',
+                name, key1::bigint & 4294967295, other.name, cur.slot
+                USING ERRCODE = '42710',
+                HINT = 'Names are keyed by their crc32, and two names with one key would share slots. Choose another name (for example append a suffix), such that crc32(new name) differs.';
+        END IF;
         IF cur.n <> n THEN
             RAISE EXCEPTION 'n = % does not match n = % of slot % of "%", which this session holds', n, cur.n, cur.slot, name
                 USING ERRCODE = '55000',

@@ -7,13 +7,32 @@
 -- security apply exactly as to the caller's own SELECT. The extension's
 -- one-time NOTICE about a missing index is not given (docs/portable.md).
 
+-- A type as the extension writes it into a query: qualified, but for the
+-- types with SQL names of their own (integer, numeric(10,2), ...).
+CREATE FUNCTION @extschema@.pg_claim_type_text(t oid, typmod integer) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE SET search_path = '' AS $$
+    SELECT CASE WHEN ty.typnamespace = 'pg_catalog'::pg_catalog.regnamespace
+                     AND CASE WHEN ty.typcategory = 'A' THEN ty.typelem ELSE ty.oid END NOT IN (
+                         'bit'::pg_catalog.regtype, 'boolean'::pg_catalog.regtype, 'character'::pg_catalog.regtype,
+                         'real'::pg_catalog.regtype, 'double precision'::pg_catalog.regtype,
+                         'smallint'::pg_catalog.regtype, 'integer'::pg_catalog.regtype, 'bigint'::pg_catalog.regtype,
+                         'numeric'::pg_catalog.regtype, 'interval'::pg_catalog.regtype,
+                         'time without time zone'::pg_catalog.regtype, 'time with time zone'::pg_catalog.regtype,
+                         'timestamp without time zone'::pg_catalog.regtype, 'timestamp with time zone'::pg_catalog.regtype,
+                         'bit varying'::pg_catalog.regtype, 'character varying'::pg_catalog.regtype)
+                THEN 'pg_catalog.' || pg_catalog.format_type(t, typmod)
+                ELSE pg_catalog.format_type(t, typmod) END
+    FROM pg_catalog.pg_type ty WHERE ty.oid = t
+$$;
+
 -- The parts of a share's query for table relid: the qualified table, the
 -- key column, its type as written, and the mapping expression of the route
 -- (or key) column with n; checks of every name with the extension's errors.
 CREATE FUNCTION @extschema@.pg_claim_items_parts(
     relid oid, n integer, key text, method text, route text, pending text, what text,
     OUT tbl text, OUT keycol text, OUT keytype text, OUT mapexpr text, OUT pendexpr text)
-LANGUAGE plpgsql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+-- an empty search_path: the types written into the query come out qualified
+LANGUAGE plpgsql STABLE PARALLEL SAFE SET search_path = '' AS $$
 DECLARE
     cols text;
     pk int2[];
@@ -26,6 +45,11 @@ BEGIN
     SELECT pg_catalog.format('%I.%I', ns.nspname, c.relname) INTO tbl
     FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace ns ON ns.oid = c.relnamespace
     WHERE c.oid = relid;
+    -- the caller's privileges, before anything else is read
+    IF NOT pg_catalog.has_any_column_privilege(relid, 'SELECT') THEN
+        RAISE EXCEPTION 'permission denied for table %', tbl USING ERRCODE = '42501',
+            HINT = pg_catalog.format('The function %s reads the table with the caller''s privileges; GRANT SELECT on it to this role.', what);
+    END IF;
     SELECT pg_catalog.string_agg(at.attname::text, ', ' ORDER BY at.attnum) INTO cols
     FROM pg_catalog.pg_attribute at WHERE at.attrelid = relid AND at.attnum > 0 AND NOT at.attisdropped;
     IF method IS NULL OR method NOT IN ('auto', 'crc32', 'jump', 'pg_hash') THEN
@@ -36,7 +60,9 @@ BEGIN
         SELECT ARRAY(SELECT pg_catalog.unnest(i.indkey::int2[])) INTO pk FROM pg_catalog.pg_index i WHERE i.indrelid = relid AND i.indisprimary;
         IF NOT FOUND THEN
             RAISE EXCEPTION '% has no primary key to use as the key', tbl USING ERRCODE = '42P10',
-                HINT = pg_catalog.format('Name the key column: %s(..., key => ''column_name'').', what);
+                HINT = CASE WHEN what = 'my_items'
+                            THEN 'Name the key column: my_items(..., key => ''column_name''); paging with after needs it unique and not null.'
+                            ELSE pg_catalog.format('Name the key column: %s(..., key => ''column_name'').', what) END;
         END IF;
         IF pg_catalog.cardinality(pk) <> 1 THEN
             RAISE EXCEPTION 'the primary key of % has % columns (%), so there is no single key column', tbl,
@@ -45,7 +71,9 @@ BEGIN
                  FROM pg_catalog.unnest(pk) WITH ORDINALITY u(num, o)
                  JOIN pg_catalog.pg_attribute at ON at.attrelid = relid AND at.attnum = u.num)
                 USING ERRCODE = '42P10',
-                HINT = pg_catalog.format('Name the key column: %s(..., key => ''column_name'').', what);
+                HINT = CASE WHEN what = 'my_items'
+                            THEN 'Name the key column: my_items(..., key => ''column_name''); paging with after needs it unique and not null.'
+                            ELSE pg_catalog.format('Name the key column: %s(..., key => ''column_name'').', what) END;
         END IF;
         SELECT at.attname INTO key FROM pg_catalog.pg_attribute at WHERE at.attrelid = relid AND at.attnum = pk[1];
     END IF;
@@ -58,9 +86,15 @@ BEGIN
             RAISE EXCEPTION 'column "%" of % does not exist', a.col, tbl USING ERRCODE = '42703',
                 HINT = pg_catalog.format('%s takes column names as stored (case-sensitive, without quotes); %s has: %s', a.role, tbl, cols);
         END IF;
+        IF NOT pg_catalog.has_column_privilege(relid, a.col, 'SELECT') THEN
+            RAISE EXCEPTION 'permission denied for column % of table %', a.col, tbl USING ERRCODE = '42501',
+                HINT = CASE WHEN a.role = 'key'
+                            THEN pg_catalog.format('The share is selected by its key: GRANT SELECT (%s) ON %s to this role.', pg_catalog.quote_ident(a.col), tbl)
+                            ELSE pg_catalog.format('The %s column is read to select the share: GRANT SELECT (%s) ON %s to this role.', a.role, pg_catalog.quote_ident(a.col), tbl) END;
+        END IF;
         IF a.role = 'key' THEN
             keycol := pg_catalog.quote_ident(a.col);
-            keytype := pg_catalog.format_type(r.atttypid, r.atttypmod);
+            keytype := @extschema@.pg_claim_type_text(r.atttypid, r.atttypmod);
         ELSIF a.role = 'route' THEN
             base := r.atttypid;
             WHILE (SELECT t.typtype FROM pg_catalog.pg_type t WHERE t.oid = base) = 'd' LOOP
@@ -80,10 +114,14 @@ BEGIN
                     CASE WHEN route IS NULL THEN 'key' ELSE 'route' END, pg_catalog.quote_ident(a.col),
                     pg_catalog.format_type(r.atttypid, NULL)
                     USING ERRCODE = '42804',
-                    HINT = 'Use method => ''pg_hash'', which maps every type with a hash operator class, or a column of type smallint, integer, bigint, text, varchar, char, bytea or uuid.';
+                    HINT = 'The only method ''pg_hash'' maps keys of this type; slot_of and jump_slot take smallint, integer, bigint, text, bytea and uuid; use method => ''pg_hash'', or key => a column of a supported type.';
+            END IF;
+            IF base = 'character'::regtype AND method IN ('auto', 'crc32', 'jump') THEN
+                -- char(n): its text form, without the padding (as the extension)
+                arg := '(' || arg || ')::pg_catalog.text';
             END IF;
             IF method = 'crc32' AND base IN ('smallint'::regtype, 'integer'::regtype, 'bigint'::regtype) THEN
-                arg := arg || '::pg_catalog.text';
+                arg := '(' || arg || ')::pg_catalog.text';
             END IF;
             mapexpr := pg_catalog.format('@extschema@.%s(%s, %s)', fn, arg, n);
         ELSE
@@ -108,7 +146,7 @@ CREATE FUNCTION @extschema@.my_items_query(
     after text DEFAULT NULL, batch integer DEFAULT NULL, columns text[] DEFAULT NULL,
     route text DEFAULT NULL, pending text DEFAULT NULL)
 RETURNS text
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql STABLE SET search_path = '' AS $$
 DECLARE
     t record;
     relid oid;
@@ -119,7 +157,7 @@ DECLARE
 BEGIN
     IF slot IS NULL OR n IS NULL THEN
         RAISE EXCEPTION '% must not be null', CASE WHEN slot IS NULL THEN 'slot' ELSE 'n' END USING ERRCODE = '22004',
-            HINT = 'Pass this worker''s slot and the number of slots, e.g. my_items(NULL::items, my_slot(''mailer''), 8).';
+            HINT = 'The slot is this worker''s slot (0 .. n-1) and n the number of slots.';
     END IF;
     IF n < 1 THEN
         RAISE EXCEPTION 'n must be at least 1, got %', n USING ERRCODE = '22023',
@@ -127,11 +165,11 @@ BEGIN
     END IF;
     IF slot < 0 OR slot >= n THEN
         RAISE EXCEPTION 'slot must be between 0 and % (n = %), got %', n - 1, n, slot USING ERRCODE = '22023',
-            HINT = 'Pass a slot this worker holds, e.g. my_slot(name).';
+            HINT = 'Slots are numbered 0 .. n-1: pass the slot claim_slot returned.';
     END IF;
     IF batch < 1 THEN
         RAISE EXCEPTION 'batch must be at least 1, got %', batch USING ERRCODE = '22023',
-            HINT = 'batch is the most rows one call returns; leave it out (NULL) for every row of the slot.';
+            HINT = 'The batch is the most rows one call returns; leave it NULL for the whole share.';
     END IF;
     SELECT ty.typrelid, ty.typtype INTO t FROM pg_catalog.pg_type ty WHERE ty.oid = rel;
     IF NOT FOUND THEN
@@ -144,30 +182,48 @@ BEGIN
     END IF;
     relid := t.typrelid;
     IF (SELECT cl.relkind FROM pg_catalog.pg_class cl WHERE cl.oid = relid) NOT IN ('r', 'p', 'm', 'f') THEN
-        RAISE EXCEPTION 'my_items needs a table, but % is a %', relid::regclass,
+        RAISE EXCEPTION 'my_items needs a table, but % is a %',
+            (SELECT pg_catalog.format('%I.%I', ns.nspname, cl.relname) FROM pg_catalog.pg_class cl
+             JOIN pg_catalog.pg_namespace ns ON ns.oid = cl.relnamespace WHERE cl.oid = relid),
             CASE (SELECT cl.relkind FROM pg_catalog.pg_class cl WHERE cl.oid = relid)
                  WHEN 'v' THEN 'view' WHEN 'c' THEN 'composite type' ELSE 'relation of another kind' END
             USING ERRCODE = '42809',
-            HINT = 'my_items reads tables, partitioned tables, materialized views and foreign tables; read a view with WHERE slot_of(key, n) = slot.';
+            HINT = 'The function my_items reads tables, partitioned tables, materialized views and foreign tables; for a view, filter it yourself: WHERE slot_of(key, n) = slot.';
     END IF;
     SELECT * INTO p FROM @extschema@.pg_claim_items_parts(relid, n, key, method, route, pending, 'my_items');
     IF columns IS NOT NULL THEN
         IF pg_catalog.array_position(columns, NULL) IS NOT NULL THEN
             RAISE EXCEPTION 'columns must not contain null' USING ERRCODE = '22004',
-                HINT = 'Pass the names of the columns to read, e.g. columns => ARRAY[''id'', ''email''].';
+                HINT = 'Name the columns to read, e.g. columns => ARRAY[''id'', ''email''].';
         END IF;
         FOREACH c IN ARRAY columns LOOP
             IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute at WHERE at.attrelid = relid AND at.attname = c
                            AND at.attnum > 0 AND NOT at.attisdropped) THEN
                 RAISE EXCEPTION 'column "%" of % does not exist', c, p.tbl USING ERRCODE = '42703',
-                    HINT = 'columns takes column names as stored (case-sensitive, without quotes).';
+                    HINT = pg_catalog.format('columns takes column names as stored (case-sensitive, without quotes); %s has: %s', p.tbl,
+                        (SELECT pg_catalog.string_agg(at.attname::text, ', ' ORDER BY at.attnum) FROM pg_catalog.pg_attribute at
+                         WHERE at.attrelid = relid AND at.attnum > 0 AND NOT at.attisdropped));
+            END IF;
+            IF NOT pg_catalog.has_column_privilege(relid, c, 'SELECT') THEN
+                RAISE EXCEPTION 'permission denied for column % of table %', c, p.tbl USING ERRCODE = '42501',
+                    HINT = pg_catalog.format('Leave %s out of columns, or GRANT SELECT (%s) ON %s to this role.', c, pg_catalog.quote_ident(c), p.tbl);
             END IF;
         END LOOP;
         SELECT pg_catalog.string_agg(CASE WHEN at.attname = ANY (columns) OR pg_catalog.quote_ident(at.attname) = p.keycol
                                           THEN pg_catalog.quote_ident(at.attname)
-                                          ELSE pg_catalog.format('NULL::%s AS %I', pg_catalog.format_type(at.atttypid, at.atttypmod), at.attname) END,
+                                          ELSE pg_catalog.format('NULL::%s AS %I', @extschema@.pg_claim_type_text(at.atttypid, at.atttypmod), at.attname) END,
                                      ', ' ORDER BY at.attnum)
         INTO sel FROM pg_catalog.pg_attribute at WHERE at.attrelid = relid AND at.attnum > 0 AND NOT at.attisdropped;
+    END IF;
+    IF columns IS NULL THEN
+        SELECT at.attname INTO c FROM pg_catalog.pg_attribute at
+        WHERE at.attrelid = relid AND at.attnum > 0 AND NOT at.attisdropped
+          AND NOT pg_catalog.has_column_privilege(relid, at.attnum, 'SELECT')
+        ORDER BY at.attnum LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'permission denied for column % of table %', c, p.tbl USING ERRCODE = '42501',
+                HINT = 'This role may read only some columns: name them, my_items(..., columns => ARRAY[''id'', ''email'']); the others come back NULL.';
+        END IF;
     END IF;
     q := pg_catalog.format('SELECT %s FROM %s WHERE %s OPERATOR(pg_catalog.=) $1', sel, p.tbl, p.mapexpr);
     IF p.pendexpr IS NOT NULL THEN
@@ -177,7 +233,10 @@ BEGIN
         q := q || pg_catalog.format(' AND %s OPERATOR(pg_catalog.>) $3::%s', p.keycol, p.keytype);
     END IF;
     IF after IS NOT NULL OR batch IS NOT NULL THEN
-        q := q || pg_catalog.format(' ORDER BY %s LIMIT $4', p.keycol);
+        q := q || pg_catalog.format(' ORDER BY %s', p.keycol);
+    END IF;
+    IF batch IS NOT NULL THEN
+        q := q || ' LIMIT $4';
     END IF;
     RETURN q;
 END $$;
@@ -198,9 +257,18 @@ BEGIN
         RAISE EXCEPTION 'n must be at least 1, got %', n USING ERRCODE = '22023',
             HINT = 'The argument n is the number of slots the keys are split into: pass the worker count (1 or more).';
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class cl WHERE cl.oid = rel AND cl.relkind IN ('r', 'p', 'm', 'f')) THEN
-        RAISE EXCEPTION 'slot_counts needs a table, but % is not one', rel::regclass USING ERRCODE = '42809',
-            HINT = 'Pass a table, partitioned table, materialized view or foreign table.';
+    IF n > 1048576 THEN
+        RAISE EXCEPTION 'n must be at most 1048576 for slot_counts, got %', n USING ERRCODE = '22023',
+            HINT = 'The function slot_counts lists every slot 0 .. n-1; for more slots, count the non-empty ones yourself: SELECT slot_of(key, n), count(*) FROM tbl GROUP BY 1.';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class cl WHERE cl.oid = rel AND cl.relkind IN ('r', 'p', 'm', 'f', 'v')) THEN
+        RAISE EXCEPTION 'slot_counts needs a table, but % is a %',
+            (SELECT pg_catalog.format('%I.%I', ns.nspname, cl.relname) FROM pg_catalog.pg_class cl
+             JOIN pg_catalog.pg_namespace ns ON ns.oid = cl.relnamespace WHERE cl.oid = rel),
+            CASE (SELECT cl.relkind FROM pg_catalog.pg_class cl WHERE cl.oid = rel)
+                 WHEN 'v' THEN 'view' WHEN 'c' THEN 'composite type' ELSE 'relation of another kind' END
+            USING ERRCODE = '42809',
+            HINT = 'The function slot_counts reads tables, partitioned tables, materialized views and foreign tables; for a view, filter it yourself: WHERE slot_of(key, n) = slot.';
     END IF;
     SELECT * INTO p FROM @extschema@.pg_claim_items_parts(rel, n, key, method, route, NULL, 'slot_counts');
     RETURN pg_catalog.format(

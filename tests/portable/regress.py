@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""The pg_regress tests of tests/pg_regress that apply to the portable edition
+(tests/portable/regress.txt), run unchanged against it through pg_regress:
+
+    tests/portable/regress.py PG_REGRESS BINDIR WORKDIR PORTABLE_SQL [TEST...]
+
+Each test and its expected output are copied into WORKDIR with two changes
+made to both alike: the test's own CREATE EXTENSION becomes a comment (the
+set-up test 0_setup installs the portable file instead, as the superuser
+pg_regress connects as), and psql is told not to print the CONTEXT lines of
+errors (\\set SHOW_CONTEXT never): PL/pgSQL adds them where the extension's C
+functions have none (docs/portable.md). Everything else must be identical.
+PGHOST and PGPORT name the portable server.
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SRC = os.path.join(ROOT, "tests", "pg_regress")
+
+
+def selected():
+    with open(os.path.join(ROOT, "tests", "portable", "regress.txt"), encoding="utf-8") as f:
+        return [l.split("#")[0].strip() for l in f if l.split("#")[0].strip()]
+
+
+def copy(name, work, portable_sql):
+    for kind, ext in (("sql", ".sql"), ("expected", ".out")):
+        with open(os.path.join(SRC, kind, name + ext), encoding="utf-8") as f:
+            text = f.read()
+        text = text.replace("CREATE EXTENSION IF NOT EXISTS pg_claim;\n",
+                            "-- (the portable edition, installed by 0_setup)\n")
+        if name == "0_setup":
+            text = text.replace("-- (the portable edition, installed by 0_setup)\n",
+                                "\\set ECHO none\n" + (f"\\i {portable_sql}\n\\set ECHO all\n" if kind == "sql" else ""))
+        text = "\\set SHOW_CONTEXT never\n" + text
+        with open(os.path.join(work, kind, name + ext), "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+def main():
+    pg_regress, bindir, work, portable_sql, *tests = sys.argv[1:]
+    tests = tests or selected()
+    if "0_setup" not in tests:
+        tests.insert(0, "0_setup")
+    shutil.rmtree(work, ignore_errors=True)
+    for d in ("sql", "expected", "out"):
+        os.makedirs(os.path.join(work, d))
+    for t in tests:
+        copy(t, work, portable_sql)
+    os.system(f"chmod -R a+rwX {work}")
+    r = subprocess.run([pg_regress, f"--bindir={bindir}", f"--host={os.environ['PGHOST']}",
+                        f"--port={os.environ['PGPORT']}", "--user=postgres", f"--inputdir={work}",
+                        f"--outputdir={os.path.join(work, 'out')}", "--dbname=pg_claim_portable_regress"] + tests)
+    if r.returncode != 0:
+        with open(os.path.join(work, "out", "regression.diffs"), encoding="utf-8") as f:
+            sys.stderr.write(f.read())
+    return r.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
