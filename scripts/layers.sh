@@ -199,7 +199,7 @@ portable_edition() (
     PGC_CLUSTERS=()
     trap pgc_cleanup EXIT
     local ext_port="$PGPORT" sql inst="$PGC_WORK/inst-portable-$PGC_PG_MAJOR"
-    sql=$(python3 scripts/portable --out "$PGC_WORK/portable" | head -1) || return 1
+    sql=$(python3 scripts/portable --out "$PGC_WORK/portable" | sed -n 1p) || return 1
     chmod -R a+rX "$PGC_WORK/portable"
     [ -x "$inst$PGC_PG_LIB/bin/postgres" ] || pgc_copy_installation "$inst"
     rm -f "$inst$PGC_PG_SHARE"/extension/pg_claim* "$inst$PGC_PG_PKGLIB"/pg_claim.so
