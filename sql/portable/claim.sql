@@ -10,7 +10,7 @@
 -- The extension keeps what a session holds in the backend's memory; here it
 -- is read from the session's own rows of pg_locks, and the session's own
 -- slot among several (claim_slots) from a session setting
--- (pg_claim.slot_<crc32>). The functions are SECURITY DEFINER with a fixed
+-- (pg_claim_portable.slot_<crc32>). The functions are SECURITY DEFINER with a fixed
 -- search_path: they call the internal pg_claim_register_name and
 -- pg_claim_leased, which no role may EXECUTE; advisory locks belong to the
 -- session whoever runs the function.
@@ -46,7 +46,7 @@ BEGIN
         n := NULL;
         RETURN;
     END IF;
-    own := nullif(pg_catalog.current_setting('pg_claim.slot_' || (key1::bigint & 4294967295), true), '')::integer;
+    own := nullif(pg_catalog.current_setting('pg_claim_portable.slot_' || (key1::bigint & 4294967295), true), '')::integer;
     IF own IS NULL OR NOT own = ANY (slots) THEN
         own := slots[1];
     END IF;
@@ -292,7 +292,7 @@ BEGIN
             USING ERRCODE = '55000',
             HINT = 'Use one mode per name: claim_slot (and my_token), or claim_lease. Let the leases of the name expire or release them (SELECT * FROM lease_holders(name)), or use another name.';
     END IF;
-    PERFORM pg_catalog.set_config('pg_claim.slot_' || (key1::bigint & 4294967295), got::text, false);
+    PERFORM pg_catalog.set_config('pg_claim_portable.slot_' || (key1::bigint & 4294967295), got::text, false);
     RETURN got;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_claim(text, integer, bigint) FROM PUBLIC;
