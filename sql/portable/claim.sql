@@ -31,7 +31,8 @@ REVOKE ALL ON FUNCTION @extschema@.pg_claim_own_locks(integer) FROM PUBLIC;
 
 -- This session's claim of key1: its own slot, n and extra slots (NULL slot:
 -- none; a claim whose locks were released behind its back is gone).
-CREATE FUNCTION @extschema@.pg_claim_current(key1 integer, OUT slot integer, OUT n integer, OUT extra integer[])
+CREATE FUNCTION @extschema@.pg_claim_current(key1 integer, OUT slot integer, OUT n integer, OUT extra integer[],
+                                             OUT held integer[])
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     slots integer[];
@@ -42,6 +43,7 @@ BEGIN
                                                           AND o.key2 <= 268435456 + 1048576)
     INTO slots, n
     FROM @extschema@.pg_claim_own_locks(key1) o;
+    held := coalesce(slots, '{}');
     IF n IS NULL OR slots IS NULL THEN
         n := NULL;
         RETURN;
@@ -55,20 +57,20 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_current(integer) FROM PUBLIC;
 
--- Unlock every hold this session has of (key1, key2) in mode exclusive or share.
+-- Unlock (key1, key2) in mode exclusive or share if this session holds it
+-- (each lock of a claim is taken once).
 CREATE FUNCTION @extschema@.pg_claim_unlock(key1 integer, key2 integer, exclusive boolean)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    FOR i IN 1 .. 64 LOOP
-        EXIT WHEN NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_own_locks(key1) o
-                              WHERE o.key2 = pg_claim_unlock.key2 AND o.exclusive = pg_claim_unlock.exclusive);
+    IF EXISTS (SELECT 1 FROM @extschema@.pg_claim_own_locks(key1) o
+               WHERE o.key2 = pg_claim_unlock.key2 AND o.exclusive = pg_claim_unlock.exclusive) THEN
         IF exclusive THEN
             PERFORM pg_catalog.pg_advisory_unlock(key1, key2);
         ELSE
             PERFORM pg_catalog.pg_advisory_unlock_shared(key1, key2);
         END IF;
-    END LOOP;
+    END IF;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_unlock(integer, integer, boolean) FROM PUBLIC;
 
@@ -90,12 +92,21 @@ REVOKE ALL ON FUNCTION @extschema@.pg_claim_held_by_others(integer, integer) FRO
 CREATE FUNCTION @extschema@.pg_claim_leave(key1 integer, n integer)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    shared_ integer[];
 BEGIN
-    PERFORM @extschema@.pg_claim_unlock(key1, 269484035, false);
-    IF n IS NOT NULL THEN
-        PERFORM @extschema@.pg_claim_unlock(key1, 268435456 + n, false);
+    -- one read of the lock table; each of these locks is taken once
+    SELECT coalesce(pg_catalog.array_agg(o.key2), '{}') INTO shared_
+    FROM @extschema@.pg_claim_own_locks(key1) o WHERE NOT o.exclusive;
+    IF 269484035 = ANY (shared_) THEN
+        PERFORM pg_catalog.pg_advisory_unlock_shared(key1, 269484035);
     END IF;
-    PERFORM @extschema@.pg_claim_unlock(key1, 268435456, false);
+    IF n IS NOT NULL AND 268435456 + n = ANY (shared_) THEN
+        PERFORM pg_catalog.pg_advisory_unlock_shared(key1, 268435456 + n);
+    END IF;
+    IF 268435456 = ANY (shared_) THEN
+        PERFORM pg_catalog.pg_advisory_unlock_shared(key1, 268435456);
+    END IF;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_leave(integer, integer) FROM PUBLIC;
 
@@ -134,19 +145,16 @@ REVOKE ALL ON FUNCTION @extschema@.pg_claim_claim_check(text, integer, interval,
 -- Try free slots of key1 in 0 .. n-1, lowest first, taking at most want of
 -- them: the first 64 by conditional lock attempts, past those the free
 -- slots the lock table shows.
-CREATE FUNCTION @extschema@.pg_claim_take_free(key1 integer, n integer, want integer)
+CREATE FUNCTION @extschema@.pg_claim_take_free(key1 integer, n integer, want integer, mine integer[])
 RETURNS integer[]
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    mine integer[];
     got integer[] := '{}';
     s integer;
 BEGIN
     IF want < 1 THEN
         RETURN got;
     END IF;
-    SELECT coalesce(pg_catalog.array_agg(o.key2), '{}') INTO mine
-    FROM @extschema@.pg_claim_own_locks(key1) o WHERE o.key2 < n;
     FOR s IN 0 .. least(n, 64) - 1 LOOP
         IF NOT s = ANY (mine) AND pg_catalog.pg_try_advisory_lock(key1, s) THEN
             got := got || s;
@@ -166,14 +174,14 @@ BEGIN
                                                    WHERE d.datname = pg_catalog.current_database())
                                  AND l.objid = g::oid)
              ORDER BY g LOOP
-        IF pg_catalog.pg_try_advisory_lock(key1, s) THEN
+        IF NOT s = ANY (mine) AND pg_catalog.pg_try_advisory_lock(key1, s) THEN
             got := got || s;
             EXIT WHEN pg_catalog.cardinality(got) >= want;
         END IF;
     END LOOP;
     RETURN got;
 END $$;
-REVOKE ALL ON FUNCTION @extschema@.pg_claim_take_free(integer, integer, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_take_free(integer, integer, integer, integer[]) FROM PUBLIC;
 
 -- The claim itself (docs/claiming.md, "How a claim works"): wait_us NULL is
 -- a single attempt. The session's own slot, or NULL when none is free.
@@ -190,6 +198,7 @@ DECLARE
     deadline timestamptz;
     attempt integer := 0;
     ms float8;
+    waiting boolean := false;
 BEGIN
     -- a claiming session notices a dead client while busy, for the rest of
     -- the session (as the extension does)
@@ -264,10 +273,10 @@ BEGIN
     END IF;
     BEGIN
         LOOP
-            got := (@extschema@.pg_claim_take_free(key1, n, 1))[1];
+            got := (@extschema@.pg_claim_take_free(key1, n, 1, cur.held))[1];
             EXIT WHEN got IS NOT NULL OR wait_us IS NULL OR pg_catalog.clock_timestamp() >= deadline;
-            IF NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_own_locks(key1) o WHERE o.key2 = 269484035) THEN
-                PERFORM pg_catalog.pg_try_advisory_lock_shared(key1, 269484035);
+            IF NOT waiting THEN
+                waiting := pg_catalog.pg_try_advisory_lock_shared(key1, 269484035);
             END IF;
             ms := least(5 * 2 ^ least(attempt, 5), 100,
                                    greatest(extract(epoch FROM deadline - pg_catalog.clock_timestamp()) * 1000, 1));
@@ -278,7 +287,9 @@ BEGIN
         PERFORM @extschema@.pg_claim_leave(key1, n);
         RAISE;
     END;
-    PERFORM @extschema@.pg_claim_unlock(key1, 269484035, false);
+    IF waiting THEN
+        PERFORM pg_catalog.pg_advisory_unlock_shared(key1, 269484035);
+    END IF;
     IF got IS NULL THEN
         PERFORM @extschema@.pg_claim_leave(key1, n);
         RETURN NULL;
@@ -286,7 +297,7 @@ BEGIN
     -- one slot, one holder, whatever the mode: a live lease of the name
     -- refuses the claim
     IF @extschema@.pg_claim_leased(name) THEN
-        PERFORM @extschema@.pg_claim_unlock(key1, got, true);
+        PERFORM pg_catalog.pg_advisory_unlock(key1, got);
         PERFORM @extschema@.pg_claim_leave(key1, n);
         RAISE EXCEPTION 'name "%" is leased with claim_lease; it cannot also be claimed with claim_slot', name
             USING ERRCODE = '55000',
@@ -364,7 +375,7 @@ BEGIN
         target := least(fair, max);
     END IF;
     IF target > 1 + pg_catalog.cardinality(extra) THEN
-        extra := extra || @extschema@.pg_claim_take_free(key1, n, target - 1 - pg_catalog.cardinality(extra));
+        extra := extra || @extschema@.pg_claim_take_free(key1, n, target - 1 - pg_catalog.cardinality(extra), extra || cur.slot);
     END IF;
     IF 1 + pg_catalog.cardinality(extra) < least(floor_, max) THEN
         IF NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_own_locks(key1) o WHERE o.key2 = 269484035) THEN
@@ -402,7 +413,7 @@ BEGIN
         RETURN false;
     END IF;
     FOREACH s IN ARRAY cur.extra || cur.slot LOOP
-        PERFORM @extschema@.pg_claim_unlock(key1, s, true);
+        PERFORM pg_catalog.pg_advisory_unlock(key1, s);
     END LOOP;
     PERFORM @extschema@.pg_claim_leave(key1, cur.n);
     RETURN true;

@@ -11,10 +11,8 @@
 
 CREATE FUNCTION @extschema@.pg_claim_caller() RETURNS oid
 LANGUAGE sql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT coalesce((SELECT r.oid FROM pg_catalog.pg_roles r
-                     WHERE r.rolname = pg_catalog.current_setting('role')
-                       AND pg_catalog.current_setting('role') <> 'none'),
-                    (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = SESSION_USER))
+    SELECT pg_catalog.quote_ident(CASE WHEN pg_catalog.current_setting('role') = 'none' THEN SESSION_USER::text
+                                       ELSE pg_catalog.current_setting('role') END)::pg_catalog.regrole::oid
 $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_caller() FROM PUBLIC;
 
