@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The pg_regress tests of tests/pg_regress that apply to the portable edition
 (tests/portable/regress.txt), run unchanged against it through pg_regress,
-then every isolation spec of tests/isolation through pg_isolation_regress:
+then the isolation specs of tests/isolation listed in
+tests/portable/isolation.txt through pg_isolation_regress:
 
     tests/portable/regress.py PG_REGRESS BINDIR WORKDIR PORTABLE_SQL [TEST...]
 
@@ -25,8 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SRC = os.path.join(ROOT, "tests", "pg_regress")
 
 
-def selected():
-    with open(os.path.join(ROOT, "tests", "portable", "regress.txt"), encoding="utf-8") as f:
+def selected(name="regress.txt"):
+    with open(os.path.join(ROOT, "tests", "portable", name), encoding="utf-8") as f:
         return [l.split("#")[0].strip() for l in f if l.split("#")[0].strip()]
 
 
@@ -72,7 +73,7 @@ def isolation(pg_regress, server, bindir, work, portable_sql):
     src = os.path.join(ROOT, "tests", "isolation")
     for d in ("specs", "expected", "out"):
         os.makedirs(os.path.join(work, d))
-    specs = sorted(f[:-5] for f in os.listdir(os.path.join(src, "specs")) if f.endswith(".spec"))
+    specs = selected("isolation.txt")
     for t in specs:
         with open(os.path.join(src, "specs", t + ".spec"), encoding="utf-8") as f:
             text = f.read().replace("CREATE EXTENSION IF NOT EXISTS pg_claim;", "SELECT 1;")
