@@ -114,8 +114,81 @@ COMMENT ON FUNCTION @extschema@.jump_slot(text, integer) IS 'jump consistent has
 COMMENT ON FUNCTION @extschema@.jump_slot(bytea, integer) IS 'jump consistent hash of crc32 of the bytes into 0 .. n-1';
 COMMENT ON FUNCTION @extschema@.jump_slot(uuid, integer) IS 'jump consistent hash of crc32 of the uuid''s text form into 0 .. n-1';
 
--- pg_hash_slot's hash of a bytea key (see there): the bytes hashed as a
--- text, when they are one; 0A000 otherwise.
+-- pg_hash_slot's hash of a bytea key: PostgreSQL's hash_bytes_extended (Bob
+-- Jenkins' lookup3, as in src/common/hashfn.c) of the bytes with a 64-bit
+-- seed, which hashvarlenaextended computes for bytea and SQL cannot call (it
+-- takes an internal argument). Bytes that are valid text hash as that text
+-- with hashtextextended, the same function in C under a deterministic
+-- collation; the others go through this PL/pgSQL copy, on unsigned 32-bit
+-- words kept in bigints. The layer portable compares both with the
+-- extension's pg_hash_slot.
+CREATE FUNCTION @extschema@.pg_claim_hash_bytes(key bytea, seed bigint) RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    m constant bigint := 4294967295;
+    len integer := pg_catalog.length(key);
+    rest integer := len;
+    p integer := 0;
+    a bigint;
+    b bigint;
+    c bigint;
+    w integer;
+BEGIN
+    a := (2654435769 + len + 3923095) & m;
+    b := a;
+    c := a;
+    IF seed <> 0 THEN
+        a := (a + ((seed >> 32) & m)) & m;
+        b := (b + (seed & m)) & m;
+        -- mix(a, b, c)
+        a := (a - c) & m; a := a # (((c << 4) | (c >> 28)) & m); c := (c + b) & m;
+        b := (b - a) & m; b := b # (((a << 6) | (a >> 26)) & m); a := (a + c) & m;
+        c := (c - b) & m; c := c # (((b << 8) | (b >> 24)) & m); b := (b + a) & m;
+        a := (a - c) & m; a := a # (((c << 16) | (c >> 16)) & m); c := (c + b) & m;
+        b := (b - a) & m; b := b # (((a << 19) | (a >> 13)) & m); a := (a + c) & m;
+        c := (c - b) & m; c := c # (((b << 4) | (b >> 28)) & m); b := (b + a) & m;
+    END IF;
+    WHILE rest >= 12 LOOP
+        a := (a + pg_catalog.get_byte(key, p) + (pg_catalog.get_byte(key, p + 1)::bigint << 8)
+                + (pg_catalog.get_byte(key, p + 2)::bigint << 16) + (pg_catalog.get_byte(key, p + 3)::bigint << 24)) & m;
+        b := (b + pg_catalog.get_byte(key, p + 4) + (pg_catalog.get_byte(key, p + 5)::bigint << 8)
+                + (pg_catalog.get_byte(key, p + 6)::bigint << 16) + (pg_catalog.get_byte(key, p + 7)::bigint << 24)) & m;
+        c := (c + pg_catalog.get_byte(key, p + 8) + (pg_catalog.get_byte(key, p + 9)::bigint << 8)
+                + (pg_catalog.get_byte(key, p + 10)::bigint << 16) + (pg_catalog.get_byte(key, p + 11)::bigint << 24)) & m;
+        a := (a - c) & m; a := a # (((c << 4) | (c >> 28)) & m); c := (c + b) & m;
+        b := (b - a) & m; b := b # (((a << 6) | (a >> 26)) & m); a := (a + c) & m;
+        c := (c - b) & m; c := c # (((b << 8) | (b >> 24)) & m); b := (b + a) & m;
+        a := (a - c) & m; a := a # (((c << 16) | (c >> 16)) & m); c := (c + b) & m;
+        b := (b - a) & m; b := b # (((a << 19) | (a >> 13)) & m); a := (a + c) & m;
+        c := (c - b) & m; c := c # (((b << 4) | (b >> 28)) & m); b := (b + a) & m;
+        p := p + 12;
+        rest := rest - 12;
+    END LOOP;
+    -- the last 11 bytes (little-endian words; the lowest byte of c is left
+    -- for the length, which the initial state holds)
+    FOR i IN REVERSE rest - 1 .. 0 LOOP
+        w := pg_catalog.get_byte(key, p + i);
+        IF i >= 8 THEN
+            c := (c + (w::bigint << (8 * (i - 7)))) & m;
+        ELSIF i >= 4 THEN
+            b := (b + (w::bigint << (8 * (i - 4)))) & m;
+        ELSE
+            a := (a + (w::bigint << (8 * i))) & m;
+        END IF;
+    END LOOP;
+    -- final(a, b, c)
+    c := c # b; c := (c - (((b << 14) | (b >> 18)) & m)) & m;
+    a := a # c; a := (a - (((c << 11) | (c >> 21)) & m)) & m;
+    b := b # a; b := (b - (((a << 25) | (a >> 7)) & m)) & m;
+    c := c # b; c := (c - (((b << 16) | (b >> 16)) & m)) & m;
+    a := a # c; a := (a - (((c << 4) | (c >> 28)) & m)) & m;
+    b := b # a; b := (b - (((a << 14) | (a >> 18)) & m)) & m;
+    c := c # b; c := (c - (((b << 24) | (b >> 8)) & m)) & m;
+    -- (b << 32) | c as a signed 64-bit value
+    RETURN (b << 32) | c;
+END $$;
+
+-- pg_hash_slot's hash of a bytea key (above): as text when the bytes are text.
 CREATE FUNCTION @extschema@.pg_claim_hash_bytea(key bytea) RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -124,13 +197,8 @@ BEGIN
     BEGIN
         t := pg_catalog.convert_from(key, pg_catalog.getdatabaseencoding());
     EXCEPTION WHEN character_not_in_repertoire OR untranslatable_character THEN
-        t := NULL;
+        RETURN @extschema@.pg_claim_hash_bytes(key, 8816678312871386365);
     END;
-    IF t IS NULL THEN
-        RAISE EXCEPTION 'pg_hash_slot of a bytea key that is not text in the database encoding needs the pg_claim extension'
-            USING ERRCODE = '0A000',
-            HINT = 'The portable edition hashes a bytea key as PARTITION BY HASH does only when its bytes are valid text; use slot_of or jump_slot for binary keys, or install the extension.';
-    END IF;
     RETURN pg_catalog.hashtextextended(t COLLATE "C", 8816678312871386365);
 END $$;
 
@@ -161,12 +229,18 @@ BEGIN
     ELSIF t = 'uuid'::regtype THEN
         h := pg_catalog.uuid_hash_extended(key, 8816678312871386365);
     ELSIF t = 'bytea'::regtype THEN
-        -- bytea's hash (hashvarlenaextended) takes an internal argument, which
-        -- SQL cannot pass; it hashes the bytes as hashtextextended hashes a
-        -- text's bytes under a deterministic collation, so a key whose bytes
-        -- are text (valid in the database encoding, no zero byte) hashes as
-        -- that text; any other bytea needs the extension
         h := @extschema@.pg_claim_hash_bytea(key);
+    -- types whose hash function takes another type of the same binary form,
+    -- given the key's binary value: date (int4 days since 2000-01-01),
+    -- timestamptz (timestamp, microseconds since 2000 UTC), boolean ("char")
+    ELSIF t = 'date'::regtype THEN
+        h := pg_catalog.hashint4extended(CASE WHEN key = 'infinity'::date THEN 2147483647
+                                              WHEN key = '-infinity'::date THEN -2147483648
+                                              ELSE key - '2000-01-01'::date END, 8816678312871386365);
+    ELSIF t = 'timestamp with time zone'::regtype THEN
+        h := pg_catalog.timestamp_hash_extended(key AT TIME ZONE 'UTC', 8816678312871386365);
+    ELSIF t = 'boolean'::regtype THEN
+        h := pg_catalog.hashcharextended(CASE WHEN key THEN 1 ELSE 0 END::integer::"char", 8816678312871386365);
     ELSE
         -- a domain hashes as its base type
         SELECT coalesce(nullif(ty.typbasetype, 0), ty.oid) INTO base FROM pg_catalog.pg_type ty WHERE ty.oid = t;
@@ -194,11 +268,21 @@ BEGIN
                 USING ERRCODE = '42883',
                 HINT = 'PARTITION BY HASH needs the opclass''s support function 2; cast the key to a type that has one (for example key::text).';
         END IF;
-        -- a polymorphic input type (anyarray, anyenum, ...) takes the key as it is
-        EXECUTE pg_catalog.format('SELECT %s($1%s, $2)', f,
-            CASE WHEN (SELECT ty.typtype FROM pg_catalog.pg_type ty WHERE ty.oid = cls.opcintype) = 'p' THEN ''
-                 ELSE '::' || cls.opcintype::regtype::text END)
-            INTO h USING key, 8816678312871386365::bigint;
+        -- the key cast to the hash function's argument type (a polymorphic
+        -- one, anyarray, anyenum, ..., takes it as it is); a type whose hash
+        -- function takes another type without a cast from it (its binary
+        -- form, as date above) needs the extension
+        BEGIN
+            EXECUTE pg_catalog.format('SELECT %s($1%s, $2)', f,
+                (SELECT CASE WHEN ty.typtype = 'p' THEN '' ELSE '::' || ty.oid::regtype::text END
+                 FROM pg_catalog.pg_proc pr JOIN pg_catalog.pg_type ty ON ty.oid = pr.proargtypes[0]
+                 WHERE pr.oid = f))
+                INTO h USING key, 8816678312871386365::bigint;
+        EXCEPTION WHEN undefined_function OR cannot_coerce THEN
+            RAISE EXCEPTION 'pg_hash_slot of a key of type % needs the pg_claim extension', t
+                USING ERRCODE = '0A000',
+                HINT = pg_catalog.format('The portable edition cannot call %s on a %s; cast the key to a type it maps (for example key::text), or use slot_of or jump_slot.', f, t);
+        END;
     END IF;
     RETURN pg_catalog.mod(pg_catalog.mod(CASE WHEN h < 0 THEN h::numeric + 18446744073709551616 ELSE h::numeric END
                                          + 5305509591434766563, 18446744073709551616), n)::integer;
