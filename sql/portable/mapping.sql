@@ -307,29 +307,39 @@ BEGIN
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_opclass c
                    JOIN pg_catalog.pg_am a ON a.oid = c.opcmethod AND a.amname = 'btree'
-                   WHERE c.opcdefault AND (c.opcintype = pg_catalog.pg_typeof(key)
-                         OR c.opcintype = (SELECT nullif(ty.typbasetype, 0) FROM pg_catalog.pg_type ty WHERE ty.oid = pg_catalog.pg_typeof(key))
-                         OR EXISTS (SELECT 1 FROM pg_catalog.pg_cast k WHERE k.castsource = pg_catalog.pg_typeof(key)
+                   JOIN pg_catalog.pg_type ty ON ty.oid = (SELECT coalesce(nullif(d.typbasetype, 0), d.oid)
+                                                            FROM pg_catalog.pg_type d WHERE d.oid = pg_catalog.pg_typeof(key))
+                   WHERE c.opcdefault AND (c.opcintype = ty.oid
+                         OR EXISTS (SELECT 1 FROM pg_catalog.pg_cast k WHERE k.castsource = ty.oid
                                     AND k.casttarget = c.opcintype AND k.castmethod = 'b')
-                         OR c.opcintype IN ('anyenum'::regtype, 'anyarray'::regtype, 'anyrange'::regtype, 'record'::regtype))) THEN
+                         OR (c.opcintype = 'anyenum'::regtype AND ty.typtype = 'e')
+                         OR (c.opcintype = 'anyarray'::regtype AND ty.typcategory = 'A')
+                         OR (c.opcintype = 'anyrange'::regtype AND ty.typtype = 'r')
+                         OR (c.opcintype = 'anymultirange'::regtype AND ty.typtype = 'm')
+                         OR (c.opcintype = 'record'::regtype AND ty.typtype = 'c'))) THEN
         RAISE EXCEPTION 'type % has no default btree operator class, so range_slot cannot order it', pg_catalog.pg_typeof(key)
             USING ERRCODE = '42883',
             HINT = 'The function range_slot accepts the types PARTITION BY RANGE accepts; cast the key and the bounds to one of them (for example ::text).';
     END IF;
     first_ := coalesce(pg_catalog.array_lower(bounds, 1), 1);
     len := coalesce(pg_catalog.array_length(bounds, 1), 0);
-    FOR i IN first_ .. first_ + len - 1 LOOP
-        IF bounds[i] IS NULL THEN
-            RAISE EXCEPTION 'bounds must not contain NULL, found one at bounds[%]', i USING ERRCODE = '22023',
+    -- the first NULL or out-of-order bound, in one statement (planned once)
+    SELECT u.i INTO mid
+    FROM (SELECT v.i, v.b, pg_catalog.lag(v.b) OVER (ORDER BY v.i) AS prev
+          FROM pg_catalog.unnest(bounds) WITH ORDINALITY AS v(b, i)) u
+    WHERE u.b IS NULL OR (u.i > 1 AND NOT u.prev < u.b)
+    ORDER BY u.i LIMIT 1;
+    IF mid IS NOT NULL THEN
+        mid := first_ + mid - 1;
+        IF bounds[mid] IS NULL THEN
+            RAISE EXCEPTION 'bounds must not contain NULL, found one at bounds[%]', mid USING ERRCODE = '22023',
                 HINT = 'Remove the NULLs, for example with array_remove(bounds, NULL).';
         END IF;
-        IF i > first_ AND NOT bounds[i - 1] < bounds[i] THEN
-            RAISE EXCEPTION 'bounds must be strictly increasing, but bounds[%] = % is not greater than bounds[%] = %',
-                i, pg_catalog.quote_literal(bounds[i]::text), i - 1, pg_catalog.quote_literal(bounds[i - 1]::text)
-                USING ERRCODE = '22023',
-                HINT = 'Sort the bounds and remove duplicates, for example ARRAY(SELECT DISTINCT b FROM unnest(bounds) b ORDER BY b).';
-        END IF;
-    END LOOP;
+        RAISE EXCEPTION 'bounds must be strictly increasing, but bounds[%] = % is not greater than bounds[%] = %',
+            mid, pg_catalog.quote_literal(bounds[mid]::text), mid - 1, pg_catalog.quote_literal(bounds[mid - 1]::text)
+            USING ERRCODE = '22023',
+            HINT = 'Sort the bounds and remove duplicates, for example ARRAY(SELECT DISTINCT b FROM unnest(bounds) b ORDER BY b).';
+    END IF;
     -- the number of bounds <= key
     lo := 0;
     hi := len;
