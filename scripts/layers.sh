@@ -98,6 +98,13 @@ DROP DATABASE pg_claim_package;
 SQL
 }
 
+# The Debian package (scripts/package --deb) installed with apt-get into the
+# system's PostgreSQL, a smoke test and an update from 0.1.0 on a cluster of
+# the system's binaries, then purged (tests/package/deb.sh). Where Debian has
+# no postgresql-N package, the package is built and inspected, and the layer
+# says so and is skipped.
+deb_package() { tests/package/deb.sh --pg "$PGC_PG_MAJOR" "$@"; }
+
 # The sql blocks of README.md and docs/*.md, each file's in order in a
 # database of its own with the fixtures of tests/docs/fixtures.sql; a block
 # marked <!-- not run: REASON --> is skipped and counted. Test names: files.
@@ -105,7 +112,7 @@ docs_examples() { python3 tests/docs/run.py "$@"; }
 
 sessions() {
     PG_CLAIM_TEST_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=postgres" \
-        cargo test -p pg_claim_sessions --release --no-fail-fast -- --test-threads=1 "$@"
+        cargo test -p pg_claim_sessions --profile tools --no-fail-fast -- --test-threads=1 "$@"
 }
 
 # Lease fleets in Python (psycopg 3) and Node.js (pg), 12 clients through a
@@ -176,16 +183,12 @@ hostile() {
         python3 tests/hostile/matrix.py --random 5000
 }
 
-# The installing owner plants look-alikes of every function in every schema
-# it can create in (tests/hostile/plant.py); other roles attack leases, names,
-# grants and tables (tests/security/run.py, each promise of docs/security.md).
-# Test names for run.py: -k WORDS.
-security() {
-    local rc=0
-    python3 tests/hostile/plant.py || rc=1
-    python3 tests/security/run.py "$@" || rc=1
-    return $rc
-}
+# plant: the installing owner plants look-alikes of every function in every
+# schema it can create in (tests/hostile/plant.py). security: other roles
+# attack leases, names, grants and tables (tests/security/run.py, each
+# promise of docs/security.md); test names: -k WORDS.
+plant() { python3 tests/hostile/plant.py "$@"; }
+security() { python3 tests/security/run.py "$@"; }
 
 # The portable edition (docs/portable.md): the file of scripts/portable
 # installed by a database owner that is not a superuser, on a server of a
@@ -216,9 +219,9 @@ portable_edition() (
 # the takeover and the exactly-once check of the processing log (it exits
 # non-zero when any item was processed twice or not at all).
 demo_e2e() {
-    cargo test -p pg_claim_support -p pg_claim_demo -p pg_claim_bench --release &&
-        cargo build --release --quiet -p pg_claim_demo --bin pg_claim_demo &&
-        PGDATABASE=postgres target/release/pg_claim_demo --items 40000 </dev/null
+    cargo test -p pg_claim_support -p pg_claim_demo -p pg_claim_bench --profile tools &&
+        cargo build --profile tools --quiet -p pg_claim_demo --bin pg_claim_demo &&
+        PGDATABASE=postgres target/tools/pg_claim_demo --items 40000 </dev/null
 }
 
 # A fleet that cannot serve every slot (4 workers + 2 standbys, 8 slots): the
@@ -226,7 +229,7 @@ demo_e2e() {
 # which builds it).
 demo_gap() {
     local out
-    if out=$(PGDATABASE=postgres target/release/pg_claim_demo --items 8000 --slots 8 --no-kill </dev/null); then
+    if out=$(PGDATABASE=postgres target/tools/pg_claim_demo --items 8000 --slots 8 --no-kill </dev/null); then
         echo "demo: 6 sessions for 8 slots passed instead of failing" >&2
         return 1
     fi
@@ -240,9 +243,9 @@ demo_gap() {
 # rejected, one leaves with max => 0; every item exactly once.
 demo_pooler() {
     local out rc=0 want
-    cargo build --release --quiet -p pg_claim_demo --bin pg_claim_demo || return 1
+    cargo build --profile tools --quiet -p pg_claim_demo --bin pg_claim_demo || return 1
     pgc_pgbouncer_start 3 || return 1
-    out=$(PGDATABASE=postgres target/release/pg_claim_demo --leases --items 40000 \
+    out=$(PGDATABASE=postgres target/tools/pg_claim_demo --leases --items 40000 \
         --worker-dsn "host=127.0.0.1 port=$PGC_POOLER_PORT user=postgres dbname=postgres" </dev/null) || rc=$?
     printf '%s\n' "$out" | grep -vE '^\[ *[0-9.]+s\] +(slot|progress)' | tail -30
     ((rc == 0)) || { echo "demo --pooler: exit $rc" >&2; return 1; }

@@ -9,7 +9,7 @@
 #
 # The extension is never installed into the system PostgreSQL by these scripts
 # (the `#[pg_test]` layer is the exception: cargo-pgrx installs its test build
-# there). Instead, `pgc_build_install` assembles a private copy of the PostgreSQL
+# there; and the `deb` layer, which installs the Debian package and purges it). Instead, `pgc_build_install` assembles a private copy of the PostgreSQL
 # installation under $PGC_WORK with the freshly built pg_claim overlaid; PostgreSQL
 # finds its share and lib directories relative to its own binary, so servers
 # started from that copy load this checkout's build and nothing else.

@@ -21,6 +21,14 @@
 //
 // Like the Python worker, it refuses to work behind a pooler (status 2) unless
 // MAILER_SESSION_POOL=1 says the pool is in session mode.
+//
+// MAILER_MODE=lease: leases instead (claim_leases, docs/leases.md), which work
+// through a transaction-mode pooler such as PgBouncer: any number of these
+// workers shares the 8 slots, each message is sent in a transaction that
+// starts with fence(), a worker polls (MAILER_POLL_S) instead of LISTENing,
+// and gives its slots back when it stops. Through PgBouncer pgjdbc must not
+// prepare statements on the server: the URL sets prepareThreshold=0. (The
+// Python and Node.js examples do this through the worker libraries.)
 
 import java.sql.Connection;
 import java.sql.DriverManager;
@@ -48,6 +56,8 @@ public class Worker {
     static final long POLL_MS = (long) (1000 * Double.parseDouble(env("MAILER_POLL_S", "30"))); // the fallback poll
     static final String WORKER = "java-" + ProcessHandle.current().pid();
     static final boolean SESSION_POOL = "1".equals(System.getenv("MAILER_SESSION_POOL")); // a pooler in session mode is in between
+    static final boolean LEASE = "lease".equals(env("MAILER_MODE", "session"));
+    static final String TTL = env("MAILER_TTL", "10 seconds");
     static boolean exitWhenEmpty;
     static volatile boolean stopping;
 
@@ -101,10 +111,67 @@ public class Worker {
 
     record Item(long id, String recipient, String body, String failure) {}
 
+    // Where each slot's walk over its share is: the last key of its batch,
+    // whether this pass sent something, and the slots whose last whole pass
+    // had nothing due (quiet: when every slot is, the worker waits).
+    static class Walk {
+        final Map<Integer, Long> after = new HashMap<>();
+        final Set<Integer> busy = new HashSet<>(), quiet = new HashSet<>();
+
+        // The due messages of slot s's next batch; the walk goes on after it.
+        List<Item> next(PreparedStatement fetch, int s) throws SQLException {
+            fetch.setInt(1, s);
+            fetch.setInt(2, N);
+            if (after.containsKey(s)) fetch.setLong(3, after.get(s)); else fetch.setNull(3, Types.BIGINT);
+            fetch.setInt(4, BATCH);
+            fetch.setString(5, NAME);
+            List<Item> due = new ArrayList<>();
+            int rows = 0;
+            long last = 0;
+            try (ResultSet r = fetch.executeQuery()) {
+                while (r.next()) {
+                    rows++;
+                    last = r.getLong(1);
+                    String failure = r.getString(5);
+                    if (r.getBoolean(4) && (failure == null || failure.equals("due")))
+                        due.add(new Item(last, r.getString(2), r.getString(3), failure));
+                }
+            }
+            if (!due.isEmpty()) {
+                busy.add(s);
+                quiet.remove(s);
+            }
+            if (rows < BATCH) { // the share is walked: quiet if nothing was due
+                after.remove(s);
+                if (!busy.remove(s)) quiet.add(s);
+            } else {
+                after.put(s, last);
+            }
+            return due;
+        }
+
+        void forget(int s) {
+            after.remove(s);
+            busy.remove(s);
+            quiet.remove(s);
+        }
+    }
+
     // Send one message and mark it sent in one transaction; record a failure.
-    static void process(Connection c, Item it) throws SQLException {
+    // With a lease's token, the transaction starts with fence(): if the slot
+    // has moved on to another worker, nothing of it commits (SQLSTATE PC001,
+    // thrown to the caller).
+    static void process(Connection c, Item it, int slot, Long token) throws SQLException {
         try {
             c.setAutoCommit(false);
+            if (token != null) {
+                try (PreparedStatement st = c.prepareStatement("SELECT fence(?, ?, ?)")) {
+                    st.setString(1, NAME);
+                    st.setInt(2, slot);
+                    st.setLong(3, token);
+                    st.executeQuery().close();
+                }
+            }
             try (PreparedStatement st = c.prepareStatement("UPDATE outbox SET sent_at = now() WHERE id = ? AND sent_at IS NULL")) {
                 st.setLong(1, it.id());
                 if (st.executeUpdate() == 0) { // sent meanwhile by another kind of worker (docs/migrating.md)
@@ -146,8 +213,7 @@ public class Worker {
     // Work until told to stop (true) or the share is empty (false).
     static boolean serve(Connection c, int server) throws SQLException {
         List<Integer> slots = new ArrayList<>();
-        Map<Integer, Long> after = new HashMap<>();
-        Set<Integer> busy = new HashSet<>(), quiet = new HashSet<>();
+        Walk walk = new Walk();
         try (PreparedStatement claim = c.prepareStatement(CLAIM);
              PreparedStatement fetch = c.prepareStatement(FETCH);
              PreparedStatement nextRetry = c.prepareStatement(NEXT_RETRY);
@@ -164,54 +230,21 @@ public class Worker {
                         String channel = "\"" + r.getString(1).replace("\"", "\"\"") + "\"";
                         plain.execute((held.contains(s) ? "LISTEN " : "UNLISTEN ") + channel);
                     }
-                    after.remove(s);
-                    busy.remove(s);
-                    quiet.remove(s);
+                    walk.forget(s);
                 }
                 if (!held.equals(slots)) say("slots", String.join(" ", held.stream().map(String::valueOf).toList()));
                 slots = held;
                 for (int s : slots) { // one batch of each slot's share
-                    fetch.setInt(1, s);
-                    fetch.setInt(2, N);
-                    if (after.containsKey(s)) fetch.setLong(3, after.get(s)); else fetch.setNull(3, Types.BIGINT);
-                    fetch.setInt(4, BATCH);
-                    fetch.setString(5, NAME);
-                    List<Item> due = new ArrayList<>();
-                    int rows = 0;
-                    long last = 0;
-                    try (ResultSet r = fetch.executeQuery()) {
-                        while (r.next()) {
-                            rows++;
-                            last = r.getLong(1);
-                            String failure = r.getString(5);
-                            if (r.getBoolean(4) && (failure == null || failure.equals("due")))
-                                due.add(new Item(last, r.getString(2), r.getString(3), failure));
-                        }
-                    }
-                    for (Item it : due) {
+                    for (Item it : walk.next(fetch, s)) {
                         if (stopping) return true;
-                        process(c, it);
-                    }
-                    if (!due.isEmpty()) {
-                        busy.add(s);
-                        quiet.remove(s);
-                    }
-                    if (rows < BATCH) { // the share is walked: quiet if nothing was due
-                        after.remove(s);
-                        if (!busy.remove(s)) quiet.add(s);
-                    } else {
-                        after.put(s, last);
+                        process(c, it, s, null);
                     }
                 }
-                if (slots.isEmpty() || !quiet.containsAll(slots)) continue;
+                if (slots.isEmpty() || !walk.quiet.containsAll(slots)) continue;
                 nextRetry.setString(1, NAME);
                 nextRetry.setInt(2, N);
                 nextRetry.setString(3, NAME);
-                Double retryIn;
-                try (ResultSet r = nextRetry.executeQuery()) {
-                    r.next();
-                    retryIn = r.getObject(1) == null ? null : r.getDouble(1);
-                }
+                Double retryIn = number(nextRetry);
                 if (retryIn == null && exitWhenEmpty) return false;
                 say("waiting");
                 long until = System.currentTimeMillis()
@@ -225,7 +258,7 @@ public class Worker {
                     // each second: claim again, as another worker may have given a slot up for this one
                     if (!claim(claim, server).equals(slots)) break;
                 }
-                quiet.clear(); // woken or not: walk every share again
+                walk.quiet.clear(); // woken or not: walk every share again
             }
         }
         return true;
@@ -247,6 +280,90 @@ public class Worker {
     }
     // docs/workers.md: end
 
+    // Lease mode: the slots are leases of this worker's holder, claimed again
+    // (and renewed) between batches; true when told to stop, false when empty.
+    static boolean serveLeases(Connection c, String holder) throws SQLException {
+        Map<Integer, Long> held = new HashMap<>();
+        Walk walk = new Walk();
+        try (PreparedStatement claim = c.prepareStatement(
+                 "SELECT slot, token FROM claim_leases(?, ?, ?, ttl => ?::interval) ORDER BY slot");
+             PreparedStatement fetch = c.prepareStatement(FETCH);
+             PreparedStatement nextRetry = c.prepareStatement(
+                 "SELECT extract(epoch FROM min(f.retry_at) - clock_timestamp())::float8"
+                 + " FROM item_failures(?) f JOIN outbox o ON o.id = f.item::bigint AND o.sent_at IS NULL"
+                 + " WHERE f.state <> 'dead' AND slot_of(o.id, ?) = ANY (?)");
+             PreparedStatement renew = c.prepareStatement("SELECT extract(epoch FROM ?::interval) * 1000 / 3")) {
+            renew.setString(1, TTL);
+            long renewMs = number(renew).longValue(); // claim again (which renews) at least every third of the TTL
+            while (!stopping) {
+                claim.setString(1, NAME);
+                claim.setInt(2, N);
+                claim.setString(3, holder);
+                claim.setString(4, TTL);
+                Map<Integer, Long> now = new java.util.TreeMap<>();
+                try (ResultSet r = claim.executeQuery()) {
+                    while (r.next()) now.put(r.getInt(1), r.getLong(2));
+                }
+                if (!now.keySet().equals(held.keySet()))
+                    say("slots", String.join(" ", now.keySet().stream().map(String::valueOf).toList()));
+                for (int s : held.keySet()) if (!now.containsKey(s)) walk.forget(s);
+                held = now;
+                slots:
+                for (var slot : held.entrySet()) { // one batch of each slot's share
+                    int s = slot.getKey();
+                    for (Item it : walk.next(fetch, s)) {
+                        if (stopping) return true;
+                        try {
+                            process(c, it, s, slot.getValue());
+                        } catch (SQLException e) {
+                            if (!"PC001".equals(e.getSQLState())) throw e;
+                            say("fenced", s); // the lease moved on: claim again
+                            walk.forget(s);
+                            continue slots;
+                        }
+                    }
+                }
+                if (!held.isEmpty() && !walk.quiet.containsAll(held.keySet())) continue;
+                nextRetry.setString(1, NAME);
+                nextRetry.setInt(2, N);
+                nextRetry.setArray(3, c.createArrayOf("integer", held.keySet().toArray()));
+                Double retryIn = number(nextRetry);
+                if (retryIn == null && exitWhenEmpty) return false;
+                say("waiting");
+                long until = System.currentTimeMillis() + Math.min(Math.min(POLL_MS, renewMs),
+                    retryIn == null ? POLL_MS : (long) (Math.max(retryIn, 0.1) * 1000));
+                while (!stopping && System.currentTimeMillis() < until) {
+                    try { Thread.sleep(20); } catch (InterruptedException e) { return true; }
+                }
+                walk.quiet.clear();
+            }
+            return true;
+        } finally {
+            giveBack(c, holder);
+        }
+    }
+
+    // The first column of a one-row query as a number; null for NULL.
+    static Double number(PreparedStatement st) throws SQLException {
+        try (ResultSet r = st.executeQuery()) {
+            r.next();
+            return r.getObject(1) == null ? null : r.getDouble(1);
+        }
+    }
+
+    // Lease mode, stopping: give every slot back (else they expire after the TTL).
+    static void giveBack(Connection c, String holder) {
+        try (PreparedStatement st = c.prepareStatement("SELECT count(*) FROM claim_leases(?, ?, ?, max => 0)")) {
+            c.setAutoCommit(true);
+            st.setString(1, NAME);
+            st.setInt(2, N);
+            st.setString(3, holder);
+            st.executeQuery().close();
+        } catch (SQLException e) {
+            // the connection is gone: the leases expire after the TTL
+        }
+    }
+
     // Until a notification arrives (true), `ms` pass or a signal comes.
     static boolean waitForNotify(Connection c, long ms) throws SQLException {
         PGConnection pg = c.unwrap(PGConnection.class);
@@ -267,6 +384,7 @@ public class Worker {
         p.setProperty("user", env("PGUSER", System.getProperty("user.name")));
         if (System.getenv("PGPASSWORD") != null) p.setProperty("password", System.getenv("PGPASSWORD"));
         p.setProperty("ApplicationName", NAME);
+        if (LEASE) p.setProperty("prepareThreshold", "0"); // a transaction-mode pooler: no server-side prepared statements
         return DriverManager.getConnection(url, p);
     }
 
@@ -294,10 +412,13 @@ public class Worker {
             try { main.join(10_000); } catch (InterruptedException e) { /* exit now */ }
         }));
         long pause = 100;
+        // lease mode: one holder per process (host, pid and a random part)
+        String holder = WORKER + "-" + java.net.InetAddress.getLocalHost().getHostName() + "-"
+            + Long.toHexString(new java.util.Random().nextLong() >>> 32);
         while (true) {
             try (Connection c = connect()) {
                 pause = 100;
-                boolean told = serve(c, checkSession(c));
+                boolean told = LEASE ? serveLeases(c, holder) : serve(c, checkSession(c));
                 say("exit", told ? "told to stop" : "nothing left");
                 return;
             } catch (NotASession e) {

@@ -28,6 +28,7 @@ async function send(client, recipient, body, item) {
 const worker = new Worker({
   name: "mailer", table: "outbox", n: 8, pending: "sent_at", batch: 50, // PGHOST, PGDATABASE, ... from the environment
   mode: process.env.MAILER_MODE || "session",
+  ttl: process.env.MAILER_TTL || "30 seconds", // lease mode: a dead worker's slots move on after this
   sessionPool: process.env.MAILER_SESSION_POOL === "1", // a pool in session mode is in between
   maxAttempts: Number(process.env.MAILER_MAX_ATTEMPTS || 5),
   backoff: process.env.MAILER_BACKOFF || "10 seconds",

@@ -8,8 +8,8 @@ messages of `outbox`.
 
 Start as many as you like: together they serve the 8 slots of the fleet
 'mailer'. This one runs in session mode (claim_slots, LISTEN) on a direct
-connection and refuses to work (status 2) behind a pooler; pass
-mode="lease" to pg_claim.Worker for a transaction-mode pooler. The library
+connection and refuses to work (status 2) behind a pooler; MAILER_MODE=lease
+runs it in lease mode, for a transaction-mode pooler. The library
 walks the share of its slots, calls `send_batch` once per batch in one
 transaction, records a failing message (retried with back-off, set aside
 after MAILER_MAX_ATTEMPTS), sleeps until a notification (or MAILER_POLL_S),
@@ -27,6 +27,10 @@ MAX_ATTEMPTS = int(os.environ.get("MAILER_MAX_ATTEMPTS", "5"))
 BACKOFF = os.environ.get("MAILER_BACKOFF", "10 seconds")
 POLL_S = float(os.environ.get("MAILER_POLL_S", "30"))  # the fallback poll
 EXIT_WHEN_EMPTY = "--exit-when-empty" in sys.argv[1:]
+# session (claim_slots and LISTEN on a direct connection), or lease
+# (claim_leases: through PgBouncer in transaction mode)
+MODE = os.environ.get("MAILER_MODE", "session")
+TTL = os.environ.get("MAILER_TTL", "30 seconds")  # lease mode: a dead worker's slots move on after this
 WORKER = f"python-{os.getpid()}"
 empty = []  # a true value once this program stopped the worker for having nothing left
 
@@ -75,7 +79,7 @@ def on_event(event, f):
 
 
 worker = pg_claim.Worker("", name="mailer", table="outbox", n=8, pending="sent_at", batch=50,
-                         mode="session", handler=send_batch, max_attempts=MAX_ATTEMPTS,
+                         mode=MODE, ttl=TTL, handler=send_batch, max_attempts=MAX_ATTEMPTS,
                          backoff=BACKOFF, poll_interval=POLL_S, on_event=on_event)
 # docs/workers.md: end
 

@@ -10,7 +10,15 @@
 # SIGTERM or SIGINT, or with --exit-when-empty once its slots have nothing left.
 # Like it, it refuses to work behind a pooler (status 2) unless
 # MAILER_SESSION_POOL=1 says the pool is in session mode.
+#
+# MAILER_MODE=lease: leases instead (claim_leases, docs/leases.md), which work
+# through a transaction-mode pooler such as PgBouncer: any number of these
+# workers shares the 8 slots, each message is sent in a transaction that
+# starts with fence(), a worker polls (MAILER_POLL_S) instead of LISTENing,
+# and gives its slots back when it stops. (The Python and Node.js examples
+# do this through the worker libraries, clients/python and clients/node.)
 require "pg"
+require "socket"
 
 NAME, N, BATCH = "mailer", 8, 50
 MAX_ATTEMPTS = Integer(ENV.fetch("MAILER_MAX_ATTEMPTS", "5"))
@@ -19,6 +27,9 @@ POLL_S = Float(ENV.fetch("MAILER_POLL_S", "30")) # the fallback poll
 EXIT_WHEN_EMPTY = ARGV.include?("--exit-when-empty")
 WORKER = "ruby-#{Process.pid}"
 SESSION_POOL = ENV["MAILER_SESSION_POOL"] == "1" # a pooler in session mode is in between
+LEASE = ENV.fetch("MAILER_MODE", "session") == "lease"
+TTL = ENV.fetch("MAILER_TTL", "10 seconds")
+HOLDER = "#{WORKER}-#{Socket.gethostname}-#{format("%08x", rand(2**32))}" # unique per process
 $stopping = false
 $stdout.sync = true
 
@@ -60,8 +71,12 @@ def claim(conn, server)
 end
 
 # Send one message and mark it sent in one transaction; record a failure.
-def process(conn, item)
+# With a lease's token, the transaction starts with fence(): if the slot has
+# moved on to another worker, nothing of it commits (PG::RaiseException,
+# SQLSTATE PC001, raised to the caller).
+def process(conn, item, slot = nil, token = nil)
   conn.transaction do
+    conn.exec_params("SELECT fence($1, $2, $3)", [NAME, slot, token]) if token
     if conn.exec_params("UPDATE outbox SET sent_at = now() WHERE id = $1 AND sent_at IS NULL",
                         [item["id"]]).cmd_tuples.zero?
       say("skipped", item["id"]) # sent meanwhile by another kind of worker (docs/migrating.md)
@@ -79,9 +94,37 @@ rescue StandardError => e # the delivery failed
   say(state == "retry" ? "failed" : "dead", item["id"], e.message)
 end
 
+# Where each slot's walk over its share is: the last key of its batch,
+# whether this pass sent something, and the slots whose last whole pass had
+# nothing due (quiet: when every slot is, the worker waits).
+class Walk
+  def initialize = (@after, @busy, @quiet = {}, {}, {})
+
+  # The due messages of slot s's next batch; the walk goes on after it.
+  def next(conn, s)
+    rows = conn.exec_params(FETCH, [s, N, @after[s], BATCH, NAME]).to_a
+    due = rows.select { |r| r["pending"] && [nil, "due"].include?(r["failure"]) }
+    unless due.empty?
+      @busy[s] = true
+      @quiet[s] = false
+    end
+    if rows.size < BATCH # the share is walked: quiet if nothing was due
+      @after.delete(s)
+      @quiet[s] = !@busy.delete(s)
+    else
+      @after[s] = rows.last["id"]
+    end
+    due
+  end
+
+  def forget(s) = [@after, @busy, @quiet].each { |h| h.delete(s) }
+  def quiet?(slots) = slots.all? { |s| @quiet[s] }
+  def wake = @quiet.clear
+end
+
 # Work until told to stop (true) or the share is empty (false).
 def serve(conn, server)
-  slots, after, busy, quiet = [], {}, {}, {}
+  slots, walk = [], Walk.new
   until $stopping
     # between batches: take unserved slots, give one back to a waiting newcomer
     held = claim(conn, server)
@@ -89,31 +132,17 @@ def serve(conn, server)
       next if slots.include?(s) == held.include?(s)
       channel = conn.exec_params("SELECT slot_channel($1, $2)", [NAME, s]).getvalue(0, 0)
       conn.exec("#{held.include?(s) ? "LISTEN" : "UNLISTEN"} #{conn.quote_ident(channel)}")
-      after.delete(s)
-      busy.delete(s)
-      quiet[s] = false
+      walk.forget(s)
     end
     say("slots", *held) if held != slots
     slots = held
     slots.each do |s| # one batch of each slot's share
-      rows = conn.exec_params(FETCH, [s, N, after[s], BATCH, NAME]).to_a
-      due = rows.select { |r| r["pending"] && [nil, "due"].include?(r["failure"]) }
-      due.each do |item|
+      walk.next(conn, s).each do |item|
         return true if $stopping
         process(conn, item)
       end
-      unless due.empty?
-        busy[s] = true
-        quiet[s] = false
-      end
-      if rows.size < BATCH # the share is walked: quiet if nothing was due
-        after.delete(s)
-        quiet[s] = !busy.delete(s)
-      else
-        after[s] = rows.last["id"]
-      end
     end
-    next if slots.empty? || !slots.all? { |s| quiet[s] }
+    next if slots.empty? || !walk.quiet?(slots)
     retry_in = conn.exec_params(NEXT_RETRY, [NAME, N]).getvalue(0, 0)
     return false if retry_in.nil? && EXIT_WHEN_EMPTY
     say("waiting")
@@ -126,11 +155,60 @@ def serve(conn, server)
       # each second: claim again, as another worker may have given a slot up for this one
       break if claim(conn, server) != slots
     end
-    quiet = {} # woken or not: walk every share again
+    walk.wake # woken or not: walk every share again
   end
   true
 end
 # docs/workers.md: end
+
+# Lease mode: the slots are leases of this worker's holder, claimed again
+# (and renewed) between batches; true when told to stop, false when empty.
+LEASES = "SELECT slot, token FROM claim_leases($1, $2, $3, ttl => $4::interval) ORDER BY slot"
+
+def serve_leases(conn, holder)
+  slots, walk = [], Walk.new
+  # claim again (which renews) at least every third of the TTL
+  renew_s = conn.exec_params("SELECT extract(epoch FROM $1::interval)::float8 / 3", [TTL]).getvalue(0, 0)
+  until $stopping
+    held = conn.exec_params(LEASES, [NAME, N, holder, TTL]).to_a.to_h { |r| [r["slot"], r["token"]] }
+    say("slots", *held.keys) if held.keys != slots
+    (slots - held.keys).each { |s| walk.forget(s) }
+    slots = held.keys
+    held.each do |s, token| # one batch of each slot's share
+      walk.next(conn, s).each do |item|
+        return true if $stopping
+        process(conn, item, s, token)
+      end
+    rescue PG::Error => e
+      raise unless e.result&.error_field(PG::Result::PG_DIAG_SQLSTATE) == "PC001"
+      say("fenced", s) # the lease moved on: claim again
+      walk.forget(s)
+    end
+    next unless slots.empty? || walk.quiet?(slots)
+    retry_in = conn.exec_params(NEXT_RETRY_LEASED, [NAME, N, slots.to_s.tr("[]", "{}")]).getvalue(0, 0)
+    return false if retry_in.nil? && EXIT_WHEN_EMPTY
+    say("waiting")
+    wait_s = [POLL_S, renew_s, retry_in.nil? ? POLL_S : [retry_in, 0.1].max].min
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + wait_s
+    sleep 0.05 until $stopping || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+    walk.wake
+  end
+  true
+ensure
+  begin
+    conn.exec_params("SELECT count(*) FROM claim_leases($1, $2, $3, max => 0)", [NAME, N, holder]) unless conn.finished?
+  rescue PG::Error
+    nil # the leases expire after the TTL
+  end
+end
+
+# NEXT_RETRY for the slots of a lease holder (a transaction pooler has no
+# session for my_slots)
+NEXT_RETRY_LEASED = <<~SQL
+  SELECT extract(epoch FROM min(f.retry_at) - clock_timestamp())::float8 AS s
+  FROM item_failures($1) f JOIN outbox o ON o.id = f.item::bigint AND o.sent_at IS NULL
+  WHERE f.state <> 'dead' AND slot_of(o.id, $2) = ANY ($3::int[])
+SQL
 
 # Until a notification arrives (true), `seconds` pass or a signal comes.
 def wait(conn, seconds)
@@ -163,7 +241,7 @@ loop do
   # typed results: integers, booleans, arrays and floats instead of strings
   conn.type_map_for_results = PG::BasicTypeMapForResults.new(conn)
   pause = 0.1
-  told = serve(conn, check_session(conn))
+  told = LEASE ? serve_leases(conn, HOLDER) : serve(conn, check_session(conn))
   conn.close
   say("exit", told ? "told to stop" : "nothing left")
   break

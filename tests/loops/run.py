@@ -35,7 +35,11 @@ by someone else must not keep 2 workers with --exit-when-empty from exiting
 (nor make them print "waiting" in a loop); and a worker started through
 PgBouncer in transaction mode (the test starts one) must refuse to work:
 status 2, "exit refused: ...", no slot held, no failure recorded, nothing
-sent. Exits non-zero on any failed check.
+sent; and, in lease mode (MAILER_MODE=lease) through that PgBouncer, 3
+workers of each language send 600 messages (one bounces), one of them
+SIGKILLed on the way (its slots move on after the 2 s TTL): every good
+message once, the bounce set aside, SIGTERM stops the others, which give
+their slots back. Exits non-zero on any failed check.
 """
 import os
 import re
@@ -59,7 +63,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 EXAMPLES = os.path.join(ROOT, "examples")
 DB = "pg_claim_loops"
 JDBC_JAR = "/usr/share/java/postgresql.jar"
-WORKERS, ITEMS, WAKE_ITEMS, LAST_ITEMS = 4, 2000, 40, 200
+WORKERS, ITEMS, WAKE_ITEMS, LAST_ITEMS, LEASE_ITEMS = 4, 2000, 40, 200, 600
 MAX_ATTEMPTS = 3
 POLL_S = 60  # the workers' fallback poll: longer than any wait of the test
 TIME_LIMIT_S = 520
@@ -392,7 +396,7 @@ pidfile = {self.dir}/pgbouncer.pid
 
     def _answers(self):
         try:
-            with psycopg.connect(host="127.0.0.1", port=self.port, dbname=DB, user="postgres",
+            with psycopg.connect(host="127.0.0.1", port=self.port, dbname="postgres", user="postgres",
                                  autocommit=True, prepare_threshold=None) as c:
                 return c.execute("SELECT 1").fetchone()
         except psycopg.Error:
@@ -436,6 +440,55 @@ def behind_pooler(classes, workdir):
     log(f"  pooler: through PgBouncer (transaction mode) each of {', '.join(LANGUAGES)} refused to work"
         " (status 2, 'exit refused: ... a connection pooler is in between ...'); nothing claimed,"
         " recorded or sent")
+
+
+def leases_through_pooler(classes, workdir):
+    """Each worker in lease mode (MAILER_MODE=lease) through a
+    transaction-mode PgBouncer: 3 of them drain the messages, one is
+    SIGKILLed on the way and its slots move on after the TTL, the bounce is
+    set aside, every other message is sent once; SIGTERM stops the others,
+    which give their leases back."""
+    bouncer = PgBouncer()
+    try:
+        for lang in LANGUAGES:
+            d = fresh_database()
+            insert(d, LEASE_ITEMS, poison_at=LEASE_ITEMS // 3)
+            env = dict(worker_env(), PGPORT=str(bouncer.port), MAILER_MODE="lease", MAILER_TTL="2 seconds",
+                       MAILER_POLL_S="0.5")
+            workers = [Worker(command(lang, classes), env, workdir, lang) for _ in range(3)]
+            t0 = time.monotonic()
+            try:
+                poll(lambda: sent(d) >= LEASE_ITEMS // 4, 60, f"{LEASE_ITEMS // 4} messages sent")
+                workers[0].proc.kill()
+                workers[0].proc.wait()
+                poll(lambda: sent(d) == LEASE_ITEMS - 1, 60,
+                     f"all {LEASE_ITEMS - 1} good messages sent after a SIGKILL")
+                poll(lambda: fleet_driver.failure_state(d, "mailer", LEASE_ITEMS // 3) == "dead", 30,
+                     "the bouncing message to be set aside")
+                for w in workers[1:]:
+                    w.proc.send_signal(signal.SIGTERM)
+                for w in workers[1:]:
+                    try:
+                        rc = w.wait(15)
+                    except subprocess.TimeoutExpired:
+                        raise Failure(f"{w} in lease mode did not exit within 15 s of SIGTERM: {w.lines[-3:]}") from None
+                    check(rc == (143 if lang == "java" else 0) and w.lines[-1:] == ["exit told to stop"],
+                          f"{w} in lease mode exited with {rc}: {w.lines[-3:]} {w.stderr()}")
+                    check(w.said("slots"), f"{w} in lease mode never held a slot: {w.lines[-5:]}")
+            finally:
+                stop_all(workers)
+            (rows, distinct, live) = d.execute(
+                "SELECT (SELECT count(*) FROM deliveries), (SELECT count(DISTINCT outbox_id) FROM deliveries),"
+                " (SELECT count(*) FROM slot_status('mailer', 8) WHERE state <> 'unserved')").fetchone()
+            check(rows == distinct == LEASE_ITEMS - 1,
+                  f"{lang} in lease mode: {rows} deliveries of {distinct} messages for {LEASE_ITEMS - 1}")
+            check(live == 0, f"{lang} in lease mode: {live} slots still held after every worker stopped")
+            d.close()
+            log(f"  leases: 3 {lang} workers in lease mode through PgBouncer (transaction mode) sent"
+                f" {LEASE_ITEMS - 1} messages once, one of them SIGKILLed on the way; the bounce set aside;"
+                f" SIGTERM stopped the others, which gave their slots back ({time.monotonic() - t0:.1f} s)")
+    finally:
+        bouncer.stop()
 
 
 def failure_of_sent_message(classes, workdir):
@@ -484,13 +537,15 @@ def main():
                         os.path.join(HERE, "JdbcBinding.java")], check=True)
         logs = os.path.join(workdir, "stderr")
         os.mkdir(logs)
-        for part in sys.argv[1:] or LANGUAGES + ("jdbc", "cut-over", "stale-failure", "pooler"):
+        for part in sys.argv[1:] or LANGUAGES + ("jdbc", "cut-over", "stale-failure", "pooler", "leases"):
             if part == "jdbc":
                 jdbc_binding(classes)
             elif part == "stale-failure":
                 failure_of_sent_message(classes, logs)
             elif part == "pooler":
                 behind_pooler(classes, logs)
+            elif part == "leases":
+                leases_through_pooler(classes, logs)
             elif part == "cut-over":
                 cut_over(logs)
             else:

@@ -22,6 +22,10 @@ tar -C "$out" -xzf "$tarball"
 python3 "$PGC_ROOT/tests/package/meta.py" "$PGC_ROOT/META.json" "$out/$name/extension/pg_claim.control"
 cmp -s "$PGC_ROOT/META.json" "$out/$name/META.json" || { echo "package: META.json differs from the checkout's" >&2; exit 1; }
 
+# the system installation unchanged while this runs: the layers that install
+# into it (unit, deb) take this lock, one checkout at a time on a machine
+exec 9>/tmp/pg_claim-system-install.lock
+flock 9
 system_before=$(pgc_system_files | xargs -r sha256sum)
 
 # a fresh copy of the installation without pg_claim, and the package's
