@@ -201,7 +201,7 @@ security() { python3 tests/security/run.py "$@"; }
 portable_edition() (
     PGC_CLUSTERS=()
     trap pgc_cleanup EXIT
-    local ext_port="$PGPORT" sql inst="$PGC_WORK/inst-portable-$PGC_PG_MAJOR"
+    local ext_host="$PGHOST" ext_port="$PGPORT" sql inst="$PGC_WORK/inst-portable-$PGC_PG_MAJOR"
     sql=$(python3 scripts/portable --out "$PGC_WORK/portable" | sed -n 1p) || return 1
     chmod -R a+rX "$PGC_WORK/portable"
     [ -x "$inst$PGC_PG_LIB/bin/postgres" ] || pgc_copy_installation "$inst"
@@ -209,7 +209,7 @@ portable_edition() (
     chmod -R a+rX "$inst"
     PGC_BIN="$inst$PGC_PG_LIB/bin"
     pgc_cluster_start "portable-$PGC_PG_MAJOR" 2>/dev/null
-    PGC_EXT_PORT="$ext_port" PGC_PORTABLE_SQL="$sql" python3 tests/portable/run.py "$@" || return 1
+    PGC_EXT_HOST="$ext_host" PGC_EXT_PORT="$ext_port" PGC_PORTABLE_SQL="$sql" python3 tests/portable/run.py "$@" || return 1
     # the pg_regress tests that apply (tests/portable/regress.txt)
     python3 tests/portable/regress.py "$PGC_PGXS/src/test/regress/pg_regress" "$PGC_BIN" \
         "$PGC_WORK/portable-regress-$PGC_PG_MAJOR" "$sql"
