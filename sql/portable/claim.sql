@@ -32,7 +32,7 @@ REVOKE ALL ON FUNCTION @extschema@.pg_claim_own_locks(integer) FROM PUBLIC;
 -- This session's claim of key1: its own slot, n and extra slots (NULL slot:
 -- none; a claim whose locks were released behind its back is gone).
 CREATE FUNCTION @extschema@.pg_claim_current(key1 integer, OUT slot integer, OUT n integer, OUT extra integer[],
-                                             OUT held integer[])
+                                             OUT held integer[], OUT shared integer[])
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     slots integer[];
@@ -40,8 +40,9 @@ DECLARE
 BEGIN
     SELECT pg_catalog.array_agg(o.key2 ORDER BY o.key2) FILTER (WHERE o.exclusive AND o.key2 < 268435456),
            pg_catalog.min(o.key2 - 268435456) FILTER (WHERE NOT o.exclusive AND o.key2 > 268435456
-                                                          AND o.key2 <= 268435456 + 1048576)
-    INTO slots, n
+                                                          AND o.key2 <= 268435456 + 1048576),
+           coalesce(pg_catalog.array_agg(o.key2) FILTER (WHERE NOT o.exclusive), '{}')
+    INTO slots, n, shared
     FROM @extschema@.pg_claim_own_locks(key1) o;
     held := coalesce(slots, '{}');
     IF n IS NULL OR slots IS NULL THEN
@@ -88,16 +89,12 @@ END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_held_by_others(integer, integer) FROM PUBLIC;
 
 -- Leave the claimers of key1 with n: the n record and the claimers lock,
--- and the waiters lock.
-CREATE FUNCTION @extschema@.pg_claim_leave(key1 integer, n integer)
+-- and the waiters lock, each taken once; shared_ is what this session holds
+-- in share mode (pg_claim_leave below reads it from the lock table).
+CREATE FUNCTION @extschema@.pg_claim_leave_held(key1 integer, n integer, shared_ integer[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    shared_ integer[];
 BEGIN
-    -- one read of the lock table; each of these locks is taken once
-    SELECT coalesce(pg_catalog.array_agg(o.key2), '{}') INTO shared_
-    FROM @extschema@.pg_claim_own_locks(key1) o WHERE NOT o.exclusive;
     IF 269484035 = ANY (shared_) THEN
         PERFORM pg_catalog.pg_advisory_unlock_shared(key1, 269484035);
     END IF;
@@ -108,6 +105,15 @@ BEGIN
         PERFORM pg_catalog.pg_advisory_unlock_shared(key1, 268435456);
     END IF;
 END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_leave_held(integer, integer, integer[]) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.pg_claim_leave(key1 integer, n integer)
+RETURNS void
+LANGUAGE sql VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT @extschema@.pg_claim_leave_held(key1, n,
+        (SELECT coalesce(pg_catalog.array_agg(o.key2), '{}') FROM @extschema@.pg_claim_own_locks(key1) o
+         WHERE NOT o.exclusive))
+$$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_leave(integer, integer) FROM PUBLIC;
 
 -- The argument checks of claim_slot and claim_slots.
@@ -415,7 +421,7 @@ BEGIN
     FOREACH s IN ARRAY cur.extra || cur.slot LOOP
         PERFORM pg_catalog.pg_advisory_unlock(key1, s);
     END LOOP;
-    PERFORM @extschema@.pg_claim_leave(key1, cur.n);
+    PERFORM @extschema@.pg_claim_leave_held(key1, cur.n, cur.shared);
     RETURN true;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_release(text) FROM PUBLIC;

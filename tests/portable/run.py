@@ -217,6 +217,8 @@ def claims():
     check(sqlstate(c, "SELECT claim_lease('mailer', 2, 'h')") == "55000", "claim_lease on a claimed name: 55000")
     check(one(b, "SELECT release_slot('mailer')") is True and one(b, "SELECT my_slot('mailer')") is None,
           "release_slot gives the slot back")
+    check(one(b, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()") == 0,
+          "release_slot leaves the session no advisory lock (slot, n record, claimers)")
     check(one(c, "SELECT array_length(claim_slots('mailer', 2, 2), 1)") == 2, "claim_slots takes the free slot")
     d = conn(user="portable_worker")
     check(one(d, "SELECT claim_slot('mailer', 2, interval '0.2 s')") is None, "a standby times out (NULL)")
