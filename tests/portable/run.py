@@ -331,6 +331,36 @@ def items_and_wake():
         lst.close()
 
 
+def tle_registration():
+    # pg_tle itself is not installed here: a stand-in pgtle.install_extension
+    # keeps what the registration file passes, and the script it passes then
+    # installs into a schema of its own, @extschema@ replaced as CREATE
+    # EXTENSION would
+    tle = SQL_FILE.replace(".sql", "--pg_tle.sql")
+    with conn(path=None) as c:
+        c.execute("DROP SCHEMA IF EXISTS pgtle CASCADE; DROP SCHEMA IF EXISTS claim_tle CASCADE")
+        c.execute("""CREATE SCHEMA pgtle;
+            CREATE TABLE pgtle.registered (name text, version text, description text, ext text);
+            CREATE FUNCTION pgtle.install_extension(name text, version text, description text, ext text,
+                                                    requires text[] DEFAULT NULL) RETURNS boolean
+            LANGUAGE sql AS $$ INSERT INTO pgtle.registered VALUES (name, version, description, ext) RETURNING true $$""")
+    r = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", DB, "-f", tle],
+                       env=dict(os.environ, PGUSER="postgres"), capture_output=True, text=True)
+    with conn(path=None) as c:
+        name, version = c.execute("SELECT name, version FROM pgtle.registered").fetchone() if r.returncode == 0 else (None, None)
+        check(r.returncode == 0 and name == "pg_claim" and version == one(c, "SELECT claim.pg_claim_portable_version()"),
+              f"the pg_tle file registers pg_claim {version} ({r.stderr.strip()[-120:]})")
+        c.execute("CREATE SCHEMA claim_tle")
+        c.execute("SELECT set_config('search_path', 'claim_tle', false)")
+        script = one(c, "SELECT replace(ext, '@extschema@', 'claim_tle') FROM pgtle.registered")
+        c.execute(script)
+        check(one(c, "SELECT claim_tle.slot_of('123456789'::text, 10)") == 2
+              and one(c, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'claim_tle'::regnamespace")
+              == one(c, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'claim'::regnamespace"),
+              "the script it registers installs the same functions (outside CREATE EXTENSION)")
+        c.execute("DROP SCHEMA claim_tle CASCADE; DROP SCHEMA pgtle CASCADE")
+
+
 def main():
     seed = int(os.environ.get("PGC_SEED", random.randrange(1 << 30)))
     print(f"portable: seed {seed} (PGC_SEED={seed} repeats it)")
@@ -340,6 +370,7 @@ def main():
     claims()
     leases_and_security()
     items_and_wake()
+    tle_registration()
     print(f"portable: {len(FAILED)} failed, {time.monotonic() - t0:.1f} s")
     return 1 if FAILED else 0
 
