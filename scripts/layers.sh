@@ -198,6 +198,36 @@ hostile() {
 plant() { python3 tests/hostile/plant.py "$@"; }
 security() { python3 tests/security/run.py "$@"; }
 
+# The portable edition (docs/portable.md): the file of scripts/portable
+# installed by a database owner that is not a superuser, on a server of a
+# copy of the PostgreSQL installation without pg_claim's files; its mappings
+# compared with the extension's on the test cluster, its claims, leases,
+# failures, my_items and notify_slot against real sessions, other roles and
+# planted look-alikes (tests/portable/run.py); the bad-input matrix and a
+# random caller of tests/hostile/matrix.py on its functions; then the
+# pg_regress tests and isolation specs that apply to it
+# (tests/portable/regress.py). Test names: none. A subshell: the
+# test cluster stays for the next layers.
+portable_edition() (
+    PGC_CLUSTERS=()
+    trap pgc_cleanup EXIT
+    local ext_host="$PGHOST" ext_port="$PGPORT" sql inst="$PGC_WORK/inst-portable-$PGC_PG_MAJOR"
+    sql=$(python3 scripts/portable --out "$PGC_WORK/portable" | sed -n 1p) || return 1
+    chmod -R a+rX "$PGC_WORK/portable"
+    [ -x "$inst$PGC_PG_LIB/bin/postgres" ] || pgc_copy_installation "$inst"
+    rm -f "$inst$PGC_PG_SHARE"/extension/pg_claim* "$inst$PGC_PG_PKGLIB"/pg_claim.so
+    chmod -R a+rX "$inst"
+    PGC_BIN="$inst$PGC_PG_LIB/bin"
+    pgc_cluster_start "portable-$PGC_PG_MAJOR" 2>/dev/null
+    PGC_EXT_HOST="$ext_host" PGC_EXT_PORT="$ext_port" PGC_PORTABLE_SQL="$sql" python3 tests/portable/run.py "$@" || return 1
+    # its public functions against the hostile matrix and a random caller
+    PGC_HOSTILE_PORTABLE="$sql" python3 tests/hostile/matrix.py --log "$PGC_WORK/pg/server-portable-$PGC_PG_MAJOR.log" &&
+        PGC_HOSTILE_PORTABLE="$sql" python3 tests/hostile/matrix.py --log "$PGC_WORK/pg/server-portable-$PGC_PG_MAJOR.log" --random 3000 || return 1
+    # the pg_regress tests that apply (tests/portable/regress.txt)
+    python3 tests/portable/regress.py "$PGC_PGXS/src/test/regress/pg_regress" "$PGC_BIN" \
+        "$PGC_WORK/portable-regress-$PGC_PG_MAJOR" "$sql"
+)
+
 # The demo end to end on a smaller table: workers, standbys, a killed worker,
 # the takeover and the exactly-once check of the processing log (it exits
 # non-zero when any item was processed twice or not at all).

@@ -412,6 +412,19 @@ WHERE d.classid = 'pg_proc'::regclass AND d.deptype = 'e'
   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_claim')
 ORDER BY p.proname, p.oid::regprocedure::text
 """
+# PGC_HOSTILE_PORTABLE=FILE: the portable edition's file (docs/portable.md)
+# installed in public instead of the extension, and its public functions
+# called (the layer portable).
+if os.environ.get("PGC_HOSTILE_PORTABLE"):
+    FUNCTIONS = """
+SELECT p.oid, n.nspname, p.proname, p.prokind, p.proretset,
+       array(SELECT format_type(t, NULL) FROM unnest(p.proargtypes) WITH ORDINALITY u(t, i) ORDER BY i) AS types,
+       coalesce(p.proargnames[1:p.pronargs], array_fill(''::text, ARRAY[p.pronargs])) AS names,
+       p.oid::regprocedure::text AS signature
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE n.nspname = 'public' AND p.proname NOT LIKE 'pg\\_claim\\_%' AND p.proname NOT IN ('lease_check', 'next_token', 'failure_check')
+ORDER BY p.proname, p.oid::regprocedure::text
+"""
 
 
 class Fn:
@@ -540,7 +553,10 @@ def prepare_database(admin_dsn):
     dsn = admin_dsn + f" dbname={DB}"
     with psycopg.connect(dsn, autocommit=True) as c:
         c.add_notice_handler(lambda d: None)
-        c.execute("CREATE EXTENSION pg_claim")
+        if os.environ.get("PGC_HOSTILE_PORTABLE"):
+            c.execute(open(os.environ["PGC_HOSTILE_PORTABLE"], encoding="utf-8").read())
+        else:
+            c.execute("CREATE EXTENSION pg_claim")
         c.execute(FIXTURES)
         c.execute("DROP ROLE IF EXISTS hm_nobody")
         c.execute("CREATE ROLE hm_nobody")

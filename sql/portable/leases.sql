@@ -1,0 +1,97 @@
+-- The public lease functions of the portable edition: what src/leases.rs
+-- does in the extension, in SQL. Each calls the internal SECURITY DEFINER
+-- function of sql/leases.sql or sql/leases_fleet.sql with the calling role's
+-- oid first. The extension passes the current user, which a C function
+-- reads before any SECURITY DEFINER switch; a SQL function cannot, so these
+-- functions are SECURITY DEFINER themselves and pass the session's role (the
+-- role of SET ROLE, else the session user), which no SECURITY DEFINER
+-- function changes and no role can set to a role it is not a member of. A
+-- call from inside another SECURITY DEFINER function therefore acts for the
+-- session's role, not for that function's owner (docs/portable.md).
+
+CREATE FUNCTION @extschema@.pg_claim_caller() RETURNS oid
+LANGUAGE sql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT pg_catalog.quote_ident(CASE WHEN pg_catalog.current_setting('role') = 'none' THEN SESSION_USER::text
+                                       ELSE pg_catalog.current_setting('role') END)::pg_catalog.regrole::oid
+$$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_caller() FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.claim_lease(name text, n integer, holder text, ttl interval DEFAULT '30 seconds')
+RETURNS TABLE (slot integer, token bigint, expires_at timestamptz)
+LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT c.slot, c.token, c.expires_at
+    FROM @extschema@.pg_claim_lease_claim(@extschema@.pg_claim_caller(), name, n, holder, ttl) c
+    WHERE c.slot IS NOT NULL AND c.token IS NOT NULL AND c.expires_at IS NOT NULL
+$$;
+
+CREATE FUNCTION @extschema@.claim_leases(name text, n integer, holder text, max integer DEFAULT NULL,
+                                         ttl interval DEFAULT '30 seconds')
+RETURNS TABLE (slot integer, token bigint, expires_at timestamptz)
+LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT u.slot, u.token, u.expires_at
+    FROM @extschema@.pg_claim_leases_claim(@extschema@.pg_claim_caller(), name, n, holder, max, ttl) c,
+         ROWS FROM (pg_catalog.unnest(c.slots), pg_catalog.unnest(c.tokens), pg_catalog.unnest(c.expires)) WITH ORDINALITY AS u(slot, token, expires_at, o)
+    WHERE u.slot IS NOT NULL AND u.token IS NOT NULL AND u.expires_at IS NOT NULL
+    ORDER BY u.o
+$$;
+
+CREATE FUNCTION @extschema@.renew_lease(name text, slot integer, token bigint, ttl interval DEFAULT '30 seconds')
+RETURNS timestamptz
+LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT @extschema@.pg_claim_lease_renew(@extschema@.pg_claim_caller(), name, slot, token, ttl)
+$$;
+
+CREATE FUNCTION @extschema@.release_lease(name text, slot integer, token bigint)
+RETURNS boolean
+LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT @extschema@.pg_claim_lease_release(@extschema@.pg_claim_caller(), name, slot, token)
+$$;
+
+CREATE FUNCTION @extschema@.lease_holders(name text)
+RETURNS TABLE (slot integer, holder text, token bigint, acquired_at timestamptz,
+               expires_at timestamptz, expired boolean)
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT u.slot, u.holder, u.token, u.acquired_at, u.expires_at, u.expired
+    FROM @extschema@.pg_claim_lease_holders(@extschema@.pg_claim_caller(), name) c,
+         ROWS FROM (pg_catalog.unnest(c.slots), pg_catalog.unnest(c.holders), pg_catalog.unnest(c.tokens),
+                   pg_catalog.unnest(c.acquired), pg_catalog.unnest(c.expires), pg_catalog.unnest(c.expired))
+             WITH ORDINALITY AS u(slot, holder, token, acquired_at, expires_at, expired, o)
+    WHERE u.slot IS NOT NULL
+    ORDER BY u.o
+$$;
+
+CREATE FUNCTION @extschema@.lease_valid(name text, slot integer, token bigint)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT @extschema@.pg_claim_lease_valid(@extschema@.pg_claim_caller(), name, slot, token)
+$$;
+
+CREATE FUNCTION @extschema@.fence(name text, slot integer, token bigint)
+RETURNS void
+LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT @extschema@.pg_claim_lease_fence(@extschema@.pg_claim_caller(), name, slot, token)
+$$;
+
+CREATE FUNCTION @extschema@.my_token(name text)
+RETURNS bigint
+LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN name IS NOT NULL
+                THEN @extschema@.pg_claim_lease_my_token(@extschema@.pg_claim_caller(), name) END
+$$;
+
+COMMENT ON FUNCTION @extschema@.claim_lease(text, integer, text, interval) IS
+    'claim the lowest free or expired slot of name in 0 .. n-1 for holder until ttl from now: one row (slot, token, expires_at), or none when all are leased';
+COMMENT ON FUNCTION @extschema@.claim_leases(text, integer, text, integer, interval) IS
+    'renew, take and give back leases of name so that the live holders share its n slots evenly (at most max for this holder; max => 0: leave): every slot holder holds after the call';
+COMMENT ON FUNCTION @extschema@.renew_lease(text, integer, bigint, interval) IS
+    'extend a lease to ttl from now: the new expiry, or NULL when the lease was lost (taken over or released)';
+COMMENT ON FUNCTION @extschema@.release_lease(text, integer, bigint) IS
+    'give a lease back; false when this token does not hold it';
+COMMENT ON FUNCTION @extschema@.lease_holders(text) IS
+    'the leases and live session claims of name: slot, holder, token (NULL for leases of roles whose privileges the caller lacks), since when, until when, and whether the lease expired';
+COMMENT ON FUNCTION @extschema@.lease_valid(text, integer, bigint) IS
+    'whether token is the current token of slot of name; when true, the slot cannot change hands before the calling transaction ends';
+COMMENT ON FUNCTION @extschema@.fence(text, integer, bigint) IS
+    'raise PC001 unless token is the current token of slot of name; when it passes, the slot cannot change hands before the calling transaction ends';
+COMMENT ON FUNCTION @extschema@.my_token(text) IS
+    'the fencing token of this session''s claim_slot claim of name (NULL when it holds none), for fence and lease_valid';
