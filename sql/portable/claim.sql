@@ -355,6 +355,14 @@ BEGIN
         RAISE EXCEPTION 'max must be between 1 and n = %, got %', n, max USING ERRCODE = '22023',
             HINT = 'The argument max is how many slots this worker serves at most, from 1 to n; pass n to serve every slot nobody else serves.';
     END IF;
+    -- the extension's default pg_claim.max_locks_per_session (1024), fixed:
+    -- max slots and the claim's 2 records (3 with a standby's waiters lock)
+    IF max + 2 + waits::integer > 1024 THEN
+        RAISE EXCEPTION 'claim_slots("%", %, %) could hold % advisory locks (% slots and % records), more than pg_claim.max_locks_per_session (1024) allows',
+                name, n, max, max + 2 + waits::integer, max, 2 + waits::integer USING ERRCODE = '53400',
+            HINT = format('Pass a max of at most %s (the portable edition''s limit of 1024 locks less the claim''s %s records).',
+                          1022 - waits::integer, 2 + waits::integer);
+    END IF;
     IF @extschema@.pg_claim_claim(name, n, CASE WHEN waits THEN least(extract(epoch FROM wait) * 1000000, 9.2e18)::bigint END) IS NULL THEN
         RETURN '{}';
     END IF;
