@@ -101,19 +101,6 @@ CREATE FUNCTION @extschema@.jump_slot(key uuid, n integer) RETURNS integer
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN @extschema@.jump_slot(@extschema@.crc32(key::text), n);
 
-COMMENT ON FUNCTION @extschema@.slot_of(smallint, integer) IS 'the non-negative remainder of key by n, in 0 .. n-1';
-COMMENT ON FUNCTION @extschema@.slot_of(integer, integer) IS 'the non-negative remainder of key by n, in 0 .. n-1';
-COMMENT ON FUNCTION @extschema@.slot_of(bigint, integer) IS 'the non-negative remainder of key by n, in 0 .. n-1';
-COMMENT ON FUNCTION @extschema@.slot_of(text, integer) IS 'crc32 of the key''s UTF-8 bytes mod n, in 0 .. n-1';
-COMMENT ON FUNCTION @extschema@.slot_of(bytea, integer) IS 'crc32 of the bytes mod n, in 0 .. n-1';
-COMMENT ON FUNCTION @extschema@.slot_of(uuid, integer) IS 'crc32 of the uuid''s canonical lowercase text form mod n, in 0 .. n-1';
-COMMENT ON FUNCTION @extschema@.crc32(text) IS 'unsigned CRC-32/ISO-HDLC (zlib) of the UTF-8 bytes';
-COMMENT ON FUNCTION @extschema@.crc32(bytea) IS 'unsigned CRC-32/ISO-HDLC (zlib) of the bytes';
-COMMENT ON FUNCTION @extschema@.jump_slot(bigint, integer) IS 'jump consistent hash of the key''s 64 bits into 0 .. n-1';
-COMMENT ON FUNCTION @extschema@.jump_slot(text, integer) IS 'jump consistent hash of crc32 of the UTF-8 bytes into 0 .. n-1';
-COMMENT ON FUNCTION @extschema@.jump_slot(bytea, integer) IS 'jump consistent hash of crc32 of the bytes into 0 .. n-1';
-COMMENT ON FUNCTION @extschema@.jump_slot(uuid, integer) IS 'jump consistent hash of crc32 of the uuid''s text form into 0 .. n-1';
-
 -- pg_hash_slot's hash of a bytea key: PostgreSQL's hash_bytes_extended (Bob
 -- Jenkins' lookup3, as in src/common/hashfn.c) of the bytes with a 64-bit
 -- seed, which hashvarlenaextended computes for bytea and SQL cannot call (it
