@@ -101,13 +101,13 @@ public class Worker {
         + " FROM my_items(NULL::outbox, ?, ?, after => ?::text, pending => 'sent_at', batch => ?) o"
         + " LEFT JOIN item_failures(?) f ON f.item = o.id::text";
     static final String CLAIM = "SELECT claim_slots(?, ?, ?, ?::interval), pg_backend_pid()";
-    // seconds until the first retry of a failed, still unsent message of this
-    // session's slots; NULL: none (a record of a message sent meanwhile by
-    // another kind of worker does not count)
+    // seconds until the first retry of a failed, still unsent message of the
+    // given slots; NULL: none (a record of a message sent meanwhile by another
+    // kind of worker does not count)
     static final String NEXT_RETRY =
         "SELECT extract(epoch FROM min(f.retry_at) - clock_timestamp())::float8"
         + " FROM item_failures(?) f JOIN outbox o ON o.id = f.item::bigint AND o.sent_at IS NULL"
-        + " WHERE f.state <> 'dead' AND slot_of(o.id, ?) = ANY (my_slots(?))";
+        + " WHERE f.state <> 'dead' AND slot_of(o.id, ?) = ANY (?)";
 
     record Item(long id, String recipient, String body, String failure) {}
 
@@ -243,7 +243,7 @@ public class Worker {
                 if (slots.isEmpty() || !walk.quiet.containsAll(slots)) continue;
                 nextRetry.setString(1, NAME);
                 nextRetry.setInt(2, N);
-                nextRetry.setString(3, NAME);
+                nextRetry.setArray(3, c.createArrayOf("integer", slots.toArray()));
                 Double retryIn = number(nextRetry);
                 if (retryIn == null && exitWhenEmpty) return false;
                 say("waiting");
@@ -288,10 +288,7 @@ public class Worker {
         try (PreparedStatement claim = c.prepareStatement(
                  "SELECT slot, token FROM claim_leases(?, ?, ?, ttl => ?::interval) ORDER BY slot");
              PreparedStatement fetch = c.prepareStatement(FETCH);
-             PreparedStatement nextRetry = c.prepareStatement(
-                 "SELECT extract(epoch FROM min(f.retry_at) - clock_timestamp())::float8"
-                 + " FROM item_failures(?) f JOIN outbox o ON o.id = f.item::bigint AND o.sent_at IS NULL"
-                 + " WHERE f.state <> 'dead' AND slot_of(o.id, ?) = ANY (?)");
+             PreparedStatement nextRetry = c.prepareStatement(NEXT_RETRY);
              PreparedStatement renew = c.prepareStatement("SELECT extract(epoch FROM ?::interval) * 1000 / 3")) {
             renew.setString(1, TTL);
             long renewMs = number(renew).longValue(); // claim again (which renews) at least every third of the TTL

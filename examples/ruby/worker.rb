@@ -52,13 +52,13 @@ FETCH = <<~SQL
   LEFT JOIN item_failures($5) f ON f.item = o.id::text
 SQL
 CLAIM = "SELECT claim_slots($1, $2, $3, '1 second'), pg_backend_pid()"
-# seconds until the first retry of a failed, still unsent message of this
-# session's slots; NULL: none (a record of a message sent meanwhile by another
-# kind of worker does not count)
+# seconds until the first retry of a failed, still unsent message of the
+# slots $3; NULL: none (a record of a message sent meanwhile by another kind of
+# worker does not count)
 NEXT_RETRY = <<~SQL
   SELECT extract(epoch FROM min(f.retry_at) - clock_timestamp())::float8 AS s
   FROM item_failures($1) f JOIN outbox o ON o.id = f.item::bigint AND o.sent_at IS NULL
-  WHERE f.state <> 'dead' AND slot_of(o.id, $2) = ANY (my_slots($1))
+  WHERE f.state <> 'dead' AND slot_of(o.id, $2) = ANY ($3::int[])
 SQL
 
 # This session's slots, claimed again: its own plus unserved ones.
@@ -143,7 +143,7 @@ def serve(conn, server)
       end
     end
     next if slots.empty? || !walk.quiet?(slots)
-    retry_in = conn.exec_params(NEXT_RETRY, [NAME, N]).getvalue(0, 0)
+    retry_in = conn.exec_params(NEXT_RETRY, [NAME, N, PG::TextEncoder::Array.new.encode(slots)]).getvalue(0, 0)
     return false if retry_in.nil? && EXIT_WHEN_EMPTY
     say("waiting")
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + (retry_in.nil? ? POLL_S : [POLL_S, [retry_in, 0.1].max].min)
@@ -185,7 +185,7 @@ def serve_leases(conn, holder)
       walk.forget(s)
     end
     next unless slots.empty? || walk.quiet?(slots)
-    retry_in = conn.exec_params(NEXT_RETRY_LEASED, [NAME, N, slots.to_s.tr("[]", "{}")]).getvalue(0, 0)
+    retry_in = conn.exec_params(NEXT_RETRY, [NAME, N, PG::TextEncoder::Array.new.encode(slots)]).getvalue(0, 0)
     return false if retry_in.nil? && EXIT_WHEN_EMPTY
     say("waiting")
     wait_s = [POLL_S, renew_s, retry_in.nil? ? POLL_S : [retry_in, 0.1].max].min
@@ -201,14 +201,6 @@ ensure
     nil # the leases expire after the TTL
   end
 end
-
-# NEXT_RETRY for the slots of a lease holder (a transaction pooler has no
-# session for my_slots)
-NEXT_RETRY_LEASED = <<~SQL
-  SELECT extract(epoch FROM min(f.retry_at) - clock_timestamp())::float8 AS s
-  FROM item_failures($1) f JOIN outbox o ON o.id = f.item::bigint AND o.sent_at IS NULL
-  WHERE f.state <> 'dead' AND slot_of(o.id, $2) = ANY ($3::int[])
-SQL
 
 # Until a notification arrives (true), `seconds` pass or a signal comes.
 def wait(conn, seconds)
