@@ -332,27 +332,71 @@ def items_and_wake():
 
 
 def tle_registration():
-    # pg_tle itself is not installed here: a stand-in pgtle.install_extension
-    # keeps what the registration file passes, and the script it passes then
-    # installs into a schema of its own, @extschema@ replaced as CREATE
-    # EXTENSION would
+    # pg_tle itself is not installed here (docs/portable.md says where the
+    # file was checked against it): a stand-in of the pgtle functions the
+    # file calls keeps what it passes and refuses a second registration of a
+    # name, version or update path (42710) as pg_tle does. The script it
+    # passes then installs into a schema of its own, @extschema@ replaced as
+    # CREATE EXTENSION would.
     tle = SQL_FILE.replace(".sql", "--pg_tle.sql")
     with conn(path=None) as c:
         c.execute("DROP SCHEMA IF EXISTS pgtle CASCADE; DROP SCHEMA IF EXISTS claim_tle CASCADE")
         c.execute("""CREATE SCHEMA pgtle;
-            CREATE TABLE pgtle.registered (name text, version text, description text, ext text);
+            CREATE TABLE pgtle.registered (name text, version text, description text, ext text, UNIQUE (name, version));
+            CREATE TABLE pgtle.paths (name text, fromvers text, tovers text, ext text, UNIQUE (name, fromvers, tovers));
+            CREATE TABLE pgtle.defaults (name text PRIMARY KEY, version text);
+            CREATE FUNCTION pgtle.available_extensions(OUT name name, OUT default_version text, OUT comment text)
+            RETURNS SETOF record LANGUAGE sql AS $$ SELECT name, version, '' FROM pgtle.defaults $$;
+            CREATE FUNCTION pgtle.available_extension_versions(OUT name name, OUT version text) RETURNS SETOF record
+            LANGUAGE sql AS $$ SELECT name, version FROM pgtle.registered $$;
             CREATE FUNCTION pgtle.install_extension(name text, version text, description text, ext text,
                                                     requires text[] DEFAULT NULL) RETURNS boolean
-            LANGUAGE sql AS $$ INSERT INTO pgtle.registered VALUES (name, version, description, ext) RETURNING true $$""")
-    r = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", DB, "-f", tle],
-                       env=dict(os.environ, PGUSER="postgres"), capture_output=True, text=True)
+            LANGUAGE plpgsql AS $$ BEGIN
+                IF EXISTS (SELECT FROM pgtle.defaults d WHERE d.name = $1) THEN
+                    RAISE EXCEPTION 'extension "%" already installed', $1 USING ERRCODE = '42710';
+                END IF;
+                INSERT INTO pgtle.registered VALUES (name, version, description, ext);
+                INSERT INTO pgtle.defaults VALUES (name, version);
+                RETURN true; END $$;
+            CREATE FUNCTION pgtle.install_extension_version_sql(name text, version text, ext text) RETURNS boolean
+            LANGUAGE plpgsql AS $$ BEGIN
+                INSERT INTO pgtle.registered VALUES (name, version, NULL, ext); RETURN true;
+            EXCEPTION WHEN unique_violation THEN
+                RAISE EXCEPTION 'version "%" of extension "%" already installed', version, name USING ERRCODE = '42710';
+            END $$;
+            CREATE FUNCTION pgtle.install_update_path(name text, fromvers text, tovers text, ext text) RETURNS boolean
+            LANGUAGE plpgsql AS $$ BEGIN
+                INSERT INTO pgtle.paths VALUES (name, fromvers, tovers, ext); RETURN true;
+            EXCEPTION WHEN unique_violation THEN
+                RAISE EXCEPTION 'update path already installed' USING ERRCODE = '42710';
+            END $$;
+            CREATE FUNCTION pgtle.set_default_version(name text, version text) RETURNS boolean
+            LANGUAGE sql AS $$ UPDATE pgtle.defaults d SET version = $2 WHERE d.name = $1 RETURNING true $$""")
+    runs = [subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", DB, "-f", tle],
+                           env=dict(os.environ, PGUSER="postgres"), capture_output=True, text=True) for _ in range(2)]
     with conn(path=None) as c:
-        name, version = c.execute("SELECT name, version FROM pgtle.registered").fetchone() if r.returncode == 0 else (None, None)
-        check(r.returncode == 0 and name == "pg_claim" and version == one(c, "SELECT claim.pg_claim_portable_version()"),
-              f"the pg_tle file registers pg_claim {version} ({r.stderr.strip()[-120:]})")
+        version = one(c, "SELECT claim.pg_claim_portable_version()")
+        got = c.execute("SELECT name, version FROM pgtle.registered").fetchall()
+        check(all(r.returncode == 0 for r in runs) and got == [("pg_claim", version)]
+              and one(c, "SELECT version FROM pgtle.defaults WHERE name = 'pg_claim'") == version,
+              f"the pg_tle file registers pg_claim {version}, and again without a change "
+              f"({' '.join(r.stderr.strip()[-120:] for r in runs if r.returncode)})")
+        # a later version registered earlier: this file adds its own version
+        # and the path to the later one's, and leaves the default
+        c.execute("TRUNCATE pgtle.registered, pgtle.paths, pgtle.defaults")
+        c.execute("INSERT INTO pgtle.registered VALUES ('pg_claim', '99.0.0', '', 'SELECT 1'), ('pg_claim', '0.0.1', '', 'SELECT 1')")
+        c.execute("INSERT INTO pgtle.defaults VALUES ('pg_claim', '99.0.0')")
+        r = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", DB, "-f", tle],
+                           env=dict(os.environ, PGUSER="postgres"), capture_output=True, text=True)
+        check(r.returncode == 0
+              and one(c, "SELECT count(*) FROM pgtle.registered WHERE version = %s AND ext IS NOT NULL", version) == 1
+              and c.execute("SELECT fromvers, tovers FROM pgtle.paths").fetchall() == [("0.0.1", version)]
+              and one(c, "SELECT version FROM pgtle.defaults") == "99.0.0",
+              f"beside other registered versions: its own, an update path from the older one only, "
+              "the newer default kept" + (f" ({r.stderr.strip()[-120:]})" if r.returncode else ""))
         c.execute("CREATE SCHEMA claim_tle")
         c.execute("SELECT set_config('search_path', 'claim_tle', false)")
-        script = one(c, "SELECT replace(ext, '@extschema@', 'claim_tle') FROM pgtle.registered")
+        script = one(c, "SELECT replace(ext, '@extschema@', 'claim_tle') FROM pgtle.registered WHERE version = %s", version)
         c.execute(script)
         check(one(c, "SELECT claim_tle.slot_of('123456789'::text, 10)") == 2
               and one(c, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'claim_tle'::regnamespace")
