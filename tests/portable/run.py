@@ -379,8 +379,8 @@ def tle_registration():
         got = c.execute("SELECT name, version FROM pgtle.registered").fetchall()
         check(all(r.returncode == 0 for r in runs) and got == [("pg_claim", version)]
               and one(c, "SELECT version FROM pgtle.defaults WHERE name = 'pg_claim'") == version,
-              f"the pg_tle file registers pg_claim {version}, and again without a change "
-              f"({' '.join(r.stderr.strip()[-120:] for r in runs if r.returncode)})")
+              f"the pg_tle file registers pg_claim {version}, and again without a change"
+              + "".join(f" ({r.stderr.strip()[-120:]})" for r in runs if r.returncode))
         # a later version registered earlier: this file adds its own version
         # and the path to the later one's, and leaves the default
         c.execute("TRUNCATE pgtle.registered, pgtle.paths, pgtle.defaults")
