@@ -204,9 +204,10 @@ security() { python3 tests/security/run.py "$@"; }
 # compared with the extension's on the test cluster, its claims, leases,
 # failures, my_items and notify_slot against real sessions, other roles and
 # planted look-alikes (tests/portable/run.py); the bad-input matrix and a
-# random caller of tests/hostile/matrix.py on its functions; then the
-# pg_regress tests and isolation specs that apply to it
-# (tests/portable/regress.py). Test names: none. A subshell: the
+# random caller of tests/hostile/matrix.py on its functions; the promises
+# of docs/security.md that apply to it (tests/security/run.py with
+# PGC_SECURITY_PORTABLE); then the pg_regress tests and isolation specs that
+# apply to it (tests/portable/regress.py). Test names: none. A subshell: the
 # test cluster stays for the next layers.
 portable_edition() (
     PGC_CLUSTERS=()
@@ -223,6 +224,8 @@ portable_edition() (
     # its public functions against the hostile matrix and a random caller
     PGC_HOSTILE_PORTABLE="$sql" python3 tests/hostile/matrix.py --log "$PGC_WORK/pg/server-portable-$PGC_PG_MAJOR.log" &&
         PGC_HOSTILE_PORTABLE="$sql" python3 tests/hostile/matrix.py --log "$PGC_WORK/pg/server-portable-$PGC_PG_MAJOR.log" --random 3000 || return 1
+    # the promises of docs/security.md that apply to it, attacked
+    PGC_SECURITY_PORTABLE="$sql" python3 tests/security/run.py || return 1
     # the pg_regress tests that apply (tests/portable/regress.txt)
     python3 tests/portable/regress.py "$PGC_PGXS/src/test/regress/pg_regress" "$PGC_BIN" \
         "$PGC_WORK/portable-regress-$PGC_PG_MAJOR" "$sql"

@@ -90,7 +90,9 @@ BEGIN
             RAISE EXCEPTION 'permission denied for column % of table %', a.col, tbl USING ERRCODE = '42501',
                 HINT = CASE WHEN a.role = 'key'
                             THEN pg_catalog.format('The share is selected by its key: GRANT SELECT (%s) ON %s to this role.', pg_catalog.quote_ident(a.col), tbl)
-                            ELSE pg_catalog.format('The %s column is read to select the share: GRANT SELECT (%s) ON %s to this role.', a.role, pg_catalog.quote_ident(a.col), tbl) END;
+                            WHEN a.role = 'route'
+                            THEN pg_catalog.format('The share is selected by its route column: GRANT SELECT (%s) ON %s to this role.', pg_catalog.quote_ident(a.col), tbl)
+                            ELSE pg_catalog.format('The pending rows are selected by this column: GRANT SELECT (%s) ON %s to this role.', pg_catalog.quote_ident(a.col), tbl) END;
         END IF;
         IF a.role = 'key' THEN
             keycol := pg_catalog.quote_ident(a.col);
@@ -114,7 +116,8 @@ BEGIN
                     CASE WHEN route IS NULL THEN 'key' ELSE 'route' END, pg_catalog.quote_ident(a.col),
                     pg_catalog.format_type(r.atttypid, NULL)
                     USING ERRCODE = '42804',
-                    HINT = 'The only method ''pg_hash'' maps keys of this type; slot_of and jump_slot take smallint, integer, bigint, text, bytea and uuid; use method => ''pg_hash'', or key => a column of a supported type.';
+                    HINT = pg_catalog.format('The only method ''pg_hash'' maps keys of this type; slot_of and jump_slot take smallint, integer, bigint, text, bytea and uuid; use method => ''pg_hash'', or %s => a column of a supported type.',
+                                             CASE WHEN route IS NULL THEN 'key' ELSE 'route' END);
             END IF;
             IF base = 'character'::regtype AND method IN ('auto', 'crc32', 'jump') THEN
                 -- char(n): its text form, without the padding (as the extension)
@@ -123,6 +126,10 @@ BEGIN
             IF method = 'crc32' AND base IN ('smallint'::regtype, 'integer'::regtype, 'bigint'::regtype) THEN
                 arg := '(' || arg || ')::pg_catalog.text';
             END IF;
+            IF method = 'jump' AND base IN ('smallint'::regtype, 'integer'::regtype) THEN
+                -- jump_slot hashes a bigint (as the extension writes it)
+                arg := '(' || arg || ')::pg_catalog.int8';
+            END IF;
             mapexpr := pg_catalog.format('@extschema@.%s(%s, %s)', fn, arg, n);
         ELSE
             IF (SELECT t.typbasetype = 'boolean'::regtype OR t.oid = 'boolean'::regtype
@@ -130,9 +137,9 @@ BEGIN
                 pendexpr := 'NOT ' || pg_catalog.quote_ident(a.col);
             ELSIF r.attnotnull THEN
                 RAISE EXCEPTION 'pending column % of % is of type % and NOT NULL, so it cannot mark rows as pending',
-                    pg_catalog.quote_ident(a.col), tbl, pg_catalog.format_type(r.atttypid, r.atttypmod)
+                    pg_catalog.quote_ident(a.col), tbl, @extschema@.pg_claim_type_text(r.atttypid, r.atttypmod)
                     USING ERRCODE = '42804',
-                    HINT = 'Name a boolean column that is false while a row is pending, or a nullable column set when a row is done (such as sent_at).';
+                    HINT = 'Name a boolean column that is true once a row is done (pending rows: NOT done), or a nullable column set when it is done (pending rows: sent_at IS NULL).';
             ELSE
                 pendexpr := pg_catalog.quote_ident(a.col) || ' IS NULL';
             END IF;
@@ -287,4 +294,127 @@ BEGIN
     RETURN QUERY EXECUTE @extschema@.my_items_query(pg_catalog.pg_typeof(rel)::pg_catalog.oid, slot, n, key,
                                                     method, after, batch, columns, route, pending)
         USING slot, n, after, batch;
+END $$;
+
+-- The parts of slot_backlog's query (and of a fleet definition, what =
+-- 'define_fleet': pending may then be NULL), checked in the extension's
+-- order (src/items/backlog.rs) with the caller's privileges: the table,
+-- the mapping expression of the route (or key) column with n written in,
+-- the pending predicate as the extension writes it (NOT done, sent_at IS
+-- NULL: the predicate of a partial index on the pending rows), and the
+-- quoted age column.
+CREATE FUNCTION @extschema@.pg_claim_backlog_parts(
+    rel oid, n integer, pending text, key text, route text, method text, age text, what text,
+    OUT tbl text, OUT mapexpr text, OUT pendexpr text, OUT agecol text)
+LANGUAGE plpgsql STABLE SET search_path = '' AS $$
+DECLARE
+    args_hint constant text := 'Pass the table, n and the pending column, e.g. slot_backlog(''outbox'', 8, ''sent_at'') or slot_backlog(''jobs'', 8, ''done'').';
+    kind "char";
+    r record;
+    base oid;
+    p record;
+BEGIN
+    IF rel IS NULL OR n IS NULL THEN
+        RAISE EXCEPTION '% must not be null', CASE WHEN rel IS NULL THEN 'tbl' ELSE 'n' END
+            USING ERRCODE = '22004', HINT = args_hint;
+    END IF;
+    IF n < 1 OR n > 1048576 THEN
+        RAISE EXCEPTION 'n must be between 1 and 1048576 for %, got %', what, n USING ERRCODE = '22023',
+            HINT = 'n is the number of slots the fleet''s keys are split into: the n its workers pass to claim_slot or claim_leases.';
+    END IF;
+    IF pending IS NULL AND what = 'slot_backlog' THEN
+        RAISE EXCEPTION 'pending must not be null' USING ERRCODE = '22004',
+            HINT = 'Name the column that says which rows are pending: a boolean done flag (pending while NOT done) or a column set when a row is done (pending while it IS NULL); to count every row, use slot_counts.';
+    END IF;
+    IF pending IS NULL AND age IS NOT NULL THEN
+        RAISE EXCEPTION 'age needs a pending column, got age => ''%'' without pending', age USING ERRCODE = '22023',
+            HINT = 'age names the column whose smallest value among the pending rows is the oldest: pass pending too.';
+    END IF;
+    method := coalesce(method, 'auto');
+    IF method NOT IN ('auto', 'crc32', 'jump', 'pg_hash') THEN
+        RAISE EXCEPTION 'unsupported method "%"', method USING ERRCODE = '22023',
+            HINT = 'The method is one of: auto, crc32, jump, pg_hash.';
+    END IF;
+    SELECT c.relkind INTO kind FROM pg_catalog.pg_class c WHERE c.oid = rel;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'relation with oid % does not exist', rel::pg_catalog.int8 USING ERRCODE = '42P01',
+            HINT = 'Pass an existing table; if another session drops and re-creates it, call again.';
+    END IF;
+    SELECT pg_catalog.format('%I.%I', ns.nspname, c.relname) INTO tbl
+    FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace ns ON ns.oid = c.relnamespace WHERE c.oid = rel;
+    IF kind NOT IN ('r', 'p', 'm', 'f', 'v') THEN
+        RAISE EXCEPTION '% needs a table, but % is %', what, tbl,
+            CASE kind WHEN 'c' THEN 'a composite type' WHEN 'S' THEN 'a sequence' WHEN 'i' THEN 'an index'
+                      WHEN 'I' THEN 'an index' WHEN 't' THEN 'a TOAST table' ELSE 'not a table' END
+            USING ERRCODE = '42809',
+            HINT = pg_catalog.format('The function %s reads tables, partitioned tables, materialized views and foreign tables; for a view, filter it yourself: WHERE slot_of(key, n) = slot.', what);
+    END IF;
+    IF NOT pg_catalog.has_any_column_privilege(rel, 'SELECT') THEN
+        RAISE EXCEPTION 'permission denied for table %', tbl USING ERRCODE = '42501',
+            HINT = pg_catalog.format('The function %s reads the table with the caller''s privileges; GRANT SELECT on it to this role.', what);
+    END IF;
+    IF route IS NOT NULL AND key IS NULL THEN
+        -- with route, a count needs no key (nor a primary key): the route
+        -- column, checked as route, plays the key's part below
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute at WHERE at.attrelid = rel AND at.attname = route
+                       AND at.attnum > 0 AND NOT at.attisdropped) THEN
+            RAISE EXCEPTION 'column "%" of % does not exist', route, tbl USING ERRCODE = '42703',
+                HINT = pg_catalog.format('route takes column names as stored (case-sensitive, without quotes); %s has: %s', tbl,
+                    (SELECT pg_catalog.string_agg(at.attname::text, ', ' ORDER BY at.attnum) FROM pg_catalog.pg_attribute at
+                     WHERE at.attrelid = rel AND at.attnum > 0 AND NOT at.attisdropped));
+        END IF;
+        IF NOT pg_catalog.has_column_privilege(rel, route, 'SELECT') THEN
+            RAISE EXCEPTION 'permission denied for column % of table %', route, tbl USING ERRCODE = '42501',
+                HINT = pg_catalog.format('The share is selected by its route column: GRANT SELECT (%s) ON %s to this role.',
+                                         pg_catalog.quote_ident(route), tbl);
+        END IF;
+        key := route;
+    END IF;
+    SELECT * INTO p FROM @extschema@.pg_claim_items_parts(rel, n, key, method, route, pending, what);
+    mapexpr := p.mapexpr;
+    pendexpr := p.pendexpr;
+    IF age IS NOT NULL THEN
+        SELECT at.atttypid, at.atttypmod INTO r FROM pg_catalog.pg_attribute at
+        WHERE at.attrelid = rel AND at.attname = age AND at.attnum > 0 AND NOT at.attisdropped;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'column "%" of % does not exist', age, tbl USING ERRCODE = '42703',
+                HINT = pg_catalog.format('age takes column names as stored (case-sensitive, without quotes); %s has: %s', tbl,
+                    (SELECT pg_catalog.string_agg(at.attname::text, ', ' ORDER BY at.attnum) FROM pg_catalog.pg_attribute at
+                     WHERE at.attrelid = rel AND at.attnum > 0 AND NOT at.attisdropped));
+        END IF;
+        agecol := pg_catalog.quote_ident(age);
+        IF NOT pg_catalog.has_column_privilege(rel, age, 'SELECT') THEN
+            RAISE EXCEPTION 'permission denied for column % of table %', agecol, tbl USING ERRCODE = '42501',
+                HINT = pg_catalog.format('The oldest pending row is found by this column: GRANT SELECT (%s) ON %s to this role, or leave age out.',
+                                         agecol, tbl);
+        END IF;
+        base := r.atttypid;
+        WHILE (SELECT t.typtype FROM pg_catalog.pg_type t WHERE t.oid = base) = 'd' LOOP
+            base := (SELECT t.typbasetype FROM pg_catalog.pg_type t WHERE t.oid = base);
+        END LOOP;
+        IF base NOT IN ('timestamp with time zone'::pg_catalog.regtype, 'timestamp without time zone'::pg_catalog.regtype) THEN
+            RAISE EXCEPTION 'age column % of % is of type %, not a timestamp', agecol, tbl,
+                @extschema@.pg_claim_type_text(r.atttypid, r.atttypmod) USING ERRCODE = '42804',
+                HINT = 'age names a timestamptz or timestamp column, such as created_at: the oldest pending row is the one whose value is smallest.';
+        END IF;
+    END IF;
+END $$;
+
+-- The query slot_backlog (sql/fleets.sql, the extension's wrapper) runs:
+-- the text of the extension's slot_backlog_query. Parameter $1: n.
+CREATE FUNCTION @extschema@.slot_backlog_query(
+    rel oid, n integer, pending text, key text DEFAULT NULL, route text DEFAULT NULL,
+    method text DEFAULT 'auto', age text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    p record;
+BEGIN
+    SELECT * INTO p FROM @extschema@.pg_claim_backlog_parts(rel, n, pending, key, route, method, age, 'slot_backlog');
+    RETURN pg_catalog.format(
+        'SELECT g.slot, COALESCE(c.backlog, 0::pg_catalog.int8) AS backlog, c.oldest FROM pg_catalog.generate_series(0, $1 OPERATOR(pg_catalog.-) 1) AS g(slot) LEFT JOIN (SELECT %s AS slot, pg_catalog.count(*) AS backlog, %s AS oldest FROM %s WHERE %s GROUP BY 1) AS c ON c.slot OPERATOR(pg_catalog.=) g.slot ORDER BY g.slot',
+        p.mapexpr,
+        CASE WHEN p.agecol IS NULL THEN 'NULL::pg_catalog.timestamptz'
+             ELSE pg_catalog.format('pg_catalog.min(%s)::pg_catalog.timestamptz', p.agecol) END,
+        p.tbl, p.pendexpr);
 END $$;

@@ -137,6 +137,92 @@ def keys_of(rng, kind, count):
     raise ValueError(kind)
 
 
+def error_of(c, sql, *args):
+    """(SQLSTATE, message, hint) of a call that fails, else None."""
+    try:
+        c.execute(sql, args)
+    except psycopg.Error as e:
+        return e.sqlstate, e.diag.message_primary, e.diag.message_hint
+    return None
+
+
+BACKLOG_TABLE = """
+    CREATE TABLE public.bl_parity (id bigint PRIMARY KEY, code text NOT NULL, cust integer, u uuid,
+                                   created timestamptz NOT NULL, queued timestamp, done boolean NOT NULL,
+                                   sent_at timestamptz, pad char(4));
+    INSERT INTO public.bl_parity
+    SELECT g, md5(g::text), CASE WHEN g % 17 <> 0 THEN (g * 7919) % 101 - 50 END, md5(g::text || 'u')::uuid,
+           '2026-01-01'::timestamptz + (g * 37 % 1000) * interval '1 minute',
+           '2026-01-01'::timestamp + (g * 53 % 1000) * interval '1 minute',
+           g % %(every)s <> 0, CASE WHEN g % 7 <> 0 THEN now() END, left(md5(g::text), 3)
+    FROM generate_series(-200, %(rows)s) g;
+    CREATE INDEX bl_parity_pending ON public.bl_parity ((slot_of(id, 8)), id) WHERE NOT done"""
+
+
+def backlog(e, p, rng):
+    """slot_backlog and its query text as the extension's, for every method,
+    key type, route, pending form and age, and the same errors (SQLSTATE,
+    message and hint) for bad input; define_fleet's and drop_fleet's too."""
+    ddl = BACKLOG_TABLE.replace("%(every)s", str(rng.randint(2, 9))).replace("%(rows)s", str(rng.randint(800, 3000)))
+    for c in (e, p):
+        c.execute("DROP TABLE IF EXISTS public.bl_parity")
+        c.execute(ddl)
+    calls = []
+    for n in (1, 3, 8, rng.randint(9, 200)):
+        for pending in ("done", "sent_at"):
+            calls.append(f"'public.bl_parity', {n}, '{pending}'")
+            calls.append(f"'public.bl_parity', {n}, '{pending}', age => 'created'")
+            calls.append(f"'public.bl_parity', {n}, '{pending}', age => 'queued'")
+            for method in ("auto", "crc32", "jump", "pg_hash"):
+                calls.append(f"'public.bl_parity', {n}, '{pending}', key => 'code', method => '{method}'")
+                calls.append(f"'public.bl_parity', {n}, '{pending}', route => 'cust', method => '{method}'")
+                calls.append(f"'public.bl_parity', {n}, '{pending}', key => 'u', method => '{method}'")
+            calls.append(f"'public.bl_parity', {n}, '{pending}', key => 'pad', method => 'crc32'")
+    rows_same = text_same = 0
+    printed = False
+    for args in calls:
+        q = f"SELECT array_agg(row(b.slot, b.backlog, b.oldest)::text ORDER BY b.slot) FROM slot_backlog({args}) b"
+        rows_same += one(e, q) == one(p, q)
+        qt = "SELECT slot_backlog_query(" + args.replace("'public.bl_parity'", "'public.bl_parity'::regclass", 1) + ")"
+        a, b = one(e, qt), one(p, qt).replace("claim.", "public.")
+        text_same += a == b
+        if a != b and not printed:
+            printed = True
+            print(f"      first difference: {args}:\n      {a}\n      {b}")
+    check(rows_same == len(calls), f"slot_backlog: {rows_same} of {len(calls)} calls return the extension's rows")
+    check(text_same == len(calls), f"slot_backlog_query: {text_same} of {len(calls)} query texts are the extension's")
+    bad = ["SELECT * FROM slot_backlog(NULL, 8, 'done')", "SELECT * FROM slot_backlog('public.bl_parity', NULL, 'done')",
+           "SELECT * FROM slot_backlog('public.bl_parity', 0, 'done')",
+           "SELECT * FROM slot_backlog('public.bl_parity', 1048577, 'done')",
+           "SELECT * FROM slot_backlog('public.bl_parity', 8, NULL)",
+           "SELECT * FROM slot_backlog('public.bl_parity', 8, 'nope')",
+           "SELECT * FROM slot_backlog('public.bl_parity', 8, 'code')",
+           "SELECT * FROM slot_backlog('public.bl_parity', 8, 'done', age => 'cust')",
+           "SELECT * FROM slot_backlog('public.bl_parity', 8, 'done', age => 'code')",
+           "SELECT * FROM slot_backlog('public.bl_parity', 8, 'done', age => 'nope')",
+           "SELECT * FROM slot_backlog('public.bl_parity', 8, 'done', key => 'nope')",
+           "SELECT * FROM slot_backlog('public.bl_parity', 8, 'done', route => 'nope')",
+           "SELECT * FROM slot_backlog('public.bl_parity', 8, 'done', route => 'created')",
+           "SELECT * FROM slot_backlog('public.bl_parity', 8, 'done', key => 'created')",
+           "SELECT * FROM slot_backlog('public.bl_parity', 8, 'done', method => 'modulo')",
+           "SELECT * FROM slot_backlog('public.bl_parity_pending', 8, 'done')",
+           "SELECT * FROM slot_backlog('pg_class_oid_index', 8, 'done')",
+           "SELECT * FROM slot_backlog(1::oid::regclass, 8, 'done')",
+           "SELECT * FROM slot_backlog('public.bl_parity', 8, NULL, age => 'created')",
+           "SELECT define_fleet(NULL, 'public.bl_parity', 4)",
+           "SELECT define_fleet(repeat('é', 600), 'public.bl_parity', 4)",
+           "SELECT define_fleet('x', 'public.bl_parity', 0)",
+           "SELECT define_fleet('x', 'public.bl_parity', 4, age => 'created')",
+           "SELECT define_fleet('x', 'public.bl_parity', 4, 'done', route => 'nope')",
+           "SELECT drop_fleet(NULL)"]
+    got = {sql: (error_of(e, sql), error_of(p, sql)) for sql in bad}
+    diff = [sql for sql, (a, b) in got.items() if a != b or a is None]
+    check(not diff, f"slot_backlog, define_fleet, drop_fleet: {len(bad)} bad calls fail with the extension's "
+                    f"SQLSTATE, message and hint" + (f"; first difference: {diff[0]}: {got[diff[0]]}" if diff else ""))
+    for c in (e, p):
+        c.execute("DROP TABLE public.bl_parity")
+
+
 def mapping_values(c, fn, kind, keys, ns):
     return c.execute(
         f"SELECT array_agg({fn}(k, n) ORDER BY i, n) FROM unnest(%s::{kind}[]) WITH ORDINALITY AS u(k, i), "
@@ -184,6 +270,9 @@ def mappings(seed):
                          "date": lambda: ["2023-06-01", "2024-01-01", "2024-12-31", "2025-01-01", "2030-01-01"]}[kind])()
                 check(e.execute(q, (bounds, vals)).fetchone()[0] == p.execute(q, (bounds, vals)).fetchone()[0],
                       f"range_slot({kind}) as the extension's")
+            t0 = time.monotonic()
+            backlog(e, p, rng)
+            print(f"      (slot_backlog: {time.monotonic() - t0:.1f} s)")
             for sql in ("SELECT slot_of(1, 0)", "SELECT jump_slot('a'::text, -1)", "SELECT pg_hash_slot(1, 0)",
                         "SELECT range_slot(1, ARRAY[2, 1])", "SELECT range_slot(1, ARRAY[1, NULL])",
                         "SELECT pg_hash_slot(point(1, 2), 4)", "SELECT claim_slot(NULL, 4)",

@@ -23,6 +23,12 @@ failed. Waiting is polling with a deadline, never a fixed sleep.
 
     python3 tests/security/run.py              # every test
     python3 tests/security/run.py -k lease     # the tests whose name contains "lease"
+
+With PGC_SECURITY_PORTABLE=FILE, sec_owner installs the portable edition
+(docs/portable.md) from FILE into the schema public instead of the
+extension (the layer `portable` runs it so, on a server without pg_claim's
+files): the tests of NOT_PORTABLE, promises that do not apply to it, are
+left out by name, each with its reason, and those of PORTABLE_ONLY run.
 """
 import argparse
 import os
@@ -45,6 +51,23 @@ from fleet_driver import Failure, check, poll  # noqa: E402
 
 
 ADMIN = os.environ.get("PGC_SECURITY_DSN", "dbname=postgres")
+PORTABLE = os.environ.get("PGC_SECURITY_PORTABLE")
+
+# The promises of docs/security.md that do not apply to the portable
+# edition (docs/portable.md, "Security"), and why.
+NOT_PORTABLE = {
+    "test_colliding_name_refused_by_group_join":
+        "the portable edition has no dynamic groups (group_join, claim_partitions)",
+    "test_owner_plants_in_extension_schema_never_run":
+        "the installing role owns every function of the portable edition and so may replace any of them; "
+        "no function runs with rights it does not have, so a plant of its own gains it nothing",
+}
+# The promises only the portable edition makes (its SECURITY DEFINER
+# functions callable by every role).
+PORTABLE_ONLY = {"test_portable_definer_functions_act_for_the_session_role",
+                 "test_portable_internal_functions_closed"}
+# The functions of the dynamic groups, which the portable edition leaves out.
+GROUPS = ("group_join(", "claim_partitions(")
 
 
 def connect(role=None, db=DB):
@@ -87,9 +110,19 @@ def setup():
         c.execute("CREATE ROLE sec_attacker LOGIN")
         c.execute(f"CREATE DATABASE {DB} OWNER sec_owner")
     with connect("sec_owner") as c:
-        c.execute("CREATE EXTENSION pg_claim")
-        owner = one(c, "SELECT extowner::regrole::text FROM pg_extension WHERE extname = 'pg_claim'")[0]
-        check(owner == "sec_owner", f"the extension belongs to {owner}, not sec_owner")
+        if PORTABLE:
+            c.execute("SET search_path = public")
+            with open(PORTABLE, encoding="utf-8") as f:
+                c.execute(f.read())
+            c.execute("RESET search_path")
+            owner = one(c, "SELECT proowner::regrole::text FROM pg_proc "
+                           "WHERE proname = 'pg_claim_portable_version'")[0]
+            super_ = one(c, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user")[0]
+            check(owner == "sec_owner" and not super_, f"the portable edition belongs to {owner}, not sec_owner")
+        else:
+            c.execute("CREATE EXTENSION pg_claim")
+            owner = one(c, "SELECT extowner::regrole::text FROM pg_extension WHERE extname = 'pg_claim'")[0]
+            check(owner == "sec_owner", f"the extension belongs to {owner}, not sec_owner")
         c.execute("CREATE TABLE public.jobs (id varchar(20) PRIMARY KEY, v integer)")
         c.execute("INSERT INTO public.jobs SELECT 'job' || g, g FROM generate_series(1, 40) g")
         c.execute("GRANT SELECT, INSERT ON public.jobs TO PUBLIC")
@@ -284,14 +317,15 @@ def test_owner_revoke_execute_takes_effect():
     own = connect("sec_owner")
     warnings = []
     own.add_notice_handler(lambda d: warnings.append(d.message_primary))
+    claiming = [(fn, stmt) for fn, stmt in CLAIMING if not (PORTABLE and fn.startswith(GROUPS))]
     try:
-        for fn, _ in CLAIMING:
+        for fn, _ in claiming:
             own.execute(f"REVOKE EXECUTE ON FUNCTION {fn} FROM PUBLIC")
         own.execute("GRANT EXECUTE ON FUNCTION claim_slot(text, integer) TO sec_worker_a")
         check(not warnings, f"REVOKE by the installing owner warned: {warnings[:2]}")
         o = connect("sec_other")
         missed = []
-        for fn, stmt in CLAIMING:
+        for fn, stmt in claiming:
             try:
                 o.execute(stmt).fetchall()
                 missed.append(f"{fn}: a result")
@@ -304,7 +338,7 @@ def test_owner_revoke_execute_takes_effect():
         w = connect("sec_worker_a")
         check(one(w, "SELECT claim_slot('sec_rv', 2)")[0] is not None, "the granted role cannot claim")
     finally:
-        for fn, _ in CLAIMING:
+        for fn, _ in claiming:
             own.execute(f"GRANT EXECUTE ON FUNCTION {fn} TO PUBLIC")
 
 
@@ -382,8 +416,9 @@ def test_superuser_search_path_plants_never_run():
         su.execute("INSERT INTO public.jobs VALUES ('su-job', 0)")
         su.execute("SELECT public.record_failure('sec_su', 'item-1', 'boom')")
         su.execute("SELECT * FROM public.failing_items('sec_su')").fetchall()
-        su.execute("SELECT public.group_join('sec_su_g')")
-        su.execute("SELECT public.claim_partitions('sec_su_g', 4)")
+        if not PORTABLE:
+            su.execute("SELECT public.group_join('sec_su_g')")
+            su.execute("SELECT public.claim_partitions('sec_su_g', 4)")
         su.execute("SELECT * FROM public.slot_backlog('public.jobs', 4, 'v')").fetchall()
         su.execute("SELECT public.define_fleet('sec_su_f', 'public.jobs', 4, 'v')")
         su.execute("SELECT * FROM public.fleet_slots").fetchall()
@@ -561,7 +596,10 @@ def test_tables_closed_to_other_roles():
     change only through the functions."""
     present = {r[0] for r in connect().execute(
         "SELECT c.relname FROM pg_class c JOIN pg_depend d ON d.objid = c.oid AND d.classid = 'pg_class'::regclass "
-        "AND d.deptype = 'e' JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_claim'").fetchall()}
+        "AND d.deptype = 'e' JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_claim'" if not PORTABLE
+        # the portable edition's tables: those of the installing role in public
+        else "SELECT c.relname FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace "
+             "AND c.relkind = 'r' AND c.relowner = 'sec_owner'::regrole").fetchall()}
     missing = [t for t in TABLES if t not in present]
     problems = []
     for role in ("sec_worker_a", "sec_other", "sec_attacker"):
@@ -720,6 +758,82 @@ def test_fleet_views_show_what_the_caller_can_read():
 
 
 # ---------------------------------------------------------------------------
+# The portable edition (docs/portable.md, "Security"): run with
+# PGC_SECURITY_PORTABLE only
+
+
+def test_portable_definer_functions_act_for_the_session_role():
+    """The portable edition's define_fleet and drop_fleet store through
+    pg_claim_fleet_define and pg_claim_fleet_forget, SECURITY DEFINER
+    functions that every role may call: called directly, they act only for
+    the calling session's role (which no role can set to a role it is not a
+    member of) and check its privileges on the table, so they give no role
+    more than define_fleet and drop_fleet do."""
+    a, att, own = as_fleet("sec_worker_a"), connect("sec_attacker"), connect("sec_owner")
+    att.execute("CREATE TABLE att.mine2 (id bigint PRIMARY KEY, done boolean)")
+    own.execute("CREATE TABLE public.closed2 (id bigint PRIMARY KEY, done boolean NOT NULL DEFAULT false)")
+    try:
+        a.execute("SELECT define_fleet('sec_pd', 'public.jobs', 4, key => 'id')")
+        before = fleet_row(a, "sec_pd")
+        for stmt, what in (
+                ("SELECT public.pg_claim_fleet_define('sec_pd', 'att.mine2'::regclass::oid, 2, 'done', NULL, NULL, "
+                 "'auto', NULL)", "pg_claim_fleet_define replacing another role's fleet"),
+                ("SELECT public.pg_claim_fleet_forget('sec_pd')", "pg_claim_fleet_forget of another role's fleet"),
+                ("SELECT public.pg_claim_fleet_define('sec_pd2', 'public.closed2'::regclass::oid, 2, 'done', NULL, "
+                 "NULL, 'auto', NULL)", "pg_claim_fleet_define on a table the role may not read"),
+                ("SELECT set_config('role', 'sec_fleet', false)", "setting the session's role to another role"),
+                ("SET ROLE sec_fleet", "SET ROLE to another role")):
+            expect_error(att, stmt, "42501", what)
+        own.execute("GRANT SELECT (id) ON public.closed2 TO sec_attacker")
+        expect_error(att, "SELECT public.pg_claim_fleet_define('sec_pd2', 'public.closed2'::regclass::oid, 2, 'done', "
+                          "NULL, NULL, 'auto', NULL)", "42501", "pg_claim_fleet_define with a column the role may not read")
+        check(fleet_row(a, "sec_pd") == before and not fleet_row(own, "sec_pd2"),
+              f"the definitions changed: {before} -> {fleet_row(a, 'sec_pd')}, {fleet_row(own, 'sec_pd2')}")
+        # called directly, for its own session role: what define_fleet does
+        att.execute("SELECT public.pg_claim_fleet_define('sec_pd3', 'att.mine2'::regclass::oid, 2, 'done', NULL, "
+                    "NULL, 'auto', NULL)")
+        check(fleet_row(own, "sec_pd3") == [("att.mine2", 2, "done", "sec_attacker")],
+              f"a direct call did not act for its own role: {fleet_row(own, 'sec_pd3')}")
+        check(one(att, "SELECT public.pg_claim_fleet_forget('sec_pd3')")[0] is True, "its own definition was not dropped")
+    finally:
+        a.execute("SELECT drop_fleet('sec_pd')")
+        own.execute("DROP TABLE public.closed2")
+        att.execute("DROP TABLE att.mine2")
+
+
+def test_portable_internal_functions_closed():
+    """Every internal function of the portable edition that runs with the
+    installing role's rights (SECURITY DEFINER) refuses another role
+    (42501), but for pg_claim_fleet_define and pg_claim_fleet_forget (the
+    test above) and pg_claim_name_owns_key (open in the extension too: it
+    tells whether a name's key is free, no more than a claim's 42710); and
+    every SECURITY DEFINER function runs with a fixed search_path."""
+    su, att = connect(), connect("sec_attacker")
+    fns = su.execute(
+        "SELECT p.oid::regprocedure::text, p.proname, "
+        "       array(SELECT format_type(t, NULL) FROM unnest(p.proargtypes::oid[]) t), "
+        "       coalesce(array_to_string(p.proconfig, ' ') LIKE '%search_path=%', false) "
+        "FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace AND p.prosecdef "
+        "AND p.proowner = 'sec_owner'::regrole ORDER BY 1").fetchall()
+    unfixed = [f for f, _, _, fixed in fns if not fixed]
+    check(not unfixed, f"SECURITY DEFINER functions without a fixed search_path: {unfixed}")
+    internal = [(f, name, args) for f, name, args, _ in fns
+                if name.startswith("pg_claim_")
+                and name not in ("pg_claim_fleet_define", "pg_claim_fleet_forget", "pg_claim_name_owns_key")]
+    check(len(internal) >= 10, f"only {len(internal)} internal SECURITY DEFINER functions found: {internal}")
+    open_ = []
+    for f, name, args in internal:
+        try:
+            att.execute(f"SELECT public.{name}({', '.join('NULL::' + t for t in args)})").fetchall()
+            open_.append(f"{f}: a result")
+        except psycopg.errors.InsufficientPrivilege:
+            pass
+        except psycopg.Error as e:
+            open_.append(f"{f}: {e.diag.sqlstate} {e.diag.message_primary}")
+    check(not open_, f"another role calls internal functions: {open_[:5]}")
+
+
+# ---------------------------------------------------------------------------
 
 
 def main():
@@ -727,7 +841,13 @@ def main():
     ap.add_argument("-k", default="", help="run only the tests whose name contains this")
     ap.add_argument("--keep", action="store_true", help="keep the database and roles")
     a = ap.parse_args()
-    tests = [(n, f) for n, f in globals().items() if n.startswith("test_") and callable(f) and a.k in n]
+    tests = [(n, f) for n, f in globals().items() if n.startswith("test_") and callable(f) and a.k in n
+             and (n not in PORTABLE_ONLY or PORTABLE)]
+    if PORTABLE:
+        for n, _ in tests:
+            if n in NOT_PORTABLE:
+                print(f"n/a     {n}: {NOT_PORTABLE[n]}", flush=True)
+        tests = [(n, f) for n, f in tests if n not in NOT_PORTABLE]
     t0 = time.monotonic()
     setup()
     failed = []
@@ -746,7 +866,8 @@ def main():
     finally:
         if not a.keep:
             teardown()
-    print(f"security: {len(tests) - len(failed)} of {len(tests)} promises hold in {time.monotonic() - t0:.0f} s"
+    print(f"security{' (portable edition)' if PORTABLE else ''}: "
+          f"{len(tests) - len(failed)} of {len(tests)} promises hold in {time.monotonic() - t0:.0f} s"
           + (f"; failed: {', '.join(failed)}" if failed else ""), file=sys.stderr)
     return 1 if failed else 0
 
