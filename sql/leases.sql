@@ -22,17 +22,21 @@
 -- schema-qualified and exact-typed (each argument's type is the parameter's
 -- type), so no overload planted in any schema can stand in for it.
 --
--- Row locks carry the fencing guarantee:
---   fence / lease_valid         FOR KEY SHARE on the slot's row, to the end
---                               of the caller's transaction
---   renew_lease                 UPDATE of expires_at only (FOR NO KEY UPDATE),
---                               which does not conflict with KEY SHARE
---   a change of holder          FOR UPDATE first, which conflicts with KEY
---   (claim_lease, my_token,     SHARE: claim_lease skips a slot that a fenced
---   release_lease)              transaction holds, my_token and release_lease
---                               wait for it
--- so a slot cannot change hands while a transaction that passed fence with
--- the slot's token is open.
+-- Locks carry the fencing guarantee. fence / lease_valid hold, to the end
+-- of the caller's transaction:
+--   in READ COMMITTED      the slot's fence lock (key1, 271581184 + slot),
+--                          shared, taken before the check reads the row
+--   in REPEATABLE READ     FOR KEY SHARE on the slot's row (the check reads
+--   and SERIALIZABLE       the transaction's snapshot)
+-- and every change of a lease's holder, token, owner or session flag, or
+-- shortening of its expiry (claim_lease, claim_leases, release_lease,
+-- my_token), takes the row FOR UPDATE (which conflicts with KEY SHARE) and,
+-- by the trigger of sql/leases_guard.sql, the fence lock exclusive (which
+-- conflicts with shared). A hand-over tries both first and skips a slot a
+-- fenced transaction holds; release_lease, my_token and a leaving
+-- claim_leases wait for it. renew_lease only extends expires_at (an UPDATE
+-- that takes neither lock in a conflicting mode). So a slot cannot change
+-- hands while a transaction that passed fence with the slot's token is open.
 --
 -- Advisory locks (two-int4 keys, key1 = crc32(name) as int4; src/locks.rs):
 --   (key1, 269484034 = 0x10100002)  the lease mutex of the name, exclusive,
@@ -42,6 +46,8 @@
 --   (key1, slot), ShareLock, transaction-level: taken by claim_lease on the
 --        slot it takes, so that claim_slot cannot take that slot while the
 --        lease is not yet committed
+--   (key1, 271581184 + slot = 0x10300000 + slot), the slot's fence lock
+--        (above), transaction-level
 --   (key1, 270532608 + slot = 0x10200000 + slot), exclusive,
 --        transaction-level: a claim_lease that inserts the slot's first row
 --        reserves it, so that another claim_lease does not wait for an
@@ -203,7 +209,8 @@ REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_refuse_n(text, integer, intege
 
 -- Hands slot `s` of name (its row locked FOR UPDATE by the caller: free,
 -- expired, given back, or a stale session record) to holder for role until
--- ttl from `now_`, with the slot's next token. Refuses (55000) when a
+-- ttl from `now_`, with the slot's next token; returns NULLs and changes
+-- nothing when a fenced transaction holds the slot's fence lock. Refuses (55000) when a
 -- session holds the slot with claim_slot (its advisory lock); the
 -- transaction-level share lock taken here keeps claim_slot off the slot until
 -- the caller's transaction ends. Called by claim_lease and claim_leases only.
@@ -213,6 +220,12 @@ CREATE FUNCTION @extschema@.pg_claim_lease_hand(
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    -- a transaction that passed fence / lease_valid on the slot in READ
+    -- COMMITTED holds its fence lock shared: the slot is left to the caller's
+    -- next candidate (all three OUT values NULL), never waited for
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + s) THEN
+        RETURN;
+    END IF;
     IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(key_, s) THEN
         RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
             USING ERRCODE = '55000',
@@ -274,6 +287,8 @@ DECLARE
     lo integer := 0;
     g integer;
     tries integer := 0;
+    -- slots whose fence lock a fenced transaction holds, left this time
+    fenced_ integer[] := '{}';
 BEGIN
     -- the same checks again: a superuser may call this function directly
     PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
@@ -344,6 +359,9 @@ BEGIN
             SELECT h.slot, h.token, h.expires_at
             INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at
             FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h;
+            IF pg_claim_lease_take.slot IS NULL THEN
+                fenced_ := fenced_ || r.slot;
+            END IF;
         END IF;
         LOOP
             EXIT WHEN pg_claim_lease_take.slot IS NOT NULL;
@@ -370,6 +388,7 @@ BEGIN
             WHERE l.name = pg_claim_lease_take.name
               AND l.slot < coalesce(g, pg_claim_lease_take.n)
               AND (l.holder IS NULL OR l.session OR l.expires_at <= now_)
+              AND l.slot <> ALL (fenced_)
             ORDER BY l.slot
             LIMIT 1
             FOR UPDATE SKIP LOCKED;
@@ -377,7 +396,9 @@ BEGIN
                 SELECT h.slot, h.token, h.expires_at
                 INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at
                 FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h;
-                EXIT;
+                EXIT WHEN pg_claim_lease_take.slot IS NOT NULL;
+                fenced_ := fenced_ || r.slot;
+                CONTINUE;
             END IF;
             EXIT WHEN g IS NULL;
             -- the slot's first row; another claim_lease that is inserting it
@@ -409,6 +430,7 @@ BEGIN
                                AND o.slot <> pg_claim_lease_take.slot
                                AND (o.owner IS NULL OR o.owner = role
                                     OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
+                               AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
                              FOR UPDATE SKIP LOCKED);
         END IF;
         -- else: every slot is leased (or fenced): a standby

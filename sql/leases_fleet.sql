@@ -22,8 +22,9 @@
 -- live holders and the slots that change hands, not with n. (The first call
 -- that finds the name's rows below n creates the missing rows, once.)
 --
--- A slot's hand-over takes its row FOR UPDATE SKIP LOCKED, so a slot whose
--- row a fenced transaction holds (fence / lease_valid: FOR KEY SHARE) is not
+-- A slot's hand-over takes its fence lock with a try and its row FOR UPDATE
+-- SKIP LOCKED, so a slot that a fenced transaction holds (fence /
+-- lease_valid: the fence lock shared, or the row FOR KEY SHARE) is not
 -- given back or taken until that transaction ends: at no moment do two
 -- holders pass fence for one slot. A given-back lease expires at once (the
 -- holder is kept, so lease_holders and slot_status show since when).
@@ -299,14 +300,16 @@ BEGIN
     target := least(coalesce(target, 0), max);
 
     -- 4a. give back every live lease at or above n (n changed), and what it
-    -- holds beyond the target (its highest slots); a slot whose row a fenced
-    -- transaction holds stays until that transaction ends
+    -- holds beyond the target (its highest slots); a slot that a fenced
+    -- transaction holds (its row, or its fence lock) stays until that
+    -- transaction ends
     UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
     WHERE l.name = pg_claim_leases_take.name
       AND l.slot IN (SELECT o.slot FROM @extschema@.pg_claim_leases o
                      WHERE o.name = pg_claim_leases_take.name
                        AND o.holder = pg_claim_leases_take.holder AND NOT o.session
                        AND o.expires_at > now_ AND o.slot >= n
+                       AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
                      FOR UPDATE SKIP LOCKED);
     IF mine > target THEN
         UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
@@ -317,6 +320,7 @@ BEGIN
                            AND o.expires_at > now_ AND o.slot < n
                            AND (o.owner IS NULL OR o.owner = role
                                 OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
+                           AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
                          ORDER BY o.slot DESC
                          LIMIT mine - target
                          FOR UPDATE SKIP LOCKED);
@@ -345,22 +349,28 @@ BEGIN
                    AND NOT l.session AND l.slot < n AND l.expires_at <= now_
                  ORDER BY l.slot LIMIT target - mine
                  FOR UPDATE SKIP LOCKED LOOP
-            PERFORM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_);
-            mine := mine + 1;
+            IF (SELECT h.slot FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h)
+               IS NOT NULL THEN
+                mine := mine + 1;
+            END IF;
         END LOOP;
         FOR r IN SELECT l.slot FROM @extschema@.pg_claim_leases l
                  WHERE l.name = pg_claim_leases_take.name AND l.expires_at <= now_ AND l.slot < n
                  ORDER BY l.expires_at LIMIT target - mine
                  FOR UPDATE SKIP LOCKED LOOP
-            PERFORM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_);
-            mine := mine + 1;
+            IF (SELECT h.slot FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h)
+               IS NOT NULL THEN
+                mine := mine + 1;
+            END IF;
         END LOOP;
         FOR r IN SELECT l.slot FROM @extschema@.pg_claim_leases l
                  WHERE l.name = pg_claim_leases_take.name AND l.expires_at IS NULL AND l.slot < n
                  ORDER BY l.slot LIMIT target - mine
                  FOR UPDATE SKIP LOCKED LOOP
-            PERFORM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_);
-            mine := mine + 1;
+            IF (SELECT h.slot FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h)
+               IS NOT NULL THEN
+                mine := mine + 1;
+            END IF;
         END LOOP;
     END IF;
 

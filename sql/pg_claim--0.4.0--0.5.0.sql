@@ -39,6 +39,12 @@ CREATE FUNCTION @extschema@.pg_claim_lease_hand(
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    -- a transaction that passed fence / lease_valid on the slot in READ
+    -- COMMITTED holds its fence lock shared: the slot is left to the caller's
+    -- next candidate (all three OUT values NULL), never waited for
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + s) THEN
+        RETURN;
+    END IF;
     IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(key_, s) THEN
         RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
             USING ERRCODE = '55000',
@@ -92,6 +98,8 @@ DECLARE
     lo integer := 0;
     g integer;
     tries integer := 0;
+    -- slots whose fence lock a fenced transaction holds, left this time
+    fenced_ integer[] := '{}';
 BEGIN
     -- the same checks again: a superuser may call this function directly
     PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
@@ -162,6 +170,9 @@ BEGIN
             SELECT h.slot, h.token, h.expires_at
             INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at
             FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h;
+            IF pg_claim_lease_take.slot IS NULL THEN
+                fenced_ := fenced_ || r.slot;
+            END IF;
         END IF;
         LOOP
             EXIT WHEN pg_claim_lease_take.slot IS NOT NULL;
@@ -188,6 +199,7 @@ BEGIN
             WHERE l.name = pg_claim_lease_take.name
               AND l.slot < coalesce(g, pg_claim_lease_take.n)
               AND (l.holder IS NULL OR l.session OR l.expires_at <= now_)
+              AND l.slot <> ALL (fenced_)
             ORDER BY l.slot
             LIMIT 1
             FOR UPDATE SKIP LOCKED;
@@ -195,7 +207,9 @@ BEGIN
                 SELECT h.slot, h.token, h.expires_at
                 INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at
                 FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h;
-                EXIT;
+                EXIT WHEN pg_claim_lease_take.slot IS NOT NULL;
+                fenced_ := fenced_ || r.slot;
+                CONTINUE;
             END IF;
             EXIT WHEN g IS NULL;
             -- the slot's first row; another claim_lease that is inserting it
@@ -227,6 +241,7 @@ BEGIN
                                AND o.slot <> pg_claim_lease_take.slot
                                AND (o.owner IS NULL OR o.owner = role
                                     OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
+                               AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
                              FOR UPDATE SKIP LOCKED);
         END IF;
         -- else: every slot is leased (or fenced): a standby
@@ -641,14 +656,16 @@ BEGIN
     target := least(coalesce(target, 0), max);
 
     -- 4a. give back every live lease at or above n (n changed), and what it
-    -- holds beyond the target (its highest slots); a slot whose row a fenced
-    -- transaction holds stays until that transaction ends
+    -- holds beyond the target (its highest slots); a slot that a fenced
+    -- transaction holds (its row, or its fence lock) stays until that
+    -- transaction ends
     UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
     WHERE l.name = pg_claim_leases_take.name
       AND l.slot IN (SELECT o.slot FROM @extschema@.pg_claim_leases o
                      WHERE o.name = pg_claim_leases_take.name
                        AND o.holder = pg_claim_leases_take.holder AND NOT o.session
                        AND o.expires_at > now_ AND o.slot >= n
+                       AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
                      FOR UPDATE SKIP LOCKED);
     IF mine > target THEN
         UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
@@ -659,6 +676,7 @@ BEGIN
                            AND o.expires_at > now_ AND o.slot < n
                            AND (o.owner IS NULL OR o.owner = role
                                 OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
+                           AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
                          ORDER BY o.slot DESC
                          LIMIT mine - target
                          FOR UPDATE SKIP LOCKED);
@@ -687,22 +705,28 @@ BEGIN
                    AND NOT l.session AND l.slot < n AND l.expires_at <= now_
                  ORDER BY l.slot LIMIT target - mine
                  FOR UPDATE SKIP LOCKED LOOP
-            PERFORM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_);
-            mine := mine + 1;
+            IF (SELECT h.slot FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h)
+               IS NOT NULL THEN
+                mine := mine + 1;
+            END IF;
         END LOOP;
         FOR r IN SELECT l.slot FROM @extschema@.pg_claim_leases l
                  WHERE l.name = pg_claim_leases_take.name AND l.expires_at <= now_ AND l.slot < n
                  ORDER BY l.expires_at LIMIT target - mine
                  FOR UPDATE SKIP LOCKED LOOP
-            PERFORM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_);
-            mine := mine + 1;
+            IF (SELECT h.slot FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h)
+               IS NOT NULL THEN
+                mine := mine + 1;
+            END IF;
         END LOOP;
         FOR r IN SELECT l.slot FROM @extschema@.pg_claim_leases l
                  WHERE l.name = pg_claim_leases_take.name AND l.expires_at IS NULL AND l.slot < n
                  ORDER BY l.slot LIMIT target - mine
                  FOR UPDATE SKIP LOCKED LOOP
-            PERFORM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_);
-            mine := mine + 1;
+            IF (SELECT h.slot FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h)
+               IS NOT NULL THEN
+                mine := mine + 1;
+            END IF;
         END LOOP;
     END IF;
 
@@ -735,6 +759,54 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'claim_leases_wrapper';
 COMMENT ON FUNCTION @extschema@.claim_leases(text, integer, text, integer, interval) IS
     'renew, take and give back leases of name so that the live holders share its n slots evenly (at most max for this holder; max => 0: leave): every slot holder holds after the call';
+
+-- ==== lease: fence lock ====
+-- fence and lease_valid hold the slot's fence lock in READ COMMITTED
+-- instead of the lease row (sql/leases.sql, "Locks carry the fencing
+-- guarantee"): the writer's half (sql/leases_guard.sql, whole).
+CREATE FUNCTION @extschema@."pg_claim_lease_handover"(
+	"name" TEXT,
+	"slot" INT
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'pg_claim_lease_handover_wrapper';
+-- The writer's half of the fence lock (sql/leases.sql, "Locks carry the
+-- fencing guarantee"): every change of a lease that can end a holder's right
+-- to write (its holder, token, owner or session flag changes, or its expiry
+-- moves earlier, or the row goes) takes the slot's fence lock
+-- (key1, 271581184 + slot) exclusive to the end of the changing transaction,
+-- waiting for the transactions that passed fence / lease_valid on the slot
+-- in READ COMMITTED; and, when it commits, tells every session to forget
+-- what it knew of the leases (src/leases/check.rs keeps, per session, the
+-- rows that passed, so that the next check of the same token reads nothing).
+-- A renewal only extends expires_at: it fires nothing.
+--
+-- The triggers fire ALWAYS, also with session_replication_role = replica.
+
+CREATE FUNCTION @extschema@.pg_claim_leases_guard()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM @extschema@.pg_claim_lease_handover(OLD.name, OLD.slot);
+    RETURN NULL;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_guard() FROM PUBLIC;
+
+CREATE TRIGGER pg_claim_leases_guard AFTER UPDATE ON @extschema@.pg_claim_leases
+FOR EACH ROW
+WHEN (OLD.name IS DISTINCT FROM NEW.name OR OLD.slot IS DISTINCT FROM NEW.slot
+      OR OLD.holder IS DISTINCT FROM NEW.holder OR OLD.token IS DISTINCT FROM NEW.token
+      OR OLD.owner IS DISTINCT FROM NEW.owner OR OLD.session IS DISTINCT FROM NEW.session
+      OR (OLD.expires_at IS DISTINCT FROM NEW.expires_at
+          AND NOT coalesce(NEW.expires_at > OLD.expires_at, false)))
+EXECUTE FUNCTION @extschema@.pg_claim_leases_guard();
+CREATE TRIGGER pg_claim_leases_guard_delete AFTER DELETE ON @extschema@.pg_claim_leases
+FOR EACH ROW EXECUTE FUNCTION @extschema@.pg_claim_leases_guard();
+ALTER TABLE @extschema@.pg_claim_leases ENABLE ALWAYS TRIGGER pg_claim_leases_guard;
+ALTER TABLE @extschema@.pg_claim_leases ENABLE ALWAYS TRIGGER pg_claim_leases_guard_delete;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_handover(text, integer) FROM PUBLIC;
 
 -- ==== items ====
 -- slot_partition (sql/slot_partition.sql, whole).

@@ -246,6 +246,23 @@ fn fence(name: Option<&str>, slot: Option<i32>, token: Option<i64>) {
     );
 }
 
+/// The writer's half of the fence lock, called by the trigger of
+/// `sql/leases_guard.sql` on every change that can end a holder's right to
+/// write: waits for the READ COMMITTED transactions that passed `fence` /
+/// `lease_valid` on the slot, holds its fence lock exclusive to the end of
+/// this transaction, and has every session forget the leases it knew when
+/// this transaction commits. Internal: EXECUTE is revoked from PUBLIC.
+#[pg_extern(volatile, parallel_unsafe)]
+fn pg_claim_lease_handover(name: &str, slot: i32) {
+    check::handover(name, slot);
+}
+
+pgrx::extension_sql_file!(
+    "../sql/leases_guard.sql",
+    name = "leases_guard",
+    requires = ["leases", pg_claim_lease_handover]
+);
+
 /// The fencing token of this session's claim_slot claim of `name` (NULL
 /// when it holds none), for fence and lease_valid.
 #[pg_extern(volatile, parallel_unsafe)]

@@ -12,6 +12,8 @@
 //! | `name_key(name)` | `0x10100001` | claim mutex of `name`, exclusive, held for microseconds |
 //! | `name_key(name)` | `0x10100002` | lease mutex of `name`: transaction-level, exclusive, held by `claim_lease` to the end of its transaction |
 //! | `name_key(name)` | `0x10100003` | "this session waits for a slot of `name`" (a standby in a wait form), RowExclusive; `claim_slots` holders probe it with a momentary Share lock |
+//! | `name_key(name)` | `0x10200000 + s` | reservation of slot `s`'s first lease row, transaction-level, exclusive (`sql/leases.sql`) |
+//! | `name_key(name)` | `0x10300000 + s` | the fence of slot `s` of leases: transaction-level, shared by `fence`/`lease_valid` in READ COMMITTED, exclusive by every change of the slot's holder, token or expiry (`sql/leases_guard.sql`) |
 //! | `name_key(name)` | `0x20000000` | membership of group `name`, shared |
 //! | `name_key(name)` | `0x28000000 + P` | "this member uses `P` partitions", shared |
 //! | `name_key(name)` | `0x30000000 + p` | partition `p` of group `name`, exclusive |
@@ -108,6 +110,12 @@ pub const LEASE_MUTEX_KEY: i32 = CLAIM_MUTEX_KEY + 1;
 /// Share lock, which conflicts with RowExclusive but not with other Share
 /// tests, and give an extra slot back when it is held.
 pub const WAITERS_KEY: i32 = CLAIM_MUTEX_KEY + 2;
+/// `key2` of slot `s`'s fence lock: `FENCE_BASE + s`, taken shared (to the
+/// end of the transaction) by `fence` and `lease_valid` in READ COMMITTED
+/// and exclusive by the trigger on every change of a lease's holder, token
+/// or expiry. `sql/leases.sql` and `sql/leases_guard.sql` write it as a
+/// number; a test checks they agree.
+pub const FENCE_BASE: i32 = 0x1030_0000;
 /// `key2` of a group's shared membership lock.
 pub const GROUP_MEMBER_KEY: i32 = 0x2000_0000;
 /// `key2` of the shared lock recording the partition count `P` a group
@@ -124,7 +132,9 @@ pub const MAX_PARTITIONS: i32 = 4096;
 // The key ranges of the table above do not overlap.
 const _: () = assert!(MAX_KEY_INDEX < N_RECORD_BASE);
 const _: () = assert!(N_RECORD_BASE + MAX_KEY_INDEX < CLAIM_MUTEX_KEY);
-const _: () = assert!(WAITERS_KEY < GROUP_MEMBER_KEY);
+const _: () = assert!(WAITERS_KEY < 0x1020_0000);
+const _: () = assert!(0x1020_0000 + MAX_KEY_INDEX <= FENCE_BASE);
+const _: () = assert!(FENCE_BASE + MAX_KEY_INDEX < GROUP_MEMBER_KEY);
 const _: () = assert!(GROUP_MEMBER_KEY < PARTITION_COUNT_BASE);
 const _: () = assert!(PARTITION_COUNT_BASE + MAX_PARTITIONS < PARTITION_BASE);
 
@@ -173,6 +183,15 @@ pub fn lock(key1: i32, key2: i32, mode: pg_sys::LOCKMODE) {
     // SAFETY: a valid tag; session locks survive transaction end.
     unsafe { pg_sys::LockAcquire(&tag, mode, true, false) };
     taken(key1, key2, mode);
+}
+
+/// Take a transaction-level advisory lock, waiting for it like
+/// `pg_advisory_xact_lock(_shared)`; it is released when the transaction
+/// ends.
+pub fn xact_lock(key1: i32, key2: i32, mode: pg_sys::LOCKMODE) {
+    let tag = advisory_tag(key1, key2);
+    // SAFETY: a valid tag; the lock belongs to the current transaction
+    unsafe { pg_sys::LockAcquire(&tag, mode, false, false) };
 }
 
 /// Release one hold of a session-level advisory lock; false when not held.
@@ -259,5 +278,17 @@ mod tests {
         let sql = include_str!("../sql/leases.sql");
         assert!(sql.contains(&format!("pg_advisory_lock(key_, {LEASE_MUTEX_KEY})")));
         assert_eq!(LEASE_MUTEX_KEY, 0x1010_0002);
+    }
+
+    #[test]
+    fn sql_uses_the_fence_key() {
+        let key = format!("{FENCE_BASE} + ");
+        for sql in [
+            include_str!("../sql/leases.sql"),
+            include_str!("../sql/leases_fleet.sql"),
+            include_str!("../sql/leases_guard.sql"),
+        ] {
+            assert!(sql.contains(&key), "the fence key {key}...");
+        }
     }
 }

@@ -1,32 +1,48 @@
 //! The check of `fence` and `lease_valid`, in Rust: on every fenced write's
 //! path, so it reads the slot's row of `pg_claim_leases` through its primary
-//! key index and locks it `FOR KEY SHARE` directly, as the statement
+//! key index directly, as the statement
 //!
 //! ```sql
 //! SELECT 1 FROM pg_claim_leases l
 //! WHERE l.name = $name AND l.slot = $slot AND l.token = $token
 //!   AND l.holder IS NOT NULL AND (l.session OR l.expires_at > clock_timestamp())
 //!   AND (l.owner IS NULL OR l.owner = current_user OR pg_has_role(current_user, l.owner, 'USAGE'))
-//! FOR KEY SHARE
 //! ```
 //!
-//! of the internal function `pg_claim_lease_valid` does (`sql/leases.sql`),
-//! with the same locking: in READ COMMITTED the newest version of the row is
-//! locked and checked again (as PostgreSQL's `FOR KEY SHARE` does after a
-//! concurrent update); under REPEATABLE READ and SERIALIZABLE a row changed
-//! after the transaction's snapshot raises `40001`. The table and index are
-//! the extension's own, found in its schema and checked to be members of the
-//! extension; no SQL function or operator is called, so nothing a role
-//! planted can run. The lock holds to the end of the caller's transaction.
+//! of the internal function `pg_claim_lease_valid` does (`sql/leases.sql`).
+//! What holds the slot for the caller's transaction once the check passed
+//! (`sql/leases.sql`, "Locks carry the fencing guarantee"):
+//!
+//! - In READ COMMITTED, the slot's fence lock, an advisory lock taken shared
+//!   before the row is read, to the end of the transaction. Every change of
+//!   the slot's holder, token or expiry takes it exclusive first (the trigger
+//!   of `sql/leases_guard.sql`), and makes every session forget the leases it
+//!   knew when it commits (a relcache invalidation of `pg_claim_leases`). So
+//!   a row that passed stays true for the session until such a change
+//!   commits, and the next check of the same token reads nothing: it takes
+//!   the lock, takes in the invalidations that committed before it, and finds
+//!   the row it remembered (its expiry still checked against the clock).
+//! - In REPEATABLE READ and SERIALIZABLE, the row read through the
+//!   transaction's snapshot and locked `FOR KEY SHARE`, as PostgreSQL's
+//!   executor locks it; a row changed after the snapshot raises `40001`.
+//! - Where the trigger is missing or not enabled ALWAYS (an installation
+//!   from before the fence lock whose library is newer), the row lock in
+//!   every isolation level, the newest version of the row locked and checked
+//!   again in READ COMMITTED.
+//!
+//! The table and index are the extension's own, found in its schema and
+//! checked to be members of the extension; no SQL function or operator is
+//! called, so nothing a role planted can run.
 
 use crate::backend::compat;
 use crate::backend::error::raise;
 use crate::backend::internal::extension;
 use crate::backend::limits::MAX_KEY_INDEX;
+use crate::locks::{self, FENCE_BASE};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use std::cell::Cell;
-use std::ffi::CString;
+use std::cell::{Cell, RefCell};
+use std::ffi::{CStr, CString};
 
 /// The columns of `pg_claim_leases` the check reads, by attribute number.
 #[derive(Clone, Copy)]
@@ -39,16 +55,64 @@ struct Columns {
     last: i32,
 }
 
-/// The table, its primary key index and its columns, found once per backend.
+/// The table, its primary key index and its columns, found once per backend
+/// (and again after an invalidation of the table).
 #[derive(Clone, Copy)]
 struct Leases {
     table: pg_sys::Oid,
     index: pg_sys::Oid,
     cols: Columns,
+    /// the triggers of `sql/leases_guard.sql` are there and fire ALWAYS:
+    /// the fence lock carries the guarantee in READ COMMITTED
+    guarded: bool,
 }
+
+/// What a lease row that passed said, remembered by the session.
+#[derive(Clone, Copy)]
+struct Row {
+    token: i64,
+    session: bool,
+    expires_at: Option<i64>,
+    owner: Option<pg_sys::Oid>,
+}
+
+/// The most rows a session remembers (a worker checks a few slots).
+const MAX_KNOWN: usize = 64;
 
 thread_local! {
     static LEASES: Cell<Option<Leases>> = const { Cell::new(None) };
+    /// (name, slot, row) of the rows that passed in READ COMMITTED since the
+    /// last invalidation of the table
+    static KNOWN: RefCell<Vec<(String, i32, Row)>> = const { RefCell::new(Vec::new()) };
+    static CALLBACK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Forget the table and the known rows when the table is invalidated (a
+/// committed change of a lease's holder, token or expiry; DDL; a reset of
+/// the invalidation queue). No allocation, no ERROR.
+unsafe extern "C-unwind" fn leases_changed(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
+    let mine = relid == pg_sys::InvalidOid
+        || LEASES
+            .try_with(|l| l.get().is_none_or(|l| l.table == relid))
+            .unwrap_or(true);
+    if mine {
+        let _ = LEASES.try_with(|l| l.set(None));
+        let _ = KNOWN.try_with(|k| {
+            if let Ok(mut k) = k.try_borrow_mut() {
+                k.clear();
+            }
+        });
+    }
+}
+
+fn register_callback() {
+    if !CALLBACK.replace(true) {
+        // SAFETY: registered once per backend; the callback touches only
+        // thread-locals
+        unsafe {
+            pg_sys::CacheRegisterRelcacheCallback(Some(leases_changed), pg_sys::Datum::from(0))
+        };
+    }
 }
 
 const HINT: &str = "The installation of pg_claim in this database is incomplete or was altered: \
@@ -74,16 +138,30 @@ fn member_relation(name: &str, nsp: pg_sys::Oid, ext: pg_sys::Oid) -> pg_sys::Oi
 }
 
 /// The primary key index of `table` (an index belongs to its table, not to
-/// the extension).
-fn primary_key(table: pg_sys::Oid) -> pg_sys::Oid {
+/// the extension), and whether the guard triggers are there and fire ALWAYS.
+fn primary_key_and_guard(table: pg_sys::Oid) -> (pg_sys::Oid, bool) {
     // SAFETY: the relcache entry of an existing table, opened and closed
-    // here; RelationGetIndexList fills rd_pkindex
-    let index = unsafe {
+    // here; RelationGetIndexList fills rd_pkindex; the trigger descriptor
+    // is read while the relation is open
+    let (index, guarded) = unsafe {
         let rel = pg_sys::table_open(table, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         pg_sys::list_free(pg_sys::RelationGetIndexList(rel));
         let index = (*rel).rd_pkindex;
+        let mut guards = 0;
+        let td = (*rel).trigdesc;
+        if !td.is_null() {
+            for i in 0..(*td).numtriggers.max(0) as usize {
+                let t = (*td).triggers.add(i);
+                let name = CStr::from_ptr((*t).tgname).to_bytes();
+                if (name == b"pg_claim_leases_guard" || name == b"pg_claim_leases_guard_delete")
+                    && (*t).tgenabled as u8 == pg_sys::TRIGGER_FIRES_ALWAYS
+                {
+                    guards += 1;
+                }
+            }
+        }
         pg_sys::table_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        index
+        (index, guards == 2)
     };
     if index == pg_sys::InvalidOid {
         raise(
@@ -92,7 +170,7 @@ fn primary_key(table: pg_sys::Oid) -> pg_sys::Oid {
             HINT,
         );
     }
-    index
+    (index, guarded)
 }
 
 fn attnum(table: pg_sys::Oid, column: &str) -> i32 {
@@ -110,6 +188,7 @@ fn attnum(table: pg_sys::Oid, column: &str) -> i32 {
 }
 
 fn leases() -> Leases {
+    register_callback();
     if let Some(l) = LEASES.get() {
         // still the same table (the extension may have been dropped and
         // created again since): one syscache probe
@@ -125,7 +204,7 @@ fn leases() -> Leases {
     }
     let (ext, nsp) = extension();
     let table = member_relation("pg_claim_leases", nsp, ext);
-    let index = primary_key(table);
+    let (index, guarded) = primary_key_and_guard(table);
     let cols = Columns {
         token: attnum(table, "token"),
         holder: attnum(table, "holder"),
@@ -148,19 +227,20 @@ fn leases() -> Leases {
         table,
         index,
         cols: Columns { last, ..cols },
+        guarded,
     };
     LEASES.set(Some(l));
     l
 }
 
-/// Whether the row in `slot` passes: `token`, a holder, live (a session
+/// The row in `slot`, when it passes: `token`, a holder, live (a session
 /// record, or not expired), and a lease of a role whose privileges the
 /// calling role has.
 ///
 /// # Safety
 /// `slot` holds a tuple of `pg_claim_leases`; its attributes up to
 /// `cols.last` are deformed.
-unsafe fn passes(slot: *mut pg_sys::TupleTableSlot, cols: Columns, token: i64) -> bool {
+unsafe fn passing(slot: *mut pg_sys::TupleTableSlot, cols: Columns, token: i64) -> Option<Row> {
     let value = |att: i32| -> Option<pg_sys::Datum> {
         let i = (att - 1) as usize;
         if *(*slot).tts_isnull.add(i) {
@@ -169,27 +249,36 @@ unsafe fn passes(slot: *mut pg_sys::TupleTableSlot, cols: Columns, token: i64) -
             Some(*(*slot).tts_values.add(i))
         }
     };
-    let Some(t) = value(cols.token) else {
-        return false;
+    value(cols.holder)?;
+    let row = Row {
+        token: value(cols.token)?.value() as i64,
+        session: value(cols.session).is_some_and(|d| d.value() != 0),
+        expires_at: value(cols.expires_at).map(|d| d.value() as i64),
+        owner: value(cols.owner).map(|d| pg_sys::Oid::from(d.value() as u32)),
     };
-    if t.value() as i64 != token || value(cols.holder).is_none() {
-        return false;
-    }
-    let session = value(cols.session).is_some_and(|d| d.value() != 0);
-    if !session {
-        let Some(until) = value(cols.expires_at) else {
-            return false;
-        };
-        if (until.value() as i64) <= pg_sys::GetCurrentTimestamp() {
+    row.passes(token).then_some(row)
+}
+
+impl Row {
+    fn passes(&self, token: i64) -> bool {
+        if self.token != token {
             return false;
         }
-    }
-    match value(cols.owner) {
-        None => true,
-        Some(owner) => {
-            let owner = pg_sys::Oid::from(owner.value() as u32);
-            let me = pg_sys::GetUserId();
-            owner == me || pg_sys::has_privs_of_role(me, owner)
+        if !self.session {
+            match self.expires_at {
+                // SAFETY: reads the clock
+                Some(until) if until > unsafe { pg_sys::GetCurrentTimestamp() } => {}
+                _ => return false,
+            }
+        }
+        match self.owner {
+            None => true,
+            Some(owner) => {
+                // SAFETY: the current user, and PostgreSQL's cached role
+                // membership
+                let me = unsafe { pg_sys::GetUserId() };
+                owner == me || unsafe { pg_sys::has_privs_of_role(me, owner) }
+            }
         }
     }
 }
@@ -205,10 +294,66 @@ pub fn valid_args(name: Option<&str>, slot: Option<i32>, token: Option<i64>) -> 
 
 /// `fence` / `lease_valid`: whether `token` is the current token of a live
 /// lease (or session record) of `slot` of `name` of a role whose privileges
-/// the calling role has; when true, the row is locked `FOR KEY SHARE` until
-/// the transaction ends.
+/// the calling role has; when true, the slot cannot change hands until the
+/// transaction ends (the module's comment says by which lock).
 fn valid(name: &str, slot: i32, token: i64) -> bool {
+    // SAFETY: reads the transaction's isolation level
+    let read_committed = unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
+    if !(read_committed && leases().guarded) {
+        return read(leases(), name, slot, token, true).is_some();
+    }
+    let (key1, key2) = (locks::name_key(name), FENCE_BASE + slot);
+    // SAFETY: the table's lock as a statement reading it takes it (to the
+    // end of the transaction); the fence lock; then the invalidations that
+    // committed before the lock was granted
+    unsafe {
+        pg_sys::LockRelationOid(leases().table, pg_sys::RowShareLock as pg_sys::LOCKMODE);
+        locks::xact_lock(key1, key2, locks::SHARE);
+        pg_sys::AcceptInvalidationMessages();
+    }
+    let known = KNOWN.with_borrow(|k| {
+        k.iter()
+            .find(|(n, s, _)| *s == slot && n == name)
+            .map(|(_, _, row)| *row)
+    });
+    if known.is_some_and(|row| row.passes(token)) {
+        return true;
+    }
     let l = leases();
+    let row = if l.guarded {
+        read(l, name, slot, token, false)
+    } else {
+        // the guard went away meanwhile: the row lock
+        read(l, name, slot, token, true)
+    };
+    match row {
+        Some(row) if l.guarded => {
+            KNOWN.with_borrow_mut(|k| {
+                k.retain(|(n, s, _)| !(*s == slot && n == name));
+                if k.len() >= MAX_KNOWN {
+                    k.clear();
+                }
+                k.push((name.to_string(), slot, row));
+            });
+            true
+        }
+        Some(_) => true,
+        None => {
+            // a refused check holds nothing: this hold of the fence lock
+            // goes (an earlier one of this transaction stays)
+            let tag = locks::advisory_tag(key1, key2);
+            // SAFETY: the lock was taken above in this transaction
+            unsafe { pg_sys::LockRelease(&tag, locks::SHARE, false) };
+            false
+        }
+    }
+}
+
+/// The row of `slot` of `name` when it passes for `token`, read through the
+/// primary key: through the transaction's snapshot under REPEATABLE READ and
+/// SERIALIZABLE, else the latest one; with `lock`, locked `FOR KEY SHARE`
+/// (to the end of the transaction) as PostgreSQL's executor locks it.
+fn read(l: Leases, name: &str, slot: i32, token: i64, lock: bool) -> Option<Row> {
     let cname = CString::new(name).unwrap_or_default();
     // SAFETY: the standard sequence of an index scan and a tuple lock, as
     // PostgreSQL's executor does for SELECT ... FOR KEY SHARE: the relations
@@ -253,10 +398,11 @@ fn valid(name: &str, slot: i32, token: i64) -> bool {
         pg_sys::index_rescan(scan, keys.as_mut_ptr(), 2, std::ptr::null_mut(), 0);
         let found =
             pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, tslot);
-        let mut ok = false;
+        let mut ok = None;
         if found {
             pg_sys::slot_getsomeattrs_int(tslot, l.cols.last);
-            if passes(tslot, l.cols, token) {
+            ok = passing(tslot, l.cols, token);
+            if ok.is_some() && lock {
                 let mut tid = (*tslot).tts_tid;
                 let mut tmfd: pg_sys::TM_FailureData = Default::default();
                 let lock = (*(*rel).rd_tableam)
@@ -283,13 +429,13 @@ fn valid(name: &str, slot: i32, token: i64) -> bool {
                 match r {
                     pg_sys::TM_Result::TM_Ok => {
                         // a newer version was locked: it must pass too
-                        ok = !tmfd.traversed || {
+                        if tmfd.traversed {
                             pg_sys::slot_getsomeattrs_int(tslot, l.cols.last);
-                            passes(tslot, l.cols, token)
-                        };
+                            ok = passing(tslot, l.cols, token);
+                        }
                     }
                     // changed by this transaction itself since the scan
-                    pg_sys::TM_Result::TM_SelfModified => ok = false,
+                    pg_sys::TM_Result::TM_SelfModified => ok = None,
                     pg_sys::TM_Result::TM_Updated | pg_sys::TM_Result::TM_Deleted
                         if xact_snapshot =>
                     {
@@ -299,7 +445,7 @@ fn valid(name: &str, slot: i32, token: i64) -> bool {
                             "The slot changed hands or was given back after this transaction's snapshot: treat the lease as lost, as PC001.",
                         );
                     }
-                    _ => ok = false,
+                    _ => ok = None,
                 }
             }
         }
@@ -310,4 +456,16 @@ fn valid(name: &str, slot: i32, token: i64) -> bool {
         pg_sys::table_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
         ok
     }
+}
+
+/// The trigger's half of the fence lock (`sql/leases_guard.sql`): the slot's
+/// fence lock exclusive to the end of this transaction (waiting for the
+/// READ COMMITTED transactions that passed the check on it), and an
+/// invalidation of the table, sent when this transaction commits, so that
+/// every session forgets the rows it knew.
+pub fn handover(name: &str, slot: i32) {
+    locks::xact_lock(locks::name_key(name), FENCE_BASE + slot, locks::EXCLUSIVE);
+    // SAFETY: registers an invalidation of an existing relation with the
+    // current transaction
+    unsafe { pg_sys::CacheInvalidateRelcacheByRelid(leases().table) };
 }
