@@ -33,11 +33,13 @@
 # than items/s, with the ratios of items per CPU second. Writes
 # docs/limit-throughput.svg (BENCH_LIMIT_OUT).
 #
-# Four tables of BENCH_LIMIT_ROWS rows, built again at every point: one for
-# ranges, one for the share schemes, one for the queue (which eats the head
-# of the key order, a range's share), one partitioned for part, part_fenced
-# and parent; a table is reset (every row pending again) when a run could
-# drain it.
+# Every scheme works on its own table of BENCH_LIMIT_ROWS rows, built again
+# at every point from the same rows in the same order (the share schemes'
+# with the index ((slot_of(id, W)), id) WHERE NOT done, the partitioned
+# schemes' hash-partitioned with modulus W), so that no scheme's run changes
+# the table another scheme runs on: a scheme and its fenced twin meet the
+# same table state round after round. A table is reset (every row pending
+# again) when a run could drain it.
 #
 # Knobs (environment): BENCH_LIMIT_ROWS (2000000), BENCH_LIMIT_SECONDS (2 per
 # run), BENCH_LIMIT_ROUNDS (5), BENCH_LIMIT_PAIRS ("8:8 32:32 128:64"),
@@ -69,38 +71,36 @@ if [ "$pgss" = 1 ]; then
 fi
 
 # table_of SCHEME: the table a scheme works on
-table_of() {
-    case "$1" in
-    ranges) echo bench.limit_a ;;
-    queue) echo bench.limit_q ;;
-    share | fenced | fenced_fence) echo bench.limit_b ;;
-    *) echo bench.limit_parts ;;
-    esac
-}
+table_of() { echo "bench.limit_$1"; }
 
-# build W: the four tables for W slots, every row pending
+# build W: the schemes' tables for W slots, every row pending
 build() {
-    local w="$1"
-    bench_psql <<SQL >/dev/null
-SET client_min_messages = warning;
-DROP TABLE IF EXISTS bench.limit_a, bench.limit_b, bench.limit_q, bench.limit_parts;
-CREATE TABLE bench.limit_a (id bigint PRIMARY KEY, payload text NOT NULL, done boolean NOT NULL DEFAULT false);
-INSERT INTO bench.limit_a (id, payload) SELECT g, md5(g::text) FROM generate_series(1, $rows) g;
-CREATE INDEX limit_a_pending ON bench.limit_a (id) WHERE NOT done;
-CREATE TABLE bench.limit_b (id bigint PRIMARY KEY, payload text NOT NULL, done boolean NOT NULL DEFAULT false);
-INSERT INTO bench.limit_b SELECT * FROM bench.limit_a;
-CREATE INDEX limit_b_slot ON bench.limit_b ((slot_of(id, $w)), id) WHERE NOT done;
-CREATE TABLE bench.limit_q (id bigint PRIMARY KEY, payload text NOT NULL, done boolean NOT NULL DEFAULT false);
-INSERT INTO bench.limit_q SELECT * FROM bench.limit_a;
-CREATE INDEX limit_q_pending ON bench.limit_q (id) WHERE NOT done;
-CREATE TABLE bench.limit_parts (id bigint PRIMARY KEY, payload text NOT NULL, done boolean NOT NULL DEFAULT false)
-    PARTITION BY HASH (id);
-SELECT format('CREATE TABLE bench.limit_parts_%s PARTITION OF bench.limit_parts FOR VALUES WITH (MODULUS $w, REMAINDER %s)', r, r)
-FROM generate_series(0, $w - 1) r \\gexec
-INSERT INTO bench.limit_parts SELECT * FROM bench.limit_a;
-CREATE INDEX limit_parts_pending ON bench.limit_parts (id) WHERE NOT done;
-VACUUM ANALYZE bench.limit_a, bench.limit_b, bench.limit_q, bench.limit_parts;
-SQL
+    local w="$1" s t
+    {
+        echo "SET client_min_messages = warning;"
+        echo "DROP TABLE IF EXISTS bench.limit_rows;"
+        echo "CREATE TABLE bench.limit_rows AS SELECT g::bigint AS id, md5(g::text) AS payload FROM generate_series(1, $rows) g;"
+        for s in "${schemes[@]}"; do
+            t=$(table_of "$s")
+            echo "DROP TABLE IF EXISTS $t;"
+            case "$s" in
+            part | part_fenced | parent)
+                echo "CREATE TABLE $t (id bigint PRIMARY KEY, payload text NOT NULL, done boolean NOT NULL DEFAULT false) PARTITION BY HASH (id);"
+                echo "SELECT format('CREATE TABLE %s_%s PARTITION OF $t FOR VALUES WITH (MODULUS $w, REMAINDER %s)', '$t', r, r) FROM generate_series(0, $w - 1) r \\gexec"
+                echo "INSERT INTO $t (id, payload) SELECT id, payload FROM bench.limit_rows ORDER BY id;"
+                echo "CREATE INDEX ON $t (id) WHERE NOT done;" ;;
+            *)
+                echo "CREATE TABLE $t (id bigint PRIMARY KEY, payload text NOT NULL, done boolean NOT NULL DEFAULT false);"
+                echo "INSERT INTO $t (id, payload) SELECT id, payload FROM bench.limit_rows ORDER BY id;"
+                case "$s" in
+                ranges | queue) echo "CREATE INDEX ON $t (id) WHERE NOT done;" ;;
+                *) echo "CREATE INDEX ON $t ((slot_of(id, $w)), id) WHERE NOT done;" ;;
+                esac ;;
+            esac
+            echo "VACUUM ANALYZE $t;"
+        done
+        echo "DROP TABLE bench.limit_rows;"
+    } | bench_psql >/dev/null
 }
 
 # leases W: a live lease of slot c for holder "client c", c = 0 .. W-1, of
@@ -228,7 +228,8 @@ for pair in $pairs; do
     pgc_log "limit: building the tables for W = $w"
     build "$w"
     leases "$w"
-    done_before=([bench.limit_a]=0 [bench.limit_b]=0 [bench.limit_q]=0 [bench.limit_parts]=0)
+    done_before=()
+    for s in "${schemes[@]}"; do done_before[$(table_of "$s")]=0; done
     pgc_pgbouncer_start "$p" >/dev/null 2>&1
     # open the pool's P server connections before timing
     echo 'SELECT pg_sleep(0.01);' >"$BENCH_TMP/warm.sql"
