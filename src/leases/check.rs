@@ -464,6 +464,13 @@ fn read(l: Leases, name: &str, slot: i32, token: i64, lock: bool) -> Option<Row>
 /// invalidation of the table, sent when this transaction commits, so that
 /// every session forgets the rows it knew.
 pub fn handover(name: &str, slot: i32) {
+    if !(0..MAX_KEY_INDEX).contains(&slot) {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("slot must be between 0 and {}, got {slot}", MAX_KEY_INDEX - 1),
+            "pg_claim_lease_handover is the trigger's internal function: it takes a slot of pg_claim_leases.",
+        );
+    }
     locks::xact_lock(locks::name_key(name), FENCE_BASE + slot, locks::EXCLUSIVE);
     // SAFETY: registers an invalidation of an existing relation with the
     // current transaction
