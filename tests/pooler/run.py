@@ -586,8 +586,10 @@ def busy_pool(workdir):
         check(ev["event"] == "reconnecting", f"{w} after its session was ended: {ev}")
         refused = w.last(("refused",), since)
         check(refused is not None, f"{w} reconnected without its handler's write failing: {w.events[since:]}")
-        # it goes on: alive, no error, for a ttl after its reconnection
-        time.sleep(TTL_S)
+        # it goes on: its next claim drops the slot (or, if no other worker
+        # took it yet, renews it and it writes again); no error
+        poll(lambda: w.last(("slots", "wrote", "error"), since), 15,
+             f"{w}'s next claim or write after its reconnection (its events: {w.events[since:]})")
         check(w.proc.poll() is None and not w.last(("error",), since),
               f"{w} after its reconnection: {w.events[since:]}")
         check(w.proc.poll() is None, f"{w} exited: {open(w.err_path).read()[-2000:]}")
