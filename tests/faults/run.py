@@ -263,9 +263,15 @@ class Worker(WorkerProcess):
         self.holder = holder or f"{mode}-{self.pid}"
 
     def claims(self):
-        """{slot: (token, backend pid)} of its claims as it last reported
-        them (token None in session mode; the pid of its last batch's
-        backend, which a reconnection makes stale until its next batch)."""
+        """{slot: (token, backend pid)} of its claims. Session mode: the
+        server's view (slot_holders, the session named by the worker's
+        application_name; token None), as a session's claims end with it
+        unannounced. Lease modes: as it last reported them, with the pid of
+        its last batch's backend (stale after a reconnection until its next
+        batch)."""
+        if self.mode == "session":
+            return {slot: (None, pid) for slot, (holder, pid) in session_holders().items()
+                    if holder == self.holder}
         e = self.last(("held",))
         if e is None:
             return {}
@@ -368,6 +374,9 @@ class Fleet:
     def holders(self, mode):
         """{slot: worker} of the live claims the workers report."""
         out = {}
+        if mode == "session":  # the server's view (Worker.claims), read once
+            by_holder = {w.holder: w for w in self.workers if w.mode == mode and w.proc.poll() is None}
+            return {slot: by_holder[h] for slot, (h, _) in session_holders().items() if h in by_holder}
         for w in self.workers:
             if w.mode == mode and w.proc.poll() is None:
                 for slot in w.claims():
@@ -514,6 +523,19 @@ def session_pid(slot, c=None):
             return session_pid(slot, c)
     r = c.execute("SELECT pid FROM slot_holders('fleet_session') WHERE slot = %s", (slot,)).fetchone()
     return r and r[0]
+
+
+def session_holders():
+    """{slot: (application_name, pid)} of the sessions holding slots of
+    fleet_session (a worker's sessions are named by its holder); {} while
+    the server cannot be reached."""
+    try:
+        with FLEET_CLUSTER[0].connect() as c:
+            return {slot: (app, pid) for slot, app, pid in c.execute(
+                "SELECT h.slot, a.application_name, h.pid FROM slot_holders('fleet_session') h"
+                " JOIN pg_stat_activity a ON a.pid = h.pid").fetchall()}
+    except psycopg.Error:
+        return {}
 
 
 FLEET_CLUSTER = [None]
