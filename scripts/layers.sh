@@ -115,10 +115,11 @@ sessions() {
         cargo test -p pg_claim_sessions --profile tools --no-fail-fast -- --test-threads=1 "$@"
 }
 
-# Lease fleets in Python (psycopg 3) and Node.js (pg), 12 clients through a
-# real PgBouncer in transaction mode with a pool of 4: a SIGKILLed holder, two
-# holders SIGSTOPped past the TTL and resumed (their late writes rejected),
-# every item exactly once; and what claim_slot does through that pooler.
+# Lease fleets of the worker libraries in Python (pg_claim.Worker) and
+# Node.js (pg-claim), 12 clients through a real PgBouncer in transaction mode
+# with a pool of 4: a SIGKILLed holder, two holders SIGSTOPped past the TTL
+# and resumed (their late writes refused, their tokens refused in SQL), every
+# item exactly once; and what claim_slot does through that pooler.
 # Then wake-up by LISTEN through session and transaction mode, and a session
 # pool smaller than the fleet, seen in slot_status (tests/pooler/wake.py).
 pooler() {

@@ -14,14 +14,17 @@ server over (as the postgres user), and builds a network namespace for the
 partition. The cluster must listen on every address (listen_addresses = '*');
 the driver admits the namespace's subnet in pg_hba.conf.
 
-The fleet (tests/faults/worker.py, real processes on real TCP connections):
-session-mode workers (claim_slot, my_token) on table items_session, lease-
-mode workers (claim_lease, renew_lease) on items_lease, each n = 4 with
-standbys, and elastic lease workers (claim_leases: each holds its share of
-the n = 4 slots, 3 workers for 4 slots) on items_elastic, writing every
-batch behind fence() with a row per item in processing_log. A producer adds items all along; at the end it stops and the
-fleet drains. Workers find the server through a file holding its conninfo,
-which the driver rewrites after a failover.
+The fleet (tests/faults/worker.py: pg_claim.Worker processes of the Python
+worker library, on real TCP connections): session-mode workers (one slot
+each, claim_slots; the token from my_token) on table items_session and
+lease-mode workers (one slot each, claim_leases) on items_lease, each n = 4
+with more workers than slots, and lease-mode workers with every slot of
+their share (3 workers for 4 slots: "elastic") on items_elastic; each batch
+is handled inside a transaction that passed the slot's fence (session mode:
+the session's lock), writing a row per item in processing_log. A producer
+adds items all along; at the end it stops and the fleet drains. Workers find
+the server through a libpq service file, which the driver rewrites after a
+failover.
 
 The checker (check_log) counts, from processing_log and the tables:
 - duplicates: items with more than one log row;
@@ -62,14 +65,15 @@ LEASE_WORKERS = 6
 ELASTIC_WORKERS = 3  # fewer than the slots: one holds 2
 MODES = ("session", "lease", "elastic")
 TABLES = tuple(f"items_{m}" for m in MODES)
-TTL_S, RENEW_S = 3.0, 1.0
+TTL_S = 3.0  # the workers claim every ttl / 3
 BATCH = 20
 ITEM_MS = 1
 PRODUCE_PER_S = 150  # items per table and second
 # every worker's session: a holder frozen inside its fenced transaction would
 # otherwise block the takeover of its slot for as long as it is frozen
 IDLE_IN_TX_S = 3
-WORKER_OPTIONS = f"options='-c idle_in_transaction_session_timeout={IDLE_IN_TX_S}s'"
+WORKER_OPTIONS = f"-c idle_in_transaction_session_timeout={IDLE_IN_TX_S}s"
+SERVICE = "pg_claim_faults"  # the workers' libpq service: the current primary
 # the production settings docs/reliability.md recommends, as session options
 RECOMMENDED = {"tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5",
                "tcp_keepalives_count": "3", "tcp_user_timeout": "20000"}
@@ -111,19 +115,22 @@ class Server:
 
 
 class Cluster:
-    """The current primary, found by workers through dsn_file; standbys made with pg_basebackup."""
+    """The current primary, found by workers through the service file (libpq's
+    PGSERVICEFILE, read at every connection); standbys made with pg_basebackup."""
 
     def __init__(self, workdir):
         port = int(os.environ["PGPORT"])
         self.primary = Server(DATA0, port)
-        self.dsn_file = os.path.join(workdir, "server.dsn")
+        self.service_file = os.path.join(workdir, "pg_service.conf")
         self.target_file = os.path.join(workdir, "server.target")  # for the proxy: "host port"
         self.standbys = []  # standbys made and not promoted (a failed run), removed at the end
         self.generation = 0
         self.publish()
 
     def publish(self):
-        for path, text in ((self.dsn_file, f"{self.primary.dsn()} {WORKER_OPTIONS}"),
+        service = (f"[{SERVICE}]\nhost=127.0.0.1\nport={self.primary.port}\ndbname={DB}\nuser=postgres\n"
+                   f"options={WORKER_OPTIONS}\n")
+        for path, text in ((self.service_file, service),
                            (self.target_file, f"{NET.host_addr if NET else '127.0.0.1'} {self.primary.port}")):
             with open(path + ".tmp", "w", encoding="utf-8") as f:
                 f.write(text)
@@ -242,35 +249,39 @@ NET = None
 # The fleet
 
 class Worker(WorkerProcess):
-    def __init__(self, mode, workdir, dsn_file, lifetime, holder=None, item_ms=ITEM_MS):
+    def __init__(self, mode, workdir, service_file, lifetime, conninfo=None, holder=None, item_ms=ITEM_MS):
         self.mode = mode
-        env = dict(os.environ, FAULT_DSN_FILE=dsn_file, FAULT_MODE=mode, FAULT_N=str(N),
+        env = dict(os.environ, PGSERVICEFILE=service_file, FAULT_MODE=mode, FAULT_N=str(N),
+                   FAULT_CONNINFO=conninfo or f"service={SERVICE} connect_timeout=3",
                    FAULT_NAME=f"fleet_{mode}", FAULT_TABLE=f"items_{mode}", FAULT_TTL_S=str(TTL_S),
-                   FAULT_RENEW_S=str(RENEW_S), FAULT_BATCH=str(BATCH), FAULT_ITEM_MS=str(item_ms),
+                   FAULT_BATCH=str(BATCH), FAULT_ITEM_MS=str(item_ms),
                    FAULT_LIFETIME_S=str(lifetime), FAULT_HOLDER=holder or "")
-        for k in ("PGHOST", "PGPORT", "PGSERVICE"):
+        for k in ("PGHOST", "PGPORT", "PGSERVICE", "PGDATABASE", "PGUSER"):
             env.pop(k, None)
         super().__init__([sys.executable, os.path.join(HERE, "worker.py")], env,
                          os.path.join(workdir, f"{mode}-{len(os.listdir(workdir))}.err"))
         self.holder = holder or f"{mode}-{self.pid}"
 
-    def claim(self):
-        """(slot, token, backend pid) of its current claim, or None (session
-        and lease mode)."""
-        e = self.last(("claimed", "lost", "disconnected"))
-        if e is None or e["event"] != "claimed":
-            return None
-        return e["slot"], e["token"], e["pid"]
-
     def claims(self):
-        """{slot: (token, backend pid)} of its current claims, in any mode."""
-        if self.mode != "elastic":
-            c = self.claim()
-            return {} if c is None else {c[0]: (c[1], c[2])}
-        e = self.last(("held", "disconnected"))
-        if e is None or e["event"] != "held":
+        """{slot: (token, backend pid)} of its claims. Session mode: the
+        server's view (slot_holders, the session named by the worker's
+        application_name; token None), as a session's claims end with it
+        unannounced. Lease modes: as it last reported them, with the pid of
+        its last batch's backend (stale after a reconnection until its next
+        batch)."""
+        if self.mode == "session":
+            return {slot: (None, pid) for slot, (holder, pid) in session_holders().items()
+                    if holder == self.holder}
+        e = self.last(("held",))
+        if e is None:
             return {}
-        return {slot: (token, e["pid"]) for slot, token in e["slots"]}
+        pid = (self.last(("fetched",)) or {}).get("pid")
+        return {slot: (token, pid) for slot, token in e["slots"]}
+
+    def claim(self):
+        """(slot, token, pid) of its one claim, or None (session and lease mode)."""
+        c = self.claims()
+        return next(((slot, token, pid) for slot, (token, pid) in c.items()), None)
 
     def __str__(self):
         return f"{self.mode} worker {self.pid}"
@@ -284,6 +295,7 @@ class Worker(WorkerProcess):
 class Fleet:
     def __init__(self, cluster, workdir, lifetime):
         self.cluster, self.workdir, self.lifetime = cluster, workdir, lifetime
+        FLEET_CLUSTER[0] = cluster
         self.workers = []
         self.stop_event = threading.Event()
         self.producing = threading.Event()
@@ -305,8 +317,8 @@ class Fleet:
         for m in sorted(modes, key=lambda m: random.random()):
             self.add(m)
 
-    def add(self, mode, dsn_file=None, **kw):
-        w = Worker(mode, self.workdir, dsn_file or self.cluster.dsn_file, self.lifetime, **kw)
+    def add(self, mode, conninfo=None, **kw):
+        w = Worker(mode, self.workdir, self.cluster.service_file, self.lifetime, conninfo=conninfo, **kw)
         self.workers.append(w)
         return w
 
@@ -362,6 +374,9 @@ class Fleet:
     def holders(self, mode):
         """{slot: worker} of the live claims the workers report."""
         out = {}
+        if mode == "session":  # the server's view (Worker.claims), read once
+            by_holder = {w.holder: w for w in self.workers if w.mode == mode and w.proc.poll() is None}
+            return {slot: by_holder[h] for slot, (h, _) in session_holders().items() if h in by_holder}
         for w in self.workers:
             if w.mode == mode and w.proc.poll() is None:
                 for slot in w.claims():
@@ -501,10 +516,35 @@ def fault_restart(fleet, rng=None):
     return "server stopped (immediate) and started: every session ends; workers reconnect, claim, finish", moved
 
 
+def session_pid(slot, c=None):
+    """The backend holding session slot `slot` (slot_holders), or None."""
+    if c is None:
+        with FLEET_CLUSTER[0].connect() as c:
+            return session_pid(slot, c)
+    r = c.execute("SELECT pid FROM slot_holders('fleet_session') WHERE slot = %s", (slot,)).fetchone()
+    return r and r[0]
+
+
+def session_holders():
+    """{slot: (application_name, pid)} of the sessions holding slots of
+    fleet_session (a worker's sessions are named by its holder); {} while
+    the server cannot be reached."""
+    try:
+        with FLEET_CLUSTER[0].connect() as c:
+            return {slot: (app, pid) for slot, app, pid in c.execute(
+                "SELECT h.slot, a.application_name, h.pid FROM slot_holders('fleet_session') h"
+                " JOIN pg_stat_activity a ON a.pid = h.pid").fetchall()}
+    except psycopg.Error:
+        return {}
+
+
+FLEET_CLUSTER = [None]
+
+
 def fault_backend_kill(fleet, rng=None):
     """SIGKILL one holder's backend: the postmaster resets every session."""
-    w = (rng or random).choice(list(fleet.holders("session").values()))
-    pid = w.claim()[2]
+    slot = (rng or random).choice(sorted(fleet.holders("session")))
+    pid = poll(lambda: session_pid(slot), 10, f"a backend to hold session slot {slot}")
     t0 = time.time()
     os.kill(pid, signal.SIGKILL)
     moved = fleet.moved_since(t0, ALL_SLOTS)
@@ -548,7 +588,12 @@ def freeze(fleet, rng, mode, where):
     with fleet.cluster.connect() as c:
         while time.monotonic() < deadline:
             slot, w = rng.choice(sorted(fleet.holders(mode).items()))
-            token, pid = w.claims()[slot]
+            token, pid = w.claims().get(slot, (None, None))
+            if mode == "session":  # the session holding the slot
+                pid = session_pid(slot, c)
+            if pid is None:
+                time.sleep(0.05)
+                continue
             t0 = time.time()
             os.kill(w.pid, signal.SIGSTOP)
 
@@ -556,14 +601,15 @@ def freeze(fleet, rng, mode, where):
                 r = c.execute("SELECT state, query FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
                 return ("gone", "") if r is None else (r if r[0] != "active" else None)
             state, query = poll(settled, 10, f"the frozen {mode} worker's backend to settle", interval=0.005)
-            # inside the transaction: after its fence (not right after BEGIN)
-            fenced = state == "idle in transaction" and not query.lstrip().upper().startswith("BEGIN")
+            # inside the transaction: the library opens it with the fence in
+            # one message, so a transaction idle is always past its fence
+            fenced = state == "idle in transaction"
             if (state == "idle" or fenced) and where in (None, state):
                 if mode != "elastic":
                     return w, slot, token, pid, state, t0
                 # an elastic holder holds several slots: the slot of its batch in
                 # progress (the one its transaction fenced), if it has one
-                ev = w.last(("fetched", "wrote", "rejected"))
+                ev = w.last(("fetched", "wrote", "refused", "rejected"))
                 if ev and ev["event"] == "fetched" and w.claims().get(ev["slot"], (None,))[0] == ev["token"]:
                     return w, ev["slot"], ev["token"], pid, state, t0
                 if not fenced:
@@ -600,7 +646,7 @@ def fault_sigstop(fleet, rng=None, mode=None, where=None):
         tc = time.time()
         os.kill(w.pid, signal.SIGCONT)
         moved = fleet.moved_since(tc, {(tbl, slot)})
-        check(w.claim() == (slot, token, pid), f"{w} lost its session slot while frozen")
+        check(slot in w.claims() and holder() == pid, f"{w} lost its session slot while frozen")
         return (f"session, frozen idle: slot {slot} kept through {2 * TTL_S:g} s; the same worker"
                 f" writes again {moved:.2f} s after SIGCONT"), moved
     # anything else: the claim moves to a standby, after the lease's TTL or
@@ -610,13 +656,20 @@ def fault_sigstop(fleet, rng=None, mode=None, where=None):
     moved = fleet.moved_since(t0, {(tbl, slot)})
     os.kill(w.pid, signal.SIGCONT)
     try:
-        # an elastic worker also reports the loss of the other slots it held
-        e = w.wait_for(lambda e: e["event"] == "disconnected" or (e["event"] == "lost" and e["slot"] == slot),
+        # its session ended (its write refused, a reconnection), or its next
+        # claim without the slot (an elastic worker may keep its other slots)
+        # (frozen inside the transaction: its late write, or its commit, must fail)
+        e = w.wait_for(lambda e: e["event"] in ("refused", "reconnecting")
+                       or (state == "idle" and e["event"] == "held" and slot in e["lost"]),
                        since, 30, f"the loss of slot {slot}")
     except Failure as f:
         raise Failure(f"{f}; its last events: {w.events[-4:]}") from None
-    check(e["event"] == "disconnected" or e["token"] == token, f"{w}: {e}")
-    why = e.get("why") or "its session was ended (idle_in_transaction_session_timeout)"
+    # (session mode: the token of the refused write is the claim's my_token)
+    check(e["event"] != "refused" or (e["slot"] == slot and (mode == "session" or e["token"] == token)),
+          f"{w}: {e}")
+    why = {"refused": f"its late write failed ({e.get('error')})",
+           "reconnecting": f"its session was ended ({e.get('error')})"}.get(
+               e["event"], "its next claim_leases call returned the slot no more")
     return f"{mode}, frozen {state}: slot {slot} taken over {moved:.2f} s after SIGSTOP; resumed: {why}", moved
 
 
@@ -638,7 +691,7 @@ def fault_cancel(fleet, rng=None):
     rng = rng or random
     m = rng.choice(MODES)
     slot, w = rng.choice(sorted(fleet.holders(m).items()))
-    pid = w.claims()[slot][1]
+    pid = session_pid(slot) if m == "session" else w.claims().get(slot, (None, None))[1]
     t0 = time.time()
     with fleet.cluster.connect() as c:
         c.execute("SELECT pg_cancel_backend(%s)", (pid,))
@@ -651,23 +704,19 @@ def fault_cancel(fleet, rng=None):
 
 def start_partition_workers(fleet):
     """Workers behind the proxy, started before the rest of the fleet so they hold slots."""
-    files = {}
-    for label, extra in (("defaults", WORKER_OPTIONS),
-                         ("recommended", CLIENT_RECOMMENDED + f" options='-c idle_in_transaction_session_timeout={IDLE_IN_TX_S}s "
-                          + " ".join(f"-c {k}={v}" for k, v in RECOMMENDED.items()) + "'")):
-        path = os.path.join(fleet.workdir, f"proxy-{label}.dsn")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(NET.dsn(extra))
-        files[label] = path
-    # slow batches: the workers spend most of their time outside a transaction
+    conninfo = {"defaults": NET.dsn(f"options='{WORKER_OPTIONS}'"),
+                "recommended": NET.dsn(CLIENT_RECOMMENDED + f" options='{WORKER_OPTIONS} "
+                                       + " ".join(f"-c {k}={v}" for k, v in RECOMMENDED.items()) + "'")}
     ws = {
-        "session/defaults": fleet.add("session", files["defaults"], item_ms=40),
-        "session/recommended": fleet.add("session", files["recommended"], item_ms=40),
-        # a slow batch: the partition cuts it in the middle, so the heal delivers a late write
-        "lease/defaults": fleet.add("lease", files["defaults"], item_ms=40),
+        # short batches: the session workers spend most of their time idle, outside a transaction
+        "session/defaults": fleet.add("session", conninfo["defaults"]),
+        "session/recommended": fleet.add("session", conninfo["recommended"]),
+        # a slow batch (inside its fenced transaction): the partition cuts it
+        # in the middle, so the heal delivers a late write
+        "lease/defaults": fleet.add("lease", conninfo["defaults"], item_ms=40),
     }
     for w in ws.values():
-        w.wait_event(("claimed",), 0, 30)
+        w.wait_for(lambda e: e["event"] == "held" and e["slots"], 0, 30, "a claim")
     return ws
 
 
@@ -675,7 +724,9 @@ def fault_partition(fleet, ws, out):
     sd, sr, ld = ws["session/defaults"], ws["session/recommended"], ws["lease/defaults"]
     for w in (sd, sr, ld):
         check(w.claim() is not None, f"{w} behind the proxy holds no claim")
-    (sd_slot, _, sd_pid), (sr_slot, _, sr_pid), (ld_slot, ld_token, _) = sd.claim(), sr.claim(), ld.claim()
+    (sd_slot, _, _), (sr_slot, _, _), (ld_slot, ld_token, _) = sd.claim(), sr.claim(), ld.claim()
+    sd_pid, sr_pid = session_pid(sd_slot), session_pid(sr_slot)
+    check(sd_pid and sr_pid, f"session slots {sd_slot} and {sr_slot} have no holding backend")
     # cut the lease worker's batch in the middle, at a moment when both session
     # workers' backends are idle (not inside a transaction, which
     # idle_in_transaction_session_timeout would end first)
@@ -728,20 +779,26 @@ def fault_partition(fleet, ws, out):
         " (the kernel's keepalive default: 2 hours idle)")
     th = time.time()
     NET.heal()
-    ld.wait_event("lost", ld_since, 60)
-    e = ld.last(("rejected", "wrote"), ld_since)
-    check(e and e["event"] == "rejected" and e["token"] == ld_token,
-          f"the partitioned lease worker's late write was not rejected: {e}, {ld.events[ld_since:]}")
-    check(e["t"] > th, f"the partitioned lease worker's write was rejected {th - e['t']:.2f} s before the heal")
-    log(f"  heal: the lease worker's late write of {e['items']} items rejected by fence (PC001)"
-        f" {e['t'] - th:.2f} s after the heal")
+    e = ld.wait_event(("refused", "wrote"), ld_since, 60)
+    check(e["event"] == "refused" and e["token"] == ld_token,
+          f"the partitioned lease worker's late write was not refused: {e}, {ld.events[ld_since:]}")
+    check(e["t"] > th, f"the partitioned lease worker's write was refused {th - e['t']:.2f} s before the heal")
+    with fleet.cluster.connect() as c:
+        try:
+            with c.transaction():
+                c.execute("SELECT fence('fleet_lease', %s, %s)", (ld_slot, ld_token))
+            raise Failure(f"fence passed the partitioned lease worker's token {ld_token}")
+        except psycopg.Error as ex:
+            check(ex.sqlstate == "PC001", f"fence on the partitioned worker's token: {ex.sqlstate} {ex}")
+    log(f"  heal: the lease worker's late write of {e['items']} items refused {e['t'] - th:.2f} s after"
+        f" the heal (its fenced transaction's session was ended: {e['error']}); its token fails fence (PC001)")
     # the default-settings session worker is still the holder: its writes go on
     moved_sd = fleet.moved_since(th, {("items_session", sd_slot)})
     check(sd.claim() is not None and sd.claim()[0] == sd_slot, f"{sd} no longer holds slot {sd_slot}")
     log(f"  heal: the default-settings session worker, still the holder, writes again"
         f" {moved_sd:.2f} s after the heal")
     out["partition, lease (ttl 3 s)"] = ("lease expires; a standby takes over; the late write after"
-                                          " the heal is rejected (PC001)", lease_moved)
+                                          " the heal is refused (its session was ended)", lease_moved)
     out["partition, session, recommended keepalives"] = (
         "server ends the session after tcp_user_timeout/keepalives; a standby takes the slot", sr_moved)
     out["partition, session, defaults"] = (
@@ -1041,7 +1098,7 @@ def run_suite(workdir):
             fleet.add("elastic")
         fleet.wait_full()
         log(f"fleet: {len(fleet.workers)} workers (session, lease and elastic lease mode, n = {N} each,"
-            f" ttl {TTL_S:g} s, renew every {RENEW_S:g} s), {PRODUCE_PER_S} new items per table and second")
+            f" ttl {TTL_S:g} s, claims every ttl / 3), {PRODUCE_PER_S} new items per table and second")
         rng = random.Random(1)
         if partition:
             log("silent partition between three workers and the server (a proxy in its own network namespace):")

@@ -1,12 +1,11 @@
 """The worker side of claim_leases (elastic lease fleets) for the Python fleet
-workers (tests/pooler/elastic_worker.py, tests/faults/worker.py).
+worker of tests/pooler/elastic_worker.py.
 
 `Held` is the slots a holder holds, slot -> token, as the last call of
 claim_leases returned them, with the worker's cursor into each slot's share
 and a round-robin turn over the slots. `Claimer` calls claim_leases every
 period on a connection of its own (a thread), and gives every slot back when
-the worker stops (max => 0). A worker that calls claim_leases from its own
-loop instead (one connection) uses `Held` and `CLAIM` alone.
+the worker stops (max => 0).
 """
 import datetime
 import threading
