@@ -14,7 +14,9 @@ batch done, inside the batch's transaction in both loops. Each case runs
 `--rounds` times each way, alternating which way goes first, so that the
 noise of a shared machine hits both; prints the median items/s of each way
 and the ratio of the medians (with the lowest and highest ratio of a
-round).
+round), and the machine's load average when the case ended. --failures N
+keeps N dead failure records of the name (keys not in the table) during the
+runs.
 """
 import argparse
 import os
@@ -155,14 +157,15 @@ def main():
         d.execute(f"CREATE DATABASE {DB}")
     with direct() as d:
         d.execute("CREATE EXTENSION pg_claim")
-        if a.failures:  # what the Worker's fetch reads at each batch (item_failures('bench'))
+        if a.failures:  # kept during the runs; the Worker's fetch reads only its batch's own records
             d.execute("SELECT count(record_failure('bench', 'gone-' || g, 'an error', 1))"
                       " FROM generate_series(1, %s) g", (a.failures,))
     print(f"{a.items} items, batches of {BATCH}, n = {a.n}, through PgBouncer (transaction mode) on port {port};"
           f" {a.rounds} rounds each way, alternating; medians{'; stale statistics' if STALE else ''}"
           f"{f'; {a.failures} dead failure records of the name' if a.failures else ''}")
-    print("| handler I/O per batch | workers | pg_claim.Worker (lease) | SKIP LOCKED loop | ratio (lowest, highest round) |")
-    print("|---|---|---|---|---|")
+    print("| handler I/O per batch | workers | pg_claim.Worker (lease) | SKIP LOCKED loop | ratio (lowest, highest round)"
+          " | load average (1 min) after the case |")
+    print("|---|---|---|---|---|---|")
     ways = {"lib": lambda w, io: run_library(port, w, a.n, io), "queue": lambda w, io: run_skip_locked(port, w, io)}
     for io_ms in a.io_ms:
         for w in a.workers:
@@ -174,7 +177,7 @@ def main():
             ratios = [x / y for x, y in zip(got["lib"], got["queue"])]
             lib, q = median(got["lib"]), median(got["queue"])
             print(f"| {io_ms:g} ms | {w} | {lib:,.0f} items/s | {q:,.0f} items/s | {lib / q:.2f}x"
-                  f" ({min(ratios):.2f}x, {max(ratios):.2f}x) |", flush=True)
+                  f" ({min(ratios):.2f}x, {max(ratios):.2f}x) | {os.getloadavg()[0]:.1f} |", flush=True)
     with direct("postgres") as d:
         d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
 
