@@ -424,8 +424,9 @@ class Worker:
             " SELECT t.*, t.{k}::text AS {kc}, f.state AS {sc},"
             " extract(epoch FROM f.retry_at - clock_timestamp())::float8 AS {rc}"
             " FROM t LEFT JOIN item_failures(%(name)s, VARIADIC ARRAY(SELECT t.{k}::text FROM t)) f"
-            " ON f.item = t.{k}::text ORDER BY t.{k}").format(k=k, kc=sql.Identifier(_KEY), sc=sql.Identifier(_STATE),
-                                      rc=sql.Identifier(_RETRY), args=sql.SQL(", ").join(args)).as_string(conn)
+            " ON f.item = t.{k}::text ORDER BY t.{k}").format(
+                k=k, kc=sql.Identifier(_KEY), sc=sql.Identifier(_STATE), rc=sql.Identifier(_RETRY),
+                args=sql.SQL(", ").join(args)).as_string(conn)
 
     def _table_for(self, conn: psycopg.Connection, slot: int) -> sql.Composable:
         if not self._partitioned:
