@@ -287,9 +287,10 @@ class Worker {
     const cols = `SELECT t.*, t.${q(this.key)}::text AS "${KEY}", ${this.route === null ? "NULL::text" : `t.${q(this.route)}::text`} AS "${ROUTE}",`
       + ` f.state AS "${FAILURE}", extract(epoch FROM f.retry_at - clock_timestamp())::float8 * 1000 AS "${RETRY}"`;
     // the batch's rows with their own failure records (item_failures with
-    // the batch's keys reads those records only, by the primary key)
-    const tail = ` FROM t LEFT JOIN item_failures(${lit(this.name)}, VARIADIC ARRAY(SELECT t.${q(this.key)}::text FROM t)) f`
-      + ` ON f.item = t.${q(this.key)}::text ORDER BY t.${q(this.key)}`;
+    // the batch's keys reads those records only, by the primary key; a key
+    // over 1024 bytes has none, record_failure refuses it)
+    const tail = ` FROM t LEFT JOIN item_failures(${lit(this.name)}, VARIADIC ARRAY(SELECT t.${q(this.key)}::text FROM t`
+      + ` WHERE octet_length(t.${q(this.key)}::text) <= 1024)) f ON f.item = t.${q(this.key)}::text ORDER BY t.${q(this.key)}`;
     this._fetchText = (slot, after) => `WITH t AS (SELECT * FROM my_items(NULL::${t}, ${lit(slot)}, ${lit(this.n)}, ${fixed},`
       + ` after => ${lit(after)}::text)) ${cols}${tail}`;
     // the first fetch checks the columns and the method now, not at the first batch

@@ -144,6 +144,23 @@ test("the library against a server", { skip: SKIP }, async (t) => {
     });
   }
 
+  await t.test("keys over 1024 bytes: no failure record to read, the rows handled", async () => {
+    await sql(`CREATE TABLE longkeys (id text PRIMARY KEY, done boolean NOT NULL DEFAULT false);
+      INSERT INTO longkeys SELECT repeat('k', 1100) || g FROM generate_series(1, 30) g;
+      INSERT INTO longkeys VALUES ('short')`);
+    const failures = [];
+    const w = new Worker({
+      connection: direct, name: "longkeys", table: "longkeys", n: 2, pending: "done", batch: 8, mode: "session", pollInterval: 100,
+      handler: async (client, rows) => { await client.query("UPDATE longkeys SET done = true WHERE id = ANY($1)", [rows.map((r) => r.id)]); },
+      onEvent: (e) => { if (e.type === "failure") failures.push(e); },
+    });
+    const running = w.run();
+    await until(async () => (await sql("SELECT bool_and(done) AS d FROM longkeys"))[0].d === true, 10000, "the drain");
+    await w.stop();
+    await running;
+    assert.deepStrictEqual(failures, []);
+  });
+
   await t.test("route: a failed item holds back its route's later items", async () => {
     await sql(`CREATE TABLE orders (id bigint PRIMARY KEY, customer int NOT NULL, sent_at timestamptz);
       INSERT INTO orders (id, customer) SELECT g, g % 3 FROM generate_series(1, 30) g;

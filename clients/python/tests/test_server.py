@@ -242,6 +242,26 @@ def test_the_fetch_reads_only_the_batch_records(db, mode):
     assert after[fns[1]] - before[fns[1]] >= 300 // 25
 
 
+def test_keys_over_1024_bytes_are_fetched(db):
+    """Text keys longer than a failure record's item may be (1024 bytes):
+    the fetch reads no record for them and the rows are handled."""
+    db.execute("DROP TABLE IF EXISTS longkeys")
+    db.execute("CREATE TABLE longkeys (id text PRIMARY KEY, done boolean NOT NULL DEFAULT false)")
+    db.execute("INSERT INTO longkeys SELECT repeat('k', 1100) || g FROM generate_series(1, 30) g")
+    db.execute("INSERT INTO longkeys VALUES ('short')")
+
+    def handle(tx, rows):
+        tx.execute("UPDATE longkeys SET done = true WHERE id = ANY(%s)", ([x["id"] for x in rows],))
+    r = Run(name="longkeys", table="longkeys", n=2, pending="done", batch=8, ttl=3, handler=handle,
+            poll_interval=0.2)
+    try:
+        wait_for(lambda: db.execute("SELECT bool_and(done) FROM longkeys").fetchone()[0], what="drain")
+    finally:
+        r.stop()
+    assert r.error is None, r.error
+    assert not r.said("failed") and not r.said("dead")
+
+
 def test_a_handler_that_swallows_an_error_fails_its_item_only(db):
     make_table(db, "swallow", 30, poison=[7])
 

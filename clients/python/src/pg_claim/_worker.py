@@ -418,12 +418,14 @@ class Worker:
                  sql.SQL("pending => %(pending)s")]
         k = sql.Identifier(key)
         # the batch's rows with their own failure records (item_failures with
-        # the batch's keys reads those records only, by the primary key)
+        # the batch's keys reads those records only, by the primary key; a
+        # key over 1024 bytes has none, record_failure refuses it)
         self._fetch = sql.SQL(
             "WITH t AS (SELECT * FROM my_items({args}))"
             " SELECT t.*, t.{k}::text AS {kc}, f.state AS {sc},"
             " extract(epoch FROM f.retry_at - clock_timestamp())::float8 AS {rc}"
-            " FROM t LEFT JOIN item_failures(%(name)s, VARIADIC ARRAY(SELECT t.{k}::text FROM t)) f"
+            " FROM t LEFT JOIN item_failures(%(name)s, VARIADIC ARRAY(SELECT t.{k}::text FROM t"
+            " WHERE octet_length(t.{k}::text) <= 1024)) f"
             " ON f.item = t.{k}::text ORDER BY t.{k}").format(
                 k=k, kc=sql.Identifier(_KEY), sc=sql.Identifier(_STATE), rc=sql.Identifier(_RETRY),
                 args=sql.SQL(", ").join(args)).as_string(conn)
