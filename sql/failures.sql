@@ -194,3 +194,42 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION @extschema@.item_failures(text) IS
     'the failure records of name: item, state (retry, due or dead), attempts, last error, first and last failure, next retry';
+
+-- The failure records of the given items only (a worker's batch): each read
+-- through the primary key (name, item), whatever else is kept for the name.
+CREATE FUNCTION @extschema@.item_failures(name text, VARIADIC items text[])
+RETURNS TABLE (item text, state text, attempts integer, last_error text,
+               first_failed_at timestamptz, last_failed_at timestamptz, retry_at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    long_ text;
+BEGIN
+    PERFORM @extschema@.failure_check(name, ''::text);
+    IF items IS NULL OR pg_catalog.array_position(items, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION '%', CASE WHEN items IS NULL THEN 'items must not be null'
+                                  ELSE 'items must not contain null (element '
+                                       || pg_catalog.array_position(items, NULL) || ')' END
+            USING ERRCODE = '22004',
+            HINT = 'Pass the keys of the items as text, e.g. item_failures(''mailer'', ''42'') or item_failures(''mailer'', VARIADIC ids::text[]).';
+    END IF;
+    SELECT i INTO long_ FROM pg_catalog.unnest(items) i WHERE pg_catalog.octet_length(i) > 1024 LIMIT 1;
+    IF FOUND THEN
+        PERFORM @extschema@.failure_check(name, long_);
+    END IF;
+    RETURN QUERY
+    SELECT f.item,
+           CASE WHEN f.retry_at IS NULL THEN 'dead'
+                WHEN f.retry_at > pg_catalog.clock_timestamp() THEN 'retry'
+                ELSE 'due' END,
+           f.attempts, f.last_error, f.first_failed_at, f.last_failed_at, f.retry_at
+    FROM (SELECT DISTINCT k.i FROM pg_catalog.unnest(items) k(i)) k
+    -- one look-up of the primary key per item, whatever the table's
+    -- statistics say (LIMIT keeps the planner from joining the whole table)
+    CROSS JOIN LATERAL (
+        SELECT f0.* FROM @extschema@.pg_claim_failures f0
+        WHERE f0.name = item_failures.name AND f0.item = k.i LIMIT 1) f
+    ORDER BY f.item;
+END $$;
+COMMENT ON FUNCTION @extschema@.item_failures(text, text[]) IS
+    'the failure records of the given items of name (the others are not read): item, state (retry, due or dead), attempts, last error, first and last failure, next retry';

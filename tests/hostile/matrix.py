@@ -14,7 +14,8 @@ no index on the key, a ttl out of range.
 
 Matrix mode (the default): every function is called once with valid
 arguments, then once per argument and value of that argument's generator, the
-other arguments valid. Random mode (--random N calls, or --seconds S): each
+other arguments valid. A VARIADIC function gets its last argument as an array
+(`VARIADIC expr`), as clients call it. Random mode (--random N calls, or --seconds S): each
 call picks a function and draws every argument from the generators, from
 random text and from random numbers, as the calling role postgres, or as a
 role with no grants.
@@ -64,7 +65,7 @@ ALLOWED = {
     "42601": "syntax_error: a relation name with too many dots (regclass input, before the call)",
     "42602": "invalid_name: a relation name that is not a valid name (regclass input, before the call)",
     "3F000": "invalid_schema_name: a relation name in a schema that does not exist (regclass input, before the call)",
-    "0A000": "feature_not_supported: a relation name of three parts, database.schema.name (regclass input); a value of type internal (from PostgreSQL 16 on): both before the call; a lease or failure function that writes, under REPEATABLE READ or SERIALIZABLE",
+    "0A000": "feature_not_supported: a relation name of three parts, database.schema.name (regclass input); a value of type internal (from PostgreSQL 16 on): both before the call; a lease or failure function that writes, under REPEATABLE READ or SERIALIZABLE; a two-dimensional items array (clear_failure, item_failures: PostgreSQL's array_position refuses it)",
     "42501": "insufficient_privilege: no SELECT on the table or a column, no EXECUTE on the function; claim_lease of a name with a live lease of a role whose privileges the caller lacks",
     "42P01": "undefined_table: a relation that does not exist or was dropped",
     "42703": "undefined_column: a key or listed column that the table does not have (names are exact)",
@@ -307,6 +308,7 @@ VALID_BY_NAME = {
     ("age", "text"): "NULL::text",
     ("batch", "integer"): "10",
     ("columns", "text[]"): "NULL::text[]",
+    ("items", "text[]"): "ARRAY['1']::text[]",
     ("token", "bigint"): "1",
     ("ttl", "interval"): "'30 seconds'::interval",
     ("wait", "interval"): "'10 milliseconds'::interval",
@@ -404,7 +406,7 @@ FUNCTIONS = """
 SELECT p.oid, n.nspname, p.proname, p.prokind, p.proretset,
        array(SELECT format_type(t, NULL) FROM unnest(p.proargtypes) WITH ORDINALITY u(t, i) ORDER BY i) AS types,
        coalesce(p.proargnames[1:p.pronargs], array_fill(''::text, ARRAY[p.pronargs])) AS names,
-       p.oid::regprocedure::text AS signature
+       p.oid::regprocedure::text AS signature, p.provariadic <> 0 AS variadic
 FROM pg_depend d
 JOIN pg_proc p ON p.oid = d.objid
 JOIN pg_namespace n ON n.oid = p.pronamespace
@@ -420,7 +422,7 @@ if os.environ.get("PGC_HOSTILE_PORTABLE"):
 SELECT p.oid, n.nspname, p.proname, p.prokind, p.proretset,
        array(SELECT format_type(t, NULL) FROM unnest(p.proargtypes) WITH ORDINALITY u(t, i) ORDER BY i) AS types,
        coalesce(p.proargnames[1:p.pronargs], array_fill(''::text, ARRAY[p.pronargs])) AS names,
-       p.oid::regprocedure::text AS signature
+       p.oid::regprocedure::text AS signature, p.provariadic <> 0 AS variadic
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 WHERE n.nspname = 'public' AND p.proname NOT LIKE 'pg\\_claim\\_%' AND p.proname NOT IN ('lease_check', 'next_token', 'failure_check')
 ORDER BY p.proname, p.oid::regprocedure::text
@@ -429,11 +431,16 @@ ORDER BY p.proname, p.oid::regprocedure::text
 
 class Fn:
     def __init__(self, row):
-        self.oid, self.schema, self.name, self.kind, self.retset, self.types, names, self.signature = row
+        self.oid, self.schema, self.name, self.kind, self.retset, self.types, names, self.signature, variadic = row
+        # a VARIADIC function is called with its last argument as an array
+        # (clear_failure('n', VARIADIC '{a}'::text[])), as a client passes one
+        self.variadic = variadic
         self.names = [nm or f"arg{i + 1}" for i, nm in enumerate(names)]
 
     def call_sql(self, exprs):
         q = sql.Identifier(self.schema, self.name).as_string(None)
+        if self.variadic and exprs:
+            exprs = list(exprs[:-1]) + ["VARIADIC " + exprs[-1]]
         args = ", ".join(exprs)
         if self.kind == "a":
             return f"SELECT {q}({args}) FROM (VALUES (1), (2)) AS v(x)"

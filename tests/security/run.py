@@ -416,6 +416,7 @@ def test_superuser_search_path_plants_never_run():
         su.execute("INSERT INTO public.jobs VALUES ('su-job', 0)")
         su.execute("SELECT public.record_failure('sec_su', 'item-1', 'boom')")
         su.execute("SELECT * FROM public.failing_items('sec_su')").fetchall()
+        su.execute("SELECT * FROM public.item_failures('sec_su', 'item-1', 'item-2')").fetchall()
         if not PORTABLE:
             su.execute("SELECT public.group_join('sec_su_g')")
             su.execute("SELECT public.claim_partitions('sec_su_g', 4)")

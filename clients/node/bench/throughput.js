@@ -3,7 +3,7 @@
 // loop with the same handler, through a transaction-mode pooler.
 //
 //   node bench/throughput.js --direct postgresql://postgres@127.0.0.1:5432/postgres \
-//        --pooled postgresql://postgres@127.0.0.1:6432 [--items 50000] [--workers 4,8] [--n 16] [--io-ms 0,10] [--rounds 3]
+//        --pooled postgresql://postgres@127.0.0.1:6432 [--items 50000] [--workers 4,8] [--n 16] [--io-ms 0,10] [--rounds 3] [--failures 0]
 //
 // For each handler (--io-ms: milliseconds of I/O per batch, an awaited
 // timer standing for one call to another service), each number of workers
@@ -16,8 +16,11 @@
 // done. Each case runs --rounds times each way, alternating which way goes
 // first, so that the noise of a shared machine hits both; prints the median
 // items/s of each way and the ratio of the medians (with the lowest and
-// highest ratio of a round).
+// highest ratio of a round), and the machine's load average when the case
+// ended. --failures N keeps N dead failure records of the name (keys not in
+// the table) during the runs.
 "use strict";
+const os = require("os");
 const { Client } = require("pg");
 const { Worker } = require("..");
 
@@ -26,6 +29,7 @@ const DIRECT = arg("direct"), POOLED = arg("pooled");
 const ITEMS = Number(arg("items", 50000)), N = Number(arg("n", 16)), BATCH = 50, ROUNDS = Number(arg("rounds", 3));
 const WORKERS = arg("workers", "4,8").split(",").map(Number);
 const IO = arg("io-ms", "0,10").split(",").map(Number);
+const FAILURES = Number(arg("failures", 0));
 const DB = "node_bench";
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 if (!DIRECT || !POOLED) { console.error("--direct URL and --pooled URL (without a database) are required"); process.exit(2); }
@@ -113,10 +117,15 @@ const fmt = (x) => Math.round(x).toLocaleString("en-US");
     await c.query(`CREATE DATABASE ${DB}`);
   });
   await on(dbUrl(DIRECT), (c) => c.query("CREATE EXTENSION pg_claim"));
+  if (FAILURES) { // kept during the runs (the Worker's fetch reads the batch's own records)
+    await on(dbUrl(DIRECT), (c) => c.query("SELECT count(record_failure('bench', 'gone-' || g, 'an error', 1))"
+      + " FROM generate_series(1, $1::int) g", [FAILURES]));
+  }
   console.log(`${ITEMS} items, batches of ${BATCH}, n = ${N} (pg-claim), through ${POOLED.replace(/^.*@/, "")};`
-    + ` ${ROUNDS} rounds each way, alternating; medians`);
-  console.log("| handler I/O per batch | workers | pg-claim Worker (lease) | SKIP LOCKED loop | ratio (lowest, highest round) |");
-  console.log("|---|---|---|---|---|");
+    + ` ${ROUNDS} rounds each way, alternating; medians${FAILURES ? `; ${FAILURES} dead failure records of the name` : ""}`);
+  console.log("| handler I/O per batch | workers | pg-claim Worker (lease) | SKIP LOCKED loop | ratio (lowest, highest round)"
+    + " | load average (1 min) after the case |");
+  console.log("|---|---|---|---|---|---|");
   for (const io of IO) {
     for (const w of WORKERS) {
       const got = { lib: [], queue: [] };
@@ -129,7 +138,7 @@ const fmt = (x) => Math.round(x).toLocaleString("en-US");
       const ratios = got.lib.map((x, i) => x / got.queue[i]);
       const lib = median(got.lib), q = median(got.queue);
       console.log(`| ${io} ms | ${w} | ${fmt(lib)} items/s | ${fmt(q)} items/s | ${(lib / q).toFixed(2)}x`
-        + ` (${Math.min(...ratios).toFixed(2)}x, ${Math.max(...ratios).toFixed(2)}x) |`);
+        + ` (${Math.min(...ratios).toFixed(2)}x, ${Math.max(...ratios).toFixed(2)}x) | ${os.loadavg()[0].toFixed(1)} |`);
     }
   }
   await on(DIRECT, (c) => c.query(`DROP DATABASE IF EXISTS ${DB} WITH (FORCE)`));

@@ -286,9 +286,13 @@ class Worker {
       + (this.method !== null ? `, method => ${lit(this.method)}` : "");
     const cols = `SELECT t.*, t.${q(this.key)}::text AS "${KEY}", ${this.route === null ? "NULL::text" : `t.${q(this.route)}::text`} AS "${ROUTE}",`
       + ` f.state AS "${FAILURE}", extract(epoch FROM f.retry_at - clock_timestamp())::float8 * 1000 AS "${RETRY}"`;
-    const tail = ` LEFT JOIN item_failures(${lit(this.name)}) f ON f.item = t.${q(this.key)}::text ORDER BY t.${q(this.key)}`;
-    this._fetchText = (slot, after) => `${cols} FROM my_items(NULL::${t}, ${lit(slot)}, ${lit(this.n)}, ${fixed},`
-      + ` after => ${lit(after)}::text) t${tail}`;
+    // the batch's rows with their own failure records (item_failures with
+    // the batch's keys reads those records only, by the primary key; a key
+    // over 1024 bytes has none, record_failure refuses it)
+    const tail = ` FROM t LEFT JOIN item_failures(${lit(this.name)}, VARIADIC ARRAY(SELECT t.${q(this.key)}::text FROM t`
+      + ` WHERE octet_length(t.${q(this.key)}::text) <= 1024)) f ON f.item = t.${q(this.key)}::text ORDER BY t.${q(this.key)}`;
+    this._fetchText = (slot, after) => `WITH t AS (SELECT * FROM my_items(NULL::${t}, ${lit(slot)}, ${lit(this.n)}, ${fixed},`
+      + ` after => ${lit(after)}::text)) ${cols}${tail}`;
     // the first fetch checks the columns and the method now, not at the first batch
     await client.query(`SELECT count(*) FROM (${this._fetchText(0, null)} LIMIT 0) x`);
     if (this.pollMs === null) this.pollMs = this.mode === "session" || this.notifyConnection ? 30000 : 1000;
@@ -632,7 +636,7 @@ class Worker {
           [this.name, it.key, error, this.maxAttempts, this.backoff])).rows[0].s;
         if (state !== "dead") {
           retryMs = soonest([retryMs, (await client.query(
-            "SELECT extract(epoch FROM retry_at - clock_timestamp())::float8 * 1000 AS ms FROM item_failures($1) WHERE item = $2",
+            "SELECT extract(epoch FROM retry_at - clock_timestamp())::float8 * 1000 AS ms FROM item_failures($1, $2)",
             [this.name, it.key])).rows[0].ms]);
         }
         if (state !== "dead" && it.route !== null) {

@@ -107,6 +107,60 @@ test("the library against a server", { skip: SKIP }, async (t) => {
     assert.deepStrictEqual([...seen].sort(), ["0:events_0", "1:events_1"]);
   });
 
+  for (const mode of ["lease", "session"]) {
+    await t.test(`${mode} mode: the fetch reads only the batch's failure records`, async () => {
+      // 1,000 dead records of keys not in the table, one dead and one due
+      // item in it: the dead one skipped, the due one done and its record
+      // cleared; item_failures called with the batch's keys only, never
+      // item_failures(name) (counted by track_functions in the Worker's sessions)
+      const tbl = `keyed_${mode}`, name = `keyed_${mode}`;
+      await sql(`CREATE TABLE ${tbl} (id bigint PRIMARY KEY, done boolean NOT NULL DEFAULT false);
+        INSERT INTO ${tbl} (id) SELECT generate_series(1, 300)`);
+      await sql("SELECT count(record_failure($1, 'gone-' || g, 'e', 1)) FROM generate_series(1, 1000) g", [name]);
+      await sql("SELECT record_failure($1, '40', 'set aside', 1), record_failure($1, '41', 'due now', 5, '0')", [name]);
+      const calls = async () => Object.fromEntries((await sql(
+        `SELECT p.oid::regprocedure::text AS f, coalesce(s.calls, 0)::int AS calls FROM pg_proc p
+         LEFT JOIN pg_stat_user_functions s ON s.funcid = p.oid
+         WHERE p.oid::regprocedure::text IN ('item_failures(text)', 'item_failures(text,text[])')`)).map((r) => [r.f, r.calls]));
+      const before = await calls();
+      const w = new Worker({
+        connection: { ...direct, options: "-c track_functions=pl" }, name, table: tbl, n: 2, pending: "done", batch: 25,
+        mode, ttl: "3 seconds", pollInterval: 100,
+        handler: async (client, rows) => {
+          await client.query(`UPDATE ${tbl} SET done = true WHERE id = ANY($1)`, [rows.map((r) => r.id)]);
+        },
+      });
+      const running = w.run();
+      await until(async () => (await sql(`SELECT count(*)::int AS k FROM ${tbl} WHERE done`))[0].k === 299, 10000, "the drain");
+      await w.stop();
+      await running;
+      assert.deepStrictEqual(await sql(`SELECT id::int FROM ${tbl} WHERE NOT done`), [{ id: 40 }]);
+      assert.deepStrictEqual(await sql("SELECT item, state FROM item_failures($1, '40', '41')", [name]), [{ item: "40", state: "dead" }]);
+      // the Worker's sessions ended: their counts reach the statistics
+      await until(async () => (await calls())["item_failures(text,text[])"] > before["item_failures(text,text[])"], 5000, "the keyed calls counted");
+      const after = await calls();
+      assert.strictEqual(after["item_failures(text)"], before["item_failures(text)"]);
+      assert.ok(after["item_failures(text,text[])"] - before["item_failures(text,text[])"] >= 300 / 25, JSON.stringify([before, after]));
+    });
+  }
+
+  await t.test("keys over 1024 bytes: no failure record to read, the rows handled", async () => {
+    await sql(`CREATE TABLE longkeys (id text PRIMARY KEY, done boolean NOT NULL DEFAULT false);
+      INSERT INTO longkeys SELECT repeat('k', 1100) || g FROM generate_series(1, 30) g;
+      INSERT INTO longkeys VALUES ('short')`);
+    const failures = [];
+    const w = new Worker({
+      connection: direct, name: "longkeys", table: "longkeys", n: 2, pending: "done", batch: 8, mode: "session", pollInterval: 100,
+      handler: async (client, rows) => { await client.query("UPDATE longkeys SET done = true WHERE id = ANY($1)", [rows.map((r) => r.id)]); },
+      onEvent: (e) => { if (e.type === "failure") failures.push(e); },
+    });
+    const running = w.run();
+    await until(async () => (await sql("SELECT bool_and(done) AS d FROM longkeys"))[0].d === true, 10000, "the drain");
+    await w.stop();
+    await running;
+    assert.deepStrictEqual(failures, []);
+  });
+
   await t.test("route: a failed item holds back its route's later items", async () => {
     await sql(`CREATE TABLE orders (id bigint PRIMARY KEY, customer int NOT NULL, sent_at timestamptz);
       INSERT INTO orders (id, customer) SELECT g, g % 3 FROM generate_series(1, 30) g;

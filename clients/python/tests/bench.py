@@ -4,6 +4,7 @@ LOCKED loop with the same handler, both through a pooler (PgBouncer in
 transaction mode, PGC_POOLER_PORT) in front of the server (PGHOST/PGPORT).
 
     PGC_POOLER_PORT=6432 python3 clients/python/tests/bench.py [--items 50000] [--workers 4 8] [--io-ms 0 10] [--rounds 3] [--failures 0] [--stale-stats]
+    python3 clients/python/tests/bench.py --fetch-calls 500 --rounds 5 --failures 1000
 
 Each run starts W workers (threads, each with its own connections) on a
 table whose rows are all done; once the library's workers hold balanced
@@ -14,7 +15,13 @@ batch done, inside the batch's transaction in both loops. Each case runs
 `--rounds` times each way, alternating which way goes first, so that the
 noise of a shared machine hits both; prints the median items/s of each way
 and the ratio of the medians (with the lowest and highest ratio of a
-round).
+round), and the machine's load average when the case ended. --failures N
+keeps N dead failure records of the name (keys not in the table) during the
+runs.
+
+--fetch-calls C times the Worker's fetch statement alone instead (no pooler,
+no workers): with no failure record, with --failures dead records, and a
+join with every record of the name for comparison (fetch_cost).
 """
 import argparse
 import os
@@ -130,6 +137,53 @@ def run_skip_locked(port, workers, io_s):
     return dt
 
 
+def fetch_cost(n, failures, calls, rounds):
+    """The Worker's fetch alone, on one connection: its statement (as the
+    Worker builds it) for a batch of 50 pending rows with no failure record
+    of the name, the same with `failures` dead records of keys not in the
+    table, and, with those records, a fetch that joins every record of the
+    name (item_failures(name)). Each round times `calls` executions of each
+    (slots taken in turn), in an order that turns each round; prints the
+    median time per call and two ratios."""
+    fresh(50000, n)
+    with direct() as d:
+        d.execute("UPDATE jobs SET done = false")
+        d.execute("VACUUM ANALYZE jobs")
+        d.execute("SELECT count(record_failure('bench_dead', 'gone-' || g, 'an error', 1))"
+                  " FROM generate_series(1, %s) g", (failures,))
+        d.execute("ANALYZE pg_claim_failures")
+        w = pg_claim.Worker(f"dbname={DB}", name="bench", table="jobs", n=n, pending="done", batch=BATCH,
+                            handler=lambda tx, rows: None)
+        w._read_table(d)  # builds the Worker's fetch statement
+        whole = ("SELECT t.*, t.id::text AS k, f.state, extract(epoch FROM f.retry_at - clock_timestamp())::float8"
+                 " FROM my_items(NULL::jobs, %(slot)s, %(n)s, key => 'id', after => %(after)s::text,"
+                 " batch => %(batch)s, pending => 'done') t LEFT JOIN item_failures(%(name)s) f"
+                 " ON f.item = t.id::text ORDER BY t.id")
+        ways = {"keyed, no records": (w._fetch, "bench"),
+                f"keyed, {failures} dead records": (w._fetch, "bench_dead"),
+                f"whole listing, {failures} dead records": (whole, "bench_dead")}
+        got = {k: [] for k in ways}
+        cur = psycopg.ClientCursor(d)
+        names = list(ways)
+        for r in range(rounds):
+            for k in names[r % 3:] + names[:r % 3]:
+                q, name = ways[k]
+                t0 = time.perf_counter()
+                for i in range(calls):
+                    params = w._params(i % n, None)
+                    params["name"] = name
+                    cur.execute(q, params)
+                    assert len(cur.fetchall()) == BATCH
+                got[k].append((time.perf_counter() - t0) / calls * 1000)
+    m = {k: median(v) for k, v in got.items()}
+    print(f"the Worker's fetch alone, batches of {BATCH} of 50,000 pending rows, n = {n}; {rounds} rounds of"
+          f" {calls} calls each way; medians; load average (1 min) at the end {os.getloadavg()[0]:.1f}")
+    for k in names:
+        print(f"  {k}: {m[k]:.3f} ms per fetch")
+    print(f"ratio: keyed fetch, {failures} dead records / no records = {m[names[1]] / m[names[0]]:.2f}x")
+    print(f"ratio: whole-listing join / keyed fetch, {failures} dead records = {m[names[2]] / m[names[1]]:.2f}x")
+
+
 def median(xs):
     xs = sorted(xs)
     return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
@@ -144,25 +198,35 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--failures", type=int, default=0,
                     help="dead failure records of the name (of keys not in the table) kept during the runs")
+    ap.add_argument("--fetch-calls", type=int, default=0,
+                    help="instead: time the Worker's fetch alone, this many calls a round (with --failures)")
     ap.add_argument("--stale-stats", action="store_true",
                     help="no ANALYZE with the rows made pending: the statistics say none is")
     a = ap.parse_args()
     global STALE
     STALE = a.stale_stats
-    port = int(os.environ["PGC_POOLER_PORT"])
     with direct("postgres") as d:
         d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
         d.execute(f"CREATE DATABASE {DB}")
+    if a.fetch_calls:
+        with direct() as d:
+            d.execute("CREATE EXTENSION pg_claim")
+        fetch_cost(a.n, a.failures or 1000, a.fetch_calls, a.rounds)
+        with direct("postgres") as d:
+            d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+        return
+    port = int(os.environ["PGC_POOLER_PORT"])
     with direct() as d:
         d.execute("CREATE EXTENSION pg_claim")
-        if a.failures:  # what the Worker's fetch reads at each batch (item_failures('bench'))
+        if a.failures:  # kept during the runs; the Worker's fetch reads only its batch's own records
             d.execute("SELECT count(record_failure('bench', 'gone-' || g, 'an error', 1))"
                       " FROM generate_series(1, %s) g", (a.failures,))
     print(f"{a.items} items, batches of {BATCH}, n = {a.n}, through PgBouncer (transaction mode) on port {port};"
           f" {a.rounds} rounds each way, alternating; medians{'; stale statistics' if STALE else ''}"
           f"{f'; {a.failures} dead failure records of the name' if a.failures else ''}")
-    print("| handler I/O per batch | workers | pg_claim.Worker (lease) | SKIP LOCKED loop | ratio (lowest, highest round) |")
-    print("|---|---|---|---|---|")
+    print("| handler I/O per batch | workers | pg_claim.Worker (lease) | SKIP LOCKED loop | ratio (lowest, highest round)"
+          " | load average (1 min) after the case |")
+    print("|---|---|---|---|---|---|")
     ways = {"lib": lambda w, io: run_library(port, w, a.n, io), "queue": lambda w, io: run_skip_locked(port, w, io)}
     for io_ms in a.io_ms:
         for w in a.workers:
@@ -174,7 +238,7 @@ def main():
             ratios = [x / y for x, y in zip(got["lib"], got["queue"])]
             lib, q = median(got["lib"]), median(got["queue"])
             print(f"| {io_ms:g} ms | {w} | {lib:,.0f} items/s | {q:,.0f} items/s | {lib / q:.2f}x"
-                  f" ({min(ratios):.2f}x, {max(ratios):.2f}x) |", flush=True)
+                  f" ({min(ratios):.2f}x, {max(ratios):.2f}x) | {os.getloadavg()[0]:.1f} |", flush=True)
     with direct("postgres") as d:
         d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
 

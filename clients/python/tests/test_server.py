@@ -207,6 +207,61 @@ def test_a_retried_item_that_succeeds_is_cleared(db):
     assert len(r.said("failed")) == 1 and tries[5] == 3
 
 
+@pytest.mark.parametrize("mode", ["lease", "session"])
+def test_the_fetch_reads_only_the_batch_records(db, mode):
+    """With 1,000 dead records of keys not in the table, one dead and one due
+    item in it: the dead one is skipped, the due one done and its record
+    cleared; the fetch calls item_failures with the batch's keys only, never
+    item_failures(name) (counted by track_functions in the Worker's
+    sessions)."""
+    tbl, name = f"keyed_{mode}", f"keyed_{mode}"
+    make_table(db, tbl, 300)
+    db.execute("SELECT count(record_failure(%s, 'gone-' || g, 'e', 1)) FROM generate_series(1, 1000) g", (name,))
+    db.execute("SELECT record_failure(%s, '40', 'set aside', 1), record_failure(%s, '41', 'due now', 5, '0')",
+               (name, name))
+    fns = ("item_failures(text)", "item_failures(text,text[])")
+
+    def calls():
+        return dict(db.execute("SELECT p.oid::regprocedure::text, coalesce(s.calls, 0) FROM pg_proc p"
+                               " LEFT JOIN pg_stat_user_functions s ON s.funcid = p.oid"
+                               " WHERE p.oid::regprocedure::text = ANY (%s)", (list(fns),)).fetchall())
+    before = calls()
+    r = Run(conninfo=dsn() + " options='-c track_functions=pl'", name=name, table=tbl, n=2, pending="done",
+            batch=25, mode=mode, ttl=3, handler=handler_for(tbl), poll_interval=0.2)
+    try:
+        wait_for(lambda: db.execute(f"SELECT count(*) = 299 FROM {tbl} WHERE done").fetchone()[0], what="drain")
+    finally:
+        r.stop()
+    assert r.error is None, r.error
+    assert db.execute(f"SELECT array_agg(id) FROM {tbl} WHERE NOT done").fetchone()[0] == [40]
+    assert db.execute("SELECT item, state FROM item_failures(%s, '40', '41')", (name,)).fetchall() == [("40", "dead")]
+    # the Worker's sessions ended: their counts reach the statistics
+    wait_for(lambda: calls()[fns[1]] > before[fns[1]], what="the keyed calls counted")
+    after = calls()
+    assert after[fns[0]] == before[fns[0]], (before, after)
+    assert after[fns[1]] - before[fns[1]] >= 300 // 25
+
+
+def test_keys_over_1024_bytes_are_fetched(db):
+    """Text keys longer than a failure record's item may be (1024 bytes):
+    the fetch reads no record for them and the rows are handled."""
+    db.execute("DROP TABLE IF EXISTS longkeys")
+    db.execute("CREATE TABLE longkeys (id text PRIMARY KEY, done boolean NOT NULL DEFAULT false)")
+    db.execute("INSERT INTO longkeys SELECT repeat('k', 1100) || g FROM generate_series(1, 30) g")
+    db.execute("INSERT INTO longkeys VALUES ('short')")
+
+    def handle(tx, rows):
+        tx.execute("UPDATE longkeys SET done = true WHERE id = ANY(%s)", ([x["id"] for x in rows],))
+    r = Run(name="longkeys", table="longkeys", n=2, pending="done", batch=8, ttl=3, handler=handle,
+            poll_interval=0.2)
+    try:
+        wait_for(lambda: db.execute("SELECT bool_and(done) FROM longkeys").fetchone()[0], what="drain")
+    finally:
+        r.stop()
+    assert r.error is None, r.error
+    assert not r.said("failed") and not r.said("dead")
+
+
 def test_a_handler_that_swallows_an_error_fails_its_item_only(db):
     make_table(db, "swallow", 30, poison=[7])
 

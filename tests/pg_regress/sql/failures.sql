@@ -44,6 +44,32 @@ SELECT clear_failure('fl', VARIADIC ARRAY['a', 'b', 'c']) AS cleared_array,
        clear_failure('fl', VARIADIC '{}'::text[]) AS cleared_nothing;
 SELECT count(*) AS left_over FROM item_failures('fl');
 
+-- The records of given items only (a worker's batch): the same columns and
+-- states as item_failures(name), no record of another item or name; a key
+-- without a record, a repeated key, an empty array: nothing for them.
+SELECT count(record_failure('fl_keys', g::text, 'dead ' || g, 1)) AS dead FROM generate_series(1, 2000) g;
+SELECT record_failure('fl_keys', 'r', 'waits', 3, '1 hour') AS r,
+       record_failure('fl_keys', 'd', 'due', 3, '0') AS d,
+       record_failure('fl_other_keys', '5', 'other name', 1) AS other;
+SELECT item, state, attempts, last_error, retry_at IS NULL AS no_retry
+FROM item_failures('fl_keys', 'r', 'd', '5', '5', 'no record', '2001');
+SELECT (SELECT array_agg(x ORDER BY x.item) FROM item_failures('fl_keys', 'r', 'd', '5', '1999') x)
+     = (SELECT array_agg(y ORDER BY y.item) FROM item_failures('fl_keys') y
+        WHERE y.item IN ('r', 'd', '5', '1999')) AS same_as_the_whole_listing;
+SELECT count(*) AS from_an_array FROM item_failures('fl_keys', VARIADIC ARRAY(SELECT g::text FROM generate_series(1, 100) g));
+SELECT count(*) AS from_no_keys FROM item_failures('fl_keys', VARIADIC '{}'::text[]);
+-- read through the primary key: a batch's records, not every one of the name
+-- (this backend's counts of the table, before and after the call)
+BEGIN;
+SELECT seq_scan AS seq_before, idx_tup_fetch AS fetched_before
+FROM pg_stat_xact_user_tables WHERE relid = 'pg_claim_failures'::regclass \gset
+SELECT count(*) AS two FROM item_failures('fl_keys', '17', '1700');
+SELECT seq_scan - :seq_before AS seq_scans, idx_tup_fetch - :fetched_before AS fetched_by_index
+FROM pg_stat_xact_user_tables WHERE relid = 'pg_claim_failures'::regclass;
+COMMIT;
+SELECT clear_failure('fl_keys', VARIADIC ARRAY(SELECT item FROM item_failures('fl_keys'))) AS cleared,
+       clear_failure('fl_other_keys', '5') AS cleared_other;
+
 -- Bad input: SQLSTATE, message naming the value, hint.
 SELECT pc_try($$SELECT record_failure(NULL, '1', 'e')$$) AS null_name;
 SELECT pc_try($$SELECT record_failure('fl', NULL, 'e')$$) AS null_item;
@@ -63,6 +89,9 @@ SELECT pc_try($$SELECT clear_failure(NULL, '1')$$) AS clear_null_name;
 SELECT pc_try($$SELECT clear_failure('fl', VARIADIC NULL::text[])$$) AS clear_null_items;
 SELECT pc_try($$SELECT clear_failure('fl', '1', NULL)$$) AS clear_null_element;
 SELECT pc_try($$SELECT * FROM item_failures(NULL)$$) AS list_null_name;
+SELECT pc_try($$SELECT * FROM item_failures(NULL, '1')$$) AS keyed_null_name;
+SELECT pc_try($$SELECT * FROM item_failures('fl', VARIADIC NULL::text[])$$) AS keyed_null_items;
+SELECT pc_try($$SELECT * FROM item_failures('fl', '1', NULL)$$) AS keyed_null_element;
 SELECT count(*) AS nothing_recorded_by_bad_calls FROM item_failures('fl');
 
 -- Privileges: the table is the functions' alone.

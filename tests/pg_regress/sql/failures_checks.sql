@@ -13,15 +13,19 @@ SELECT t AS statement, pc_try(t) AS result FROM (VALUES
     ($$SELECT record_failure('fc', repeat('x', 1025), 'e')$$),
     ($$SELECT clear_failure('fc', '1', repeat('x', 1025))$$),
     ($$SELECT failing_items(repeat('x', 1025))$$),
-    ($$SELECT item_failures(repeat('x', 1025))$$)
+    ($$SELECT item_failures(repeat('x', 1025))$$),
+    ($$SELECT item_failures(repeat('x', 1025), '1')$$),
+    ($$SELECT item_failures('fc', '1', repeat('x', 1025))$$)
 ) v(t);
-SELECT failure_due('fc', repeat('x', 1024)) AS at_1024_bytes;
+SELECT failure_due('fc', repeat('x', 1024)) AS at_1024_bytes,
+       (SELECT count(*) FROM item_failures('fc', repeat('x', 1024))) AS keyed_at_1024_bytes;
 
 -- REPEATABLE READ / SERIALIZABLE
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT pc_try($$SELECT record_failure('fc', '1', 'e')$$) AS record_rr,
        pc_try($$SELECT clear_failure('fc', '1')$$) AS clear_rr;
 SELECT failure_due('fc', '1') AS reading_works, count(*) AS failing FROM failing_items('fc');
+SELECT count(*) AS keyed_reading_works FROM item_failures('fc', '1');
 COMMIT;
 SET default_transaction_isolation = 'serializable';
 SELECT pc_try($$SELECT record_failure('fc', '1', 'e')$$) AS record_serializable;

@@ -417,12 +417,18 @@ class Worker:
         args += [sql.SQL("after => %(after)s::text"), sql.SQL("batch => %(batch)s"),
                  sql.SQL("pending => %(pending)s")]
         k = sql.Identifier(key)
+        # the batch's rows with their own failure records (item_failures with
+        # the batch's keys reads those records only, by the primary key; a
+        # key over 1024 bytes has none, record_failure refuses it)
         self._fetch = sql.SQL(
-            "SELECT t.*, t.{k}::text AS {kc}, f.state AS {sc},"
+            "WITH t AS (SELECT * FROM my_items({args}))"
+            " SELECT t.*, t.{k}::text AS {kc}, f.state AS {sc},"
             " extract(epoch FROM f.retry_at - clock_timestamp())::float8 AS {rc}"
-            " FROM my_items({args}) t LEFT JOIN item_failures(%(name)s) f ON f.item = t.{k}::text"
-            " ORDER BY t.{k}").format(k=k, kc=sql.Identifier(_KEY), sc=sql.Identifier(_STATE),
-                                      rc=sql.Identifier(_RETRY), args=sql.SQL(", ").join(args)).as_string(conn)
+            " FROM t LEFT JOIN item_failures(%(name)s, VARIADIC ARRAY(SELECT t.{k}::text FROM t"
+            " WHERE octet_length(t.{k}::text) <= 1024)) f"
+            " ON f.item = t.{k}::text ORDER BY t.{k}").format(
+                k=k, kc=sql.Identifier(_KEY), sc=sql.Identifier(_STATE), rc=sql.Identifier(_RETRY),
+                args=sql.SQL(", ").join(args)).as_string(conn)
 
     def _table_for(self, conn: psycopg.Connection, slot: int) -> sql.Composable:
         if not self._partitioned:
@@ -593,7 +599,7 @@ class Worker:
                          _interval_param(self.backoff))).fetchone()  # type: ignore[misc]
                     attempts, due_in = conn.execute(
                         "SELECT f.attempts, extract(epoch FROM f.retry_at - clock_timestamp())::float8"
-                        " FROM item_failures(%s) f WHERE f.item = %s",
+                        " FROM item_failures(%s, %s) f",
                         (self.name, item)).fetchone() or (None, None)  # type: ignore[misc]
                     dead = outcome == "dead"
                     if not dead and due_in is not None:
