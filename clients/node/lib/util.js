@@ -59,6 +59,20 @@ function isConnectionLost(e) {
     .test(String(e.message || ""));
 }
 
+/**
+ * Whether an error of one of the Worker's own statements (claim, fetch,
+ * fence, commit; never the handler's) is the server's state rather than a
+ * fault of the Worker: a lost connection, or class 40 (serialization
+ * failure, deadlock), 53 (resources), 57 (a cancel, an operator
+ * intervention) or 58 (system error). The Worker reconnects and goes on.
+ * @param {any} e
+ */
+function isServerState(e) {
+  if (isConnectionLost(e)) return true;
+  const code = e && typeof e.code === "string" ? e.code : "";
+  return /^(40|53|57|58)/.test(code);
+}
+
 /** The next pause of a reconnect back-off: doubled, from 100 ms up to `cap`. */
 const nextPause = (pause, cap = 5000) => Math.min(cap, pause ? pause * 2 : 100);
 
@@ -184,6 +198,6 @@ function errorText(e) {
 }
 
 module.exports = {
-  durationMs, intervalText, makeHolder, isConnectionLost, nextPause, nextSlot, diffHeld, dueRows, waitMs, soonest, Pass,
+  durationMs, intervalText, makeHolder, isConnectionLost, isServerState, nextPause, nextSlot, diffHeld, dueRows, waitMs, soonest, Pass,
   errorText,
 };

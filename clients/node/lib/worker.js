@@ -1,7 +1,7 @@
 "use strict";
 const { Client } = require("pg");
 const {
-  durationMs, intervalText, makeHolder, isConnectionLost, nextPause, nextSlot, diffHeld, dueRows, waitMs, soonest, Pass,
+  durationMs, intervalText, makeHolder, isConnectionLost, isServerState, nextPause, nextSlot, diffHeld, dueRows, waitMs, soonest, Pass,
   errorText,
 } = require("./util");
 const { Stats, PromMetrics } = require("./metrics");
@@ -203,7 +203,8 @@ class Worker {
           if (this.mode === "session") await this._serveSession(client, server);
           else await this._serveLease(client);
         } catch (e) {
-          if (!isConnectionLost(e)) throw e;
+          // the Worker's own statements (the handler's errors are the items')
+          if (!isServerState(e)) throw e;
           this.stats.reconnects++;
           if (this._prom) this._prom.reconnects.inc({ name: this.name });
           pause = nextPause(pause);

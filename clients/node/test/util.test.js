@@ -1,7 +1,7 @@
 "use strict";
 const test = require("node:test");
 const assert = require("node:assert");
-const { durationMs, makeHolder, isConnectionLost, nextPause, nextSlot, diffHeld, dueRows, waitMs, Pass } = require("../lib/util");
+const { durationMs, makeHolder, isConnectionLost, isServerState, nextPause, nextSlot, diffHeld, dueRows, waitMs, Pass } = require("../lib/util");
 const { Worker } = require("..");
 
 test("durationMs reads milliseconds and one-unit intervals", () => {
@@ -35,6 +35,17 @@ test("isConnectionLost tells a lost connection from a statement's error", () => 
   }
   assert.ok(!isConnectionLost(new Error("550 no such mailbox")));
   assert.ok(!isConnectionLost(null));
+});
+
+test("isServerState: a cancel or a deadlock of the Worker's own statement is not fatal", () => {
+  for (const code of ["57014", "40001", "40P01", "53300", "58030", "08006", "ECONNRESET"]) {
+    assert.ok(isServerState({ code, message: "" }), code);
+  }
+  for (const code of ["PC001", "23505", "42P01", "22023", "PG_CLAIM_NOT_A_SESSION"]) {
+    assert.ok(!isServerState({ code, message: "x" }), code);
+  }
+  assert.ok(!isServerState(new Error("550 no such mailbox")));
+  assert.ok(!isServerState(null));
 });
 
 test("nextPause doubles from 100 ms up to the cap", () => {

@@ -55,6 +55,10 @@ def test_transient_errors():
                             ("53300", True), ("57014", False), ("23505", False), ("22P02", False)):
         e = psycopg.errors.lookup(state)("x")
         assert pg_claim.transient(e) is expected, state
+    # a cancel of the Worker's own statement (its fetch waiting on a lock)
+    # is not the item's: the Worker goes on
+    assert pg_claim.transient(psycopg.errors.lookup("57014")("x"), own=True)
+    assert not pg_claim.transient(psycopg.errors.lookup("23505")("x"), own=True)
     assert not pg_claim.transient(RuntimeError("550 no such mailbox"))
 
 

@@ -76,12 +76,15 @@ def make_holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(8)}"
 
 
-def transient(e: BaseException, conn: Optional[psycopg.Connection] = None) -> bool:
+def transient(e: BaseException, conn: Optional[psycopg.Connection] = None,
+              own: bool = False) -> bool:
     """Whether an error is the connection's or the server's state, not the
     work's: a lost connection, a server shutting down or restarting, a
     serialization failure or deadlock, resources exhausted. Such errors are
     never recorded as an item's failure: the worker reconnects (or tries the
-    batch again)."""
+    batch again). `own`: the error came from one of the Worker's own
+    statements (claim, fetch, fence, commit), never from the handler, so a
+    cancel (57014) is transient too."""
     if not isinstance(e, psycopg.Error):
         return False
     if conn is not None and (conn.broken or conn.closed):
@@ -89,8 +92,10 @@ def transient(e: BaseException, conn: Optional[psycopg.Connection] = None) -> bo
     state = e.sqlstate
     if state is None:
         return isinstance(e, (psycopg.OperationalError, psycopg.InterfaceError))
-    if state == "57014":  # query_canceled (statement_timeout): the item's
-        return False
+    if state == "57014":
+        # query_canceled: a statement_timeout in the handler is the item's;
+        # a cancel of the Worker's own statement is not
+        return own
     return state[:2] in ("08", "40", "53", "57", "58")
 
 
@@ -694,7 +699,7 @@ class Worker:
                 if conn is not None:
                     conn.close()
                 conn = None
-                if not transient(e):
+                if not transient(e, own=True):
                     self._fatal = e
                     self.stop()
                     return
@@ -740,7 +745,7 @@ class Worker:
                 if conn is not None:
                     conn.close()
                 conn = None
-                if not transient(e):
+                if not transient(e, own=True):
                     self._fatal = e
                     self.stop()
                     break
@@ -822,7 +827,7 @@ class Worker:
                     self._claim(conn, max_=0)
                 break
             except psycopg.Error as e:
-                if attempt == 2 or not transient(e):
+                if attempt == 2 or not transient(e, own=True):
                     log.warning("could not give the slots back (they expire after the ttl): %s", e)
                     self._emit("leave_failed", error=str(e).strip())
                     return
@@ -857,7 +862,7 @@ class Worker:
                         busy.clear()
                         due.clear()
                 except psycopg.Error as e:
-                    if not transient(e, conn):
+                    if not transient(e, conn, own=True):
                         raise
                     if conn is not None:
                         conn.close()
