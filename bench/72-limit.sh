@@ -100,6 +100,9 @@ build() {
             echo "VACUUM ANALYZE $t;"
         done
         echo "DROP TABLE bench.limit_rows;"
+        # no autovacuum in the middle of a run: each run's table is vacuumed
+        # right before it
+        echo "SELECT format('ALTER TABLE %s SET (autovacuum_enabled = false)', c.oid::regclass) FROM pg_class c WHERE c.relnamespace = 'bench'::regnamespace AND c.relkind = 'r' AND c.relname LIKE 'limit\_%' \\gexec"
     } | bench_psql >/dev/null
 }
 
@@ -187,7 +190,8 @@ run() {
         bench_psql -c "UPDATE $t SET done = false WHERE done" >/dev/null
         done_before[$t]=0
     fi
-    bench_psql -c "VACUUM $t" >/dev/null
+    # the previous run's dirty pages written out before this run, not by it
+    bench_psql -c "VACUUM $t" -c "CHECKPOINT" >/dev/null
     [ "$pgss" != 1 ] || bench_psql -c "SELECT pg_stat_statements_reset()" >/dev/null
     cpu_read >"$BENCH_TMP/cpu.before"
     /usr/bin/time -f '%U %S' -o "$BENCH_TMP/cpu.client" "$pgbench" -n -M simple -c "$w" -j 2 -T "$secs" -D w="$w" -D rows="$rows" -D ready=0 -D token=0 -D part=none \
