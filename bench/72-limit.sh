@@ -39,7 +39,10 @@
 # schemes' hash-partitioned with modulus W), so that no scheme's run changes
 # the table another scheme runs on: a scheme and its fenced twin meet the
 # same table state round after round. A table is reset (every row pending
-# again) when a run could drain it.
+# again) when a run could drain it. Autovacuum is off for these tables, a
+# CHECKPOINT precedes every run, and the server runs with shared_buffers =
+# 2GB for the duration (then restarted with its own setting): a run pays
+# for neither an autovacuum nor another run's dirty pages.
 #
 # Knobs (environment): BENCH_LIMIT_ROWS (2000000), BENCH_LIMIT_SECONDS (2 per
 # run), BENCH_LIMIT_ROUNDS (5), BENCH_LIMIT_PAIRS ("8:8 32:32 128:64"),
@@ -49,7 +52,18 @@
 source "$(dirname "$0")/lib.sh"
 # PgBouncer in transaction mode in front of this cluster (pgc_pgbouncer_start)
 source "$BENCH_ROOT/scripts/lib.sh"
-trap 'pgc_cleanup; rm -rf "$BENCH_TMP"' EXIT
+
+# For this benchmark only, a buffer pool that holds every scheme's table
+# (about 200 MB each at the default size, eight of them): shared_buffers set
+# to 2GB and the server restarted, reset and restarted again at the end, so
+# that a run does not write out the pages the runs before it dirtied
+data_dir=$(bench_psql -At -c "SHOW data_directory")
+restart() {
+    pgc_as_postgres "$PGC_BIN/pg_ctl" -D "$data_dir" -l "$data_dir/log-restarts" -w -t 60 -m fast restart >/dev/null
+}
+bench_psql -c "ALTER SYSTEM SET shared_buffers = '2GB'" >/dev/null
+restart
+trap 'bench_psql -c "ALTER SYSTEM RESET shared_buffers" >/dev/null; restart; pgc_cleanup; rm -rf "$BENCH_TMP"' EXIT
 
 rows="${BENCH_LIMIT_ROWS:-2000000}"
 secs="${BENCH_LIMIT_SECONDS:-2}"
@@ -225,7 +239,7 @@ print(round($tps * d / $xacts), '${ms:--}', *(f'{v / d / 1000:.2f}' for v in (cp
 
 for s in "${schemes[@]}"; do script "$s" >"$BENCH_TMP/$s.sql"; done
 : >"$BENCH_TMP/results"
-echo "fencing and layouts through PgBouncer (transaction mode): $rows rows, batches of $batch, one statement each, n = W, $secs s per run, $rounds rounds, the schemes interleaved"
+echo "fencing and layouts through PgBouncer (transaction mode): $rows rows, batches of $batch, one statement each, n = W, $secs s per run, $rounds rounds, the schemes interleaved, shared_buffers $(bench_psql -At -c "SHOW shared_buffers")"
 for pair in $pairs; do
     w="${pair%%:*}"
     p="${pair##*:}"
