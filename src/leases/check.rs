@@ -42,6 +42,7 @@ use crate::locks::{self, FENCE_BASE};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 
 /// The columns of `pg_claim_leases` the check reads, by attribute number.
@@ -76,14 +77,22 @@ struct Row {
     owner: Option<pg_sys::Oid>,
 }
 
-/// The most rows a session remembers (a worker checks a few slots).
-const MAX_KNOWN: usize = 64;
+/// The most rows a session remembers. A worker checks a few slots, but
+/// behind a transaction pooler each server connection serves every client
+/// in turn: with 128 slots over 64 connections, each connection checks all
+/// 128, and a smaller memory would forget a row before its next check.
+const MAX_KNOWN: usize = 4096;
+
+/// The rows a session remembers: name, then slot.
+type Known = HashMap<String, HashMap<i32, Row>>;
 
 thread_local! {
     static LEASES: Cell<Option<Leases>> = const { Cell::new(None) };
     /// (name, slot, row) of the rows that passed in READ COMMITTED since the
     /// last invalidation of the table
-    static KNOWN: RefCell<Vec<(String, i32, Row)>> = const { RefCell::new(Vec::new()) };
+    static KNOWN: RefCell<Option<Known>> = const { RefCell::new(None) };
+    /// how many rows KNOWN holds
+    static KNOWN_ROWS: Cell<usize> = const { Cell::new(0) };
     static CALLBACK: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -99,7 +108,9 @@ unsafe extern "C-unwind" fn leases_changed(_arg: pg_sys::Datum, relid: pg_sys::O
         let _ = LEASES.try_with(|l| l.set(None));
         let _ = KNOWN.try_with(|k| {
             if let Ok(mut k) = k.try_borrow_mut() {
-                k.clear();
+                // dropping frees (the callback allocates nothing)
+                *k = None;
+                let _ = KNOWN_ROWS.try_with(|n| n.set(0));
             }
         });
     }
@@ -312,9 +323,10 @@ fn valid(name: &str, slot: i32, token: i64) -> bool {
         pg_sys::AcceptInvalidationMessages();
     }
     let known = KNOWN.with_borrow(|k| {
-        k.iter()
-            .find(|(n, s, _)| *s == slot && n == name)
-            .map(|(_, _, row)| *row)
+        k.as_ref()
+            .and_then(|k| k.get(name))
+            .and_then(|slots| slots.get(&slot))
+            .copied()
     });
     if known.is_some_and(|row| row.passes(token)) {
         return true;
@@ -329,11 +341,17 @@ fn valid(name: &str, slot: i32, token: i64) -> bool {
     match row {
         Some(row) if l.guarded => {
             KNOWN.with_borrow_mut(|k| {
-                k.retain(|(n, s, _)| !(*s == slot && n == name));
-                if k.len() >= MAX_KNOWN {
-                    k.clear();
+                if KNOWN_ROWS.get() >= MAX_KNOWN {
+                    *k = None;
+                    KNOWN_ROWS.set(0);
                 }
-                k.push((name.to_string(), slot, row));
+                let slots = k
+                    .get_or_insert_with(HashMap::new)
+                    .entry(name.to_string())
+                    .or_default();
+                if slots.insert(slot, row).is_none() {
+                    KNOWN_ROWS.set(KNOWN_ROWS.get() + 1);
+                }
             });
             true
         }
