@@ -20,6 +20,10 @@
 #                 batch => 50, pending => 'done'));
 #   queue         UPDATE ... FROM (the next 50 not done, FOR UPDATE SKIP
 #                 LOCKED): any client takes any row.
+# and, only when named in BENCH_LIMIT_SCHEMES, two parts of fenced_fence:
+#   lock_only     SELECT pg_advisory_xact_lock_shared(...) \; share: the
+#                 shared transaction-level lock fence takes, alone;
+#   select_1      SELECT 1 \; share: a second statement in the message.
 # Leases are claimed before the runs (ttl 1 hour, slot c for client c), so
 # every fenced statement passes its check. The points (W, P) are (8, 8),
 # (32, 32) and (128, 64); at each point the schemes run in turn, R rounds,
@@ -161,6 +165,10 @@ script() {
         echo "UPDATE $t SET done = true WHERE id IN (SELECT id FROM $t WHERE $share_where) AND lease_valid('limit_' || :w, :client_id, :token);" ;;
     fenced_fence)
         echo "SELECT fence('limit_' || :w, :client_id, :token) \\; UPDATE $t SET done = true WHERE id IN (SELECT id FROM $t WHERE $share_where);" ;;
+    lock_only)
+        echo "SELECT pg_advisory_xact_lock_shared(12345, 271581184 + :client_id) \\; UPDATE $t SET done = true WHERE id IN (SELECT id FROM $t WHERE $share_where);" ;;
+    select_1)
+        echo "SELECT 1 \\; UPDATE $t SET done = true WHERE id IN (SELECT id FROM $t WHERE $share_where);" ;;
     part)
         echo "UPDATE :part SET done = true WHERE id IN (SELECT id FROM :part WHERE NOT done ORDER BY id LIMIT $batch);" ;;
     part_fenced)
@@ -288,9 +296,12 @@ label = {
     "part_fenced": "own partition + AND lease_valid(...)",
     "parent": "parent + my_items(method => 'pg_hash')",
     "queue": "FOR UPDATE SKIP LOCKED queue",
+    "lock_only": "share + a shared advisory lock first",
+    "select_1": "share + SELECT 1 first",
 }
 color = {"ranges": "#444444", "share": "#1f77b4", "fenced": "#17becf", "fenced_fence": "#9467bd",
-         "part": "#2ca02c", "part_fenced": "#bcbd22", "parent": "#ff7f0e", "queue": "#d62728"}
+         "part": "#2ca02c", "part_fenced": "#bcbd22", "parent": "#ff7f0e", "queue": "#d62728",
+         "lock_only": "#000000", "select_1": "#888888"}
 say = print
 for (w, p), by in sorted(rate.items()):
     base = by.get("ranges")
