@@ -54,10 +54,15 @@ COMMENT ON TABLE @extschema@.pg_claim_lease_members IS
 CREATE INDEX pg_claim_leases_holder ON @extschema@.pg_claim_leases (name, holder);
 CREATE INDEX pg_claim_leases_expiry ON @extschema@.pg_claim_leases (name, expires_at);
 
--- claim_leases' argument checks (besides claim_lease's).
+-- claim_leases' argument checks (besides claim_lease's). A call reads,
+-- and may lock and write, every slot of the name: n is at most 1024.
 CREATE FUNCTION @extschema@.pg_claim_leases_check(n integer, max integer)
 RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    IF n > 1024 THEN
+        RAISE EXCEPTION 'n must be at most 1024 for claim_leases, got %', n USING ERRCODE = '22023',
+            HINT = 'One claim_leases call reads and may take or renew every slot of the name: serve more than 1024 slots with claim_lease per slot, or with session claims (claim_slots).';
+    END IF;
     IF max < 0 OR max > n THEN
         RAISE EXCEPTION 'max must be between 0 and n = %, got %', n, max USING ERRCODE = '22023',
             HINT = 'max is the most slots this holder takes (NULL or n: no limit); max => 0 gives back every slot and leaves the fleet.';

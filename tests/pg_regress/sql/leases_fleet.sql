@@ -115,6 +115,7 @@ SELECT item, state, attempts FROM item_failures('lf');
 SELECT pc_try($$SELECT * FROM claim_leases(NULL, 8, 'h')$$) AS null_name;
 SELECT pc_try($$SELECT * FROM claim_leases('lf_bad', NULL, 'h')$$) AS null_n;
 SELECT pc_try($$SELECT * FROM claim_leases('lf_bad', 0, 'h')$$) AS zero_n;
+SELECT pc_try($$SELECT * FROM claim_leases('lf_bad', 1025, 'h')$$) AS n_above_1024;
 SELECT pc_try($$SELECT * FROM claim_leases('lf_bad', 8, '')$$) AS empty_holder;
 SELECT pc_try($$SELECT * FROM claim_leases('lf_bad', 8, 'h', max => -1)$$) AS negative_max;
 SELECT pc_try($$SELECT * FROM claim_leases('lf_bad', 8, 'h', max => 9)$$) AS max_above_n;
