@@ -54,6 +54,28 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.failure_check(text, text) FROM PUBLIC;
 
+-- The items of clear_failure and item_failures(name, items), checked as
+-- failure_check checks one item; fn names the caller in the hint.
+CREATE FUNCTION @extschema@.failure_items_check(fn text, name text, items text[])
+RETURNS void LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    long_ text;
+BEGIN
+    PERFORM @extschema@.failure_check(name, ''::text);
+    IF items IS NULL OR pg_catalog.array_position(items, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION '%', CASE WHEN items IS NULL THEN 'items must not be null'
+                                  ELSE 'items must not contain null (element '
+                                       || pg_catalog.array_position(items, NULL) || ')' END
+            USING ERRCODE = '22004',
+            HINT = pg_catalog.format('Pass the keys of the items as text, e.g. %s(''mailer'', ''42'') or %s(''mailer'', VARIADIC ids::text[]).', fn, fn);
+    END IF;
+    SELECT i INTO long_ FROM pg_catalog.unnest(items) i WHERE pg_catalog.octet_length(i) > 1024 LIMIT 1;
+    IF FOUND THEN
+        PERFORM @extschema@.failure_check(name, long_);
+    END IF;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.failure_items_check(text, text, text[]) FROM PUBLIC;
+
 CREATE FUNCTION @extschema@.record_failure(
     name text, item text, error text,
     max_attempts integer DEFAULT 5, backoff interval DEFAULT '10 seconds')
@@ -152,21 +174,9 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     removed integer;
-    long_ text;
 BEGIN
     PERFORM @extschema@.pg_claim_need_read_committed('clear_failure'::text);
-    PERFORM @extschema@.failure_check(name, ''::text);
-    IF items IS NULL OR pg_catalog.array_position(items, NULL) IS NOT NULL THEN
-        RAISE EXCEPTION '%', CASE WHEN items IS NULL THEN 'items must not be null'
-                                  ELSE 'items must not contain null (element '
-                                       || pg_catalog.array_position(items, NULL) || ')' END
-            USING ERRCODE = '22004',
-            HINT = 'Pass the keys of the items as text, e.g. clear_failure(''mailer'', ''42'') or clear_failure(''mailer'', VARIADIC ids::text[]).';
-    END IF;
-    SELECT i INTO long_ FROM pg_catalog.unnest(items) i WHERE pg_catalog.octet_length(i) > 1024 LIMIT 1;
-    IF FOUND THEN
-        PERFORM @extschema@.failure_check(name, long_);
-    END IF;
+    PERFORM @extschema@.failure_items_check('clear_failure'::text, name, items);
     DELETE FROM @extschema@.pg_claim_failures f
     WHERE f.name = clear_failure.name AND f.item = ANY (items);
     GET DIAGNOSTICS removed = ROW_COUNT;
@@ -202,21 +212,8 @@ RETURNS TABLE (item text, state text, attempts integer, last_error text,
                first_failed_at timestamptz, last_failed_at timestamptz, retry_at timestamptz)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    long_ text;
 BEGIN
-    PERFORM @extschema@.failure_check(name, ''::text);
-    IF items IS NULL OR pg_catalog.array_position(items, NULL) IS NOT NULL THEN
-        RAISE EXCEPTION '%', CASE WHEN items IS NULL THEN 'items must not be null'
-                                  ELSE 'items must not contain null (element '
-                                       || pg_catalog.array_position(items, NULL) || ')' END
-            USING ERRCODE = '22004',
-            HINT = 'Pass the keys of the items as text, e.g. item_failures(''mailer'', ''42'') or item_failures(''mailer'', VARIADIC ids::text[]).';
-    END IF;
-    SELECT i INTO long_ FROM pg_catalog.unnest(items) i WHERE pg_catalog.octet_length(i) > 1024 LIMIT 1;
-    IF FOUND THEN
-        PERFORM @extschema@.failure_check(name, long_);
-    END IF;
+    PERFORM @extschema@.failure_items_check('item_failures'::text, name, items);
     RETURN QUERY
     SELECT f.item,
            CASE WHEN f.retry_at IS NULL THEN 'dead'

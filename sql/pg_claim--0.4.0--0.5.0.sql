@@ -1227,15 +1227,13 @@ COMMENT ON VIEW @extschema@.fleets IS
 GRANT SELECT ON @extschema@.fleets TO PUBLIC;
 
 -- ==== failures ====
--- item_failures(name, VARIADIC items): the records of the given items only
--- (the body is that of sql/failures.sql).
--- The failure records of the given items only (a worker's batch): each read
--- through the primary key (name, item), whatever else is kept for the name.
-CREATE FUNCTION @extschema@.item_failures(name text, VARIADIC items text[])
-RETURNS TABLE (item text, state text, attempts integer, last_error text,
-               first_failed_at timestamptz, last_failed_at timestamptz, retry_at timestamptz)
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+-- item_failures(name, VARIADIC items): the records of the given items only;
+-- failure_items_check, the check of the items it shares with clear_failure
+-- (the bodies are those of sql/failures.sql).
+-- The items of clear_failure and item_failures(name, items), checked as
+-- failure_check checks one item; fn names the caller in the hint.
+CREATE FUNCTION @extschema@.failure_items_check(fn text, name text, items text[])
+RETURNS void LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     long_ text;
 BEGIN
@@ -1245,12 +1243,41 @@ BEGIN
                                   ELSE 'items must not contain null (element '
                                        || pg_catalog.array_position(items, NULL) || ')' END
             USING ERRCODE = '22004',
-            HINT = 'Pass the keys of the items as text, e.g. item_failures(''mailer'', ''42'') or item_failures(''mailer'', VARIADIC ids::text[]).';
+            HINT = pg_catalog.format('Pass the keys of the items as text, e.g. %s(''mailer'', ''42'') or %s(''mailer'', VARIADIC ids::text[]).', fn, fn);
     END IF;
     SELECT i INTO long_ FROM pg_catalog.unnest(items) i WHERE pg_catalog.octet_length(i) > 1024 LIMIT 1;
     IF FOUND THEN
         PERFORM @extschema@.failure_check(name, long_);
     END IF;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.failure_items_check(text, text, text[]) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION @extschema@.clear_failure(name text, VARIADIC items text[])
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    removed integer;
+BEGIN
+    PERFORM @extschema@.pg_claim_need_read_committed('clear_failure'::text);
+    PERFORM @extschema@.failure_items_check('clear_failure'::text, name, items);
+    DELETE FROM @extschema@.pg_claim_failures f
+    WHERE f.name = clear_failure.name AND f.item = ANY (items);
+    GET DIAGNOSTICS removed = ROW_COUNT;
+    RETURN removed;
+END $$;
+COMMENT ON FUNCTION @extschema@.clear_failure(text, text[]) IS
+    'forget the failures of the given items of name (after a success, or to retry a dead item): how many records were removed';
+
+-- The failure records of the given items only (a worker's batch): each read
+-- through the primary key (name, item), whatever else is kept for the name.
+CREATE FUNCTION @extschema@.item_failures(name text, VARIADIC items text[])
+RETURNS TABLE (item text, state text, attempts integer, last_error text,
+               first_failed_at timestamptz, last_failed_at timestamptz, retry_at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM @extschema@.failure_items_check('item_failures'::text, name, items);
     RETURN QUERY
     SELECT f.item,
            CASE WHEN f.retry_at IS NULL THEN 'dead'
