@@ -285,9 +285,9 @@ impl Row {
         match self.owner {
             None => true,
             Some(owner) => {
-                // SAFETY: the current user, and PostgreSQL's cached role
-                // membership
+                // SAFETY: reads the current user
                 let me = unsafe { pg_sys::GetUserId() };
+                // SAFETY: PostgreSQL's cached role membership, of two role oids
                 owner == me || unsafe { pg_sys::has_privs_of_role(me, owner) }
             }
         }
