@@ -25,8 +25,10 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
@@ -346,6 +348,12 @@ def cmd_top(args: argparse.Namespace, out: TextIO) -> int:
     readings = Readings()
     drawn = 0
     frames = 0
+    # Ctrl-C ends top between frames: a KeyboardInterrupt raised inside a
+    # query could leave the connection busy while it closes
+    stop = threading.Event()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
     try:
         with connect(args.dsn) as conn:
             views = Fleets(conn)
@@ -376,12 +384,17 @@ def cmd_top(args: argparse.Namespace, out: TextIO) -> int:
                 frames += 1
                 if args.once or (args.count and frames >= args.count):
                     return 0
-                time.sleep(args.interval)
+                if stop.wait(args.interval):
+                    break
     except KeyboardInterrupt:
-        # Ctrl-C is how top ends
-        out.write("\n")
-        out.flush()
-        return 0
+        pass
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    # Ctrl-C is how top ends
+    out.write("\n")
+    out.flush()
+    return 0
 
 
 def parser() -> argparse.ArgumentParser:
