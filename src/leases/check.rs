@@ -88,11 +88,9 @@ type Known = HashMap<String, HashMap<i32, Row>>;
 
 thread_local! {
     static LEASES: Cell<Option<Leases>> = const { Cell::new(None) };
-    /// (name, slot, row) of the rows that passed in READ COMMITTED since the
-    /// last invalidation of the table
-    static KNOWN: RefCell<Option<Known>> = const { RefCell::new(None) };
-    /// how many rows KNOWN holds
-    static KNOWN_ROWS: Cell<usize> = const { Cell::new(0) };
+    /// the rows that passed in READ COMMITTED since the last invalidation
+    /// of the table
+    static KNOWN: RefCell<Known> = RefCell::new(HashMap::new());
     static CALLBACK: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -108,9 +106,7 @@ unsafe extern "C-unwind" fn leases_changed(_arg: pg_sys::Datum, relid: pg_sys::O
         let _ = LEASES.try_with(|l| l.set(None));
         let _ = KNOWN.try_with(|k| {
             if let Ok(mut k) = k.try_borrow_mut() {
-                // dropping frees (the callback allocates nothing)
-                *k = None;
-                let _ = KNOWN_ROWS.try_with(|n| n.set(0));
+                k.clear();
             }
         });
     }
@@ -322,12 +318,7 @@ fn valid(name: &str, slot: i32, token: i64) -> bool {
         locks::xact_lock(key1, key2, locks::SHARE);
         pg_sys::AcceptInvalidationMessages();
     }
-    let known = KNOWN.with_borrow(|k| {
-        k.as_ref()
-            .and_then(|k| k.get(name))
-            .and_then(|slots| slots.get(&slot))
-            .copied()
-    });
+    let known = KNOWN.with_borrow(|k| k.get(name).and_then(|slots| slots.get(&slot)).copied());
     if known.is_some_and(|row| row.passes(token)) {
         return true;
     }
@@ -341,17 +332,12 @@ fn valid(name: &str, slot: i32, token: i64) -> bool {
     match row {
         Some(row) if l.guarded => {
             KNOWN.with_borrow_mut(|k| {
-                if KNOWN_ROWS.get() >= MAX_KNOWN {
-                    *k = None;
-                    KNOWN_ROWS.set(0);
+                // a miss: counting over the names (a worker uses one or two)
+                // costs nothing next to the read that missed
+                if k.values().map(HashMap::len).sum::<usize>() >= MAX_KNOWN {
+                    k.clear();
                 }
-                let slots = k
-                    .get_or_insert_with(HashMap::new)
-                    .entry(name.to_string())
-                    .or_default();
-                if slots.insert(slot, row).is_none() {
-                    KNOWN_ROWS.set(KNOWN_ROWS.get() + 1);
-                }
+                k.entry(name.to_string()).or_default().insert(slot, row);
             });
             true
         }
