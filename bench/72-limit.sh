@@ -21,8 +21,9 @@
 #   queue         UPDATE ... FROM (the next 50 not done, FOR UPDATE SKIP
 #                 LOCKED): any client takes any row.
 # and, only when named in BENCH_LIMIT_SCHEMES, two parts of fenced_fence:
-#   lock_only     SELECT pg_advisory_xact_lock_shared(...) \; share: the
-#                 shared transaction-level lock fence takes, alone;
+#   lock_only     SELECT pg_advisory_xact_lock_shared(...) \; share: a
+#                 shared transaction-level advisory lock of the kind fence
+#                 takes (in the fence lock's key range), alone;
 #   select_1      SELECT 1 \; share: a second statement in the message.
 # Leases are claimed before the runs (ttl 1 hour, slot c for client c), so
 # every fenced statement passes its check. The points (W, P) are (8, 8),
