@@ -25,6 +25,10 @@
 #                 shared transaction-level advisory lock of the kind fence
 #                 takes (in the fence lock's key range), alone;
 #   select_1      SELECT 1 \; share: a second statement in the message.
+# The control share_again runs share's statement on a table of its own,
+# built like share's; its ratio to share is what the tables and the machine
+# alone make of two identical schemes: the noise a fenced / unfenced ratio
+# is read against.
 # Leases are claimed before the runs (ttl 1 hour, slot c for client c), so
 # every fenced statement passes its check. The points (W, P) are (8, 8),
 # (32, 32) and (128, 64); at each point the schemes run in turn, R rounds,
@@ -43,15 +47,16 @@
 # with the index ((slot_of(id, W)), id) WHERE NOT done, the partitioned
 # schemes' hash-partitioned with modulus W), so that no scheme's run changes
 # the table another scheme runs on: a scheme and its fenced twin meet the
-# same table state round after round. A table is reset (every row pending
-# again) when a run could drain it. Autovacuum is off for these tables, a
+# same table state round after round. When a run could drain a table, every
+# table is built again before the next round. Autovacuum is off for these tables, a
 # CHECKPOINT precedes every run, and the server runs with shared_buffers =
 # 2GB for the duration (then restarted with its own setting): a run pays
 # for neither an autovacuum nor another run's dirty pages.
 #
 # Knobs (environment): BENCH_LIMIT_ROWS (2000000), BENCH_LIMIT_SECONDS (2 per
 # run), BENCH_LIMIT_ROUNDS (5), BENCH_LIMIT_PAIRS ("8:8 32:32 128:64"),
-# BENCH_LIMIT_SCHEMES (all of the above, in that order), BENCH_LIMIT_OUT
+# BENCH_LIMIT_SCHEMES (all of the above but lock_only and select_1, in
+# that order), BENCH_LIMIT_OUT
 # (docs). Where the server loads pg_stat_statements, each scheme's server
 # time per batch statement is printed too.
 source "$(dirname "$0")/lib.sh"
@@ -59,7 +64,7 @@ source "$(dirname "$0")/lib.sh"
 source "$BENCH_ROOT/scripts/lib.sh"
 
 # For this benchmark only, a buffer pool that holds every scheme's table
-# (about 200 MB each at the default size, eight of them): shared_buffers set
+# (about 200 MB each at the default size, nine of them): shared_buffers set
 # to 2GB and the server restarted, reset and restarted again at the end, so
 # that a run does not write out the pages the runs before it dirtied
 data_dir=$(bench_psql -At -c "SHOW data_directory")
@@ -74,7 +79,7 @@ rows="${BENCH_LIMIT_ROWS:-2000000}"
 secs="${BENCH_LIMIT_SECONDS:-2}"
 rounds="${BENCH_LIMIT_ROUNDS:-5}"
 pairs="${BENCH_LIMIT_PAIRS:-8:8 32:32 128:64}"
-read -r -a schemes <<<"$(tr ',' ' ' <<<"${BENCH_LIMIT_SCHEMES:-ranges,share,fenced,fenced_fence,part,part_fenced,parent,queue}")"
+read -r -a schemes <<<"$(tr ',' ' ' <<<"${BENCH_LIMIT_SCHEMES:-ranges,share,share_again,fenced,fenced_fence,part,part_fenced,parent,queue}")"
 out_dir="${BENCH_LIMIT_OUT:-docs}"
 batch=50
 pgbench="$PGC_BIN/pgbench"
@@ -138,10 +143,20 @@ SQL
     local ok
     ok=$(bench_psql -At -c "SELECT count(*) FROM lease_holders('limit_$w') WHERE holder = 'client ' || slot AND NOT expired")
     [ "$ok" = "$w" ] || { echo "limit: $ok of $w leases of limit_$w claimed as expected" >&2; exit 1; }
+    # the tokens, where a client's first transaction looks its own up: a
+    # primary-key read, which costs the server next to nothing (a
+    # lease_holders call per client and run would cost the fenced schemes
+    # about 3% of the server's time at W = 128)
+    bench_psql -q <<SQL
+DROP TABLE IF EXISTS bench.limit_tokens;
+CREATE TABLE bench.limit_tokens (slot integer PRIMARY KEY, token bigint NOT NULL);
+INSERT INTO bench.limit_tokens SELECT slot, token FROM lease_holders('limit_$w');
+SQL
 }
 
-# script SCHEME: the pgbench script of a scheme (client :client_id serves
-# slot :client_id; :w, :rows and :ready = 0 come from -D)
+# script SCHEME W: the pgbench script of a scheme at W slots (client
+# :client_id serves slot :client_id; :w, :rows and :ready = 0 come from -D;
+# the lease name is written into the statement, as a worker passes its own)
 script() {
     local t share_where="slot_of(id, :w) = :client_id AND NOT done ORDER BY id LIMIT $batch"
     t=$(table_of "$1")
@@ -149,7 +164,7 @@ script() {
     case "$1" in
     fenced | fenced_fence | part_fenced)
         printf '%s\n' '\if :ready = 0' \
-            "SELECT token FROM lease_holders('limit_' || :w) WHERE slot = :client_id \\gset" ;;&
+            "SELECT token FROM bench.limit_tokens WHERE slot = :client_id \\gset" ;;&
     part | part_fenced)
         [ "$1" = part_fenced ] || echo '\if :ready = 0'
         echo "SELECT slot_partition('$t', :client_id, :w) AS part \\gset" ;;&
@@ -160,12 +175,12 @@ script() {
     ranges)
         printf '%s\n' '\set lo :client_id * (:rows / :w) + 1' '\set hi :lo + :rows / :w - 1'
         echo "UPDATE $t SET done = true WHERE id IN (SELECT id FROM $t WHERE id BETWEEN :lo AND :hi AND NOT done ORDER BY id LIMIT $batch);" ;;
-    share)
+    share | share_again)
         echo "UPDATE $t SET done = true WHERE id IN (SELECT id FROM $t WHERE $share_where);" ;;
     fenced)
-        echo "UPDATE $t SET done = true WHERE id IN (SELECT id FROM $t WHERE $share_where) AND lease_valid('limit_' || :w, :client_id, :token);" ;;
+        echo "UPDATE $t SET done = true WHERE id IN (SELECT id FROM $t WHERE $share_where) AND lease_valid('limit_$2', :client_id, :token);" ;;
     fenced_fence)
-        echo "SELECT fence('limit_' || :w, :client_id, :token) \\; UPDATE $t SET done = true WHERE id IN (SELECT id FROM $t WHERE $share_where);" ;;
+        echo "SELECT fence('limit_$2', :client_id, :token) \\; UPDATE $t SET done = true WHERE id IN (SELECT id FROM $t WHERE $share_where);" ;;
     lock_only)
         echo "SELECT pg_advisory_xact_lock_shared(12345, 271581184 + :client_id) \\; UPDATE $t SET done = true WHERE id IN (SELECT id FROM $t WHERE $share_where);" ;;
     select_1)
@@ -173,7 +188,7 @@ script() {
     part)
         echo "UPDATE :part SET done = true WHERE id IN (SELECT id FROM :part WHERE NOT done ORDER BY id LIMIT $batch);" ;;
     part_fenced)
-        echo "UPDATE :part SET done = true WHERE id IN (SELECT id FROM :part WHERE NOT done ORDER BY id LIMIT $batch) AND lease_valid('limit_' || :w, :client_id, :token);" ;;
+        echo "UPDATE :part SET done = true WHERE id IN (SELECT id FROM :part WHERE NOT done ORDER BY id LIMIT $batch) AND lease_valid('limit_$2', :client_id, :token);" ;;
     parent)
         echo "UPDATE $t SET done = true WHERE id IN (SELECT id FROM my_items(NULL::$t, :client_id, :w, method => 'pg_hash', batch => $batch, pending => 'done'));" ;;
     queue)
@@ -201,18 +216,12 @@ declare -A done_before
 most=0
 count_done() { bench_psql -At -c "SELECT count(*) FROM $1 WHERE done"; }
 
-# run SCHEME W PORT: vacuums the scheme's table (resets it first when fewer
-# than twice the most a run marked are pending), runs the scheme with W clients for $secs s against PORT
-# and writes items/s and the server's mean ms per batch (or -) to
-# $BENCH_TMP/run
+# run SCHEME W PORT: vacuums the scheme's table, runs the scheme with W
+# clients for $secs s against PORT and writes items/s and the server's mean
+# ms per batch (or -) to $BENCH_TMP/run
 run() {
     local scheme="$1" w="$2" port="$3" t done_ tps xacts ms=-
     t=$(table_of "$scheme")
-    if ((done_before[$t] > 0 && rows - done_before[$t] < 2 * most)); then
-        pgc_log "limit: $t reset (every row pending again) before $scheme at W = $w"
-        bench_psql -c "UPDATE $t SET done = false WHERE done" >/dev/null
-        done_before[$t]=0
-    fi
     # the previous run's dirty pages written out before this run, not by it
     bench_psql -c "VACUUM $t" -c "CHECKPOINT" >/dev/null
     [ "$pgss" != 1 ] || bench_psql -c "SELECT pg_stat_statements_reset()" >/dev/null
@@ -246,7 +255,6 @@ print(round($tps * d / $xacts), '${ms:--}', *(f'{v / d / 1000:.2f}' for v in (cp
     done_before[$t]=$done_
 }
 
-for s in "${schemes[@]}"; do script "$s" >"$BENCH_TMP/$s.sql"; done
 : >"$BENCH_TMP/results"
 echo "fencing and layouts through PgBouncer (transaction mode): $rows rows, batches of $batch, one statement each, n = W, $secs s per run, $rounds rounds, the schemes interleaved, shared_buffers $(bench_psql -At -c "SHOW shared_buffers")"
 for pair in $pairs; do
@@ -255,6 +263,7 @@ for pair in $pairs; do
     pgc_log "limit: building the tables for W = $w"
     build "$w"
     leases "$w"
+    for s in "${schemes[@]}"; do script "$s" "$w" >"$BENCH_TMP/$s.sql"; done
     done_before=()
     for s in "${schemes[@]}"; do done_before[$(table_of "$s")]=0; done
     pgc_pgbouncer_start "$p" >/dev/null 2>&1
@@ -262,6 +271,20 @@ for pair in $pairs; do
     echo 'SELECT pg_sleep(0.01);' >"$BENCH_TMP/warm.sql"
     "$pgbench" -n -M simple -c "$w" -j 2 -T 1 -h 127.0.0.1 -p "$PGC_POOLER_PORT" -f "$BENCH_TMP/warm.sql" postgres >/dev/null 2>&1
     for ((r = 0; r < rounds; r++)); do
+        # when a table has fewer than twice the most a run marked still
+        # pending, every table is built again before the round: the schemes
+        # stay on tables in the same state (an UPDATE of every row back to
+        # pending would leave each table twice its size, and a scheme whose
+        # table was reset in another round than its twin's would meet
+        # another table state)
+        for s in "${schemes[@]}"; do
+            if ((rows - done_before[$(table_of "$s")] < 2 * most)); then
+                pgc_log "limit: every table built again (every row pending) before round $((r + 1)) at W = $w"
+                build "$w"
+                for s in "${schemes[@]}"; do done_before[$(table_of "$s")]=0; done
+                break
+            fi
+        done
         n=${#schemes[@]}
         for ((k = 0; k < n; k++)); do
             s="${schemes[$(((k + r) % n))]}"
@@ -299,10 +322,11 @@ label = {
     "queue": "FOR UPDATE SKIP LOCKED queue",
     "lock_only": "share + a shared advisory lock first",
     "select_1": "share + SELECT 1 first",
+    "share_again": "share again, a table of its own (control)",
 }
 color = {"ranges": "#444444", "share": "#1f77b4", "fenced": "#17becf", "fenced_fence": "#9467bd",
          "part": "#2ca02c", "part_fenced": "#bcbd22", "parent": "#ff7f0e", "queue": "#d62728",
-         "lock_only": "#000000", "select_1": "#888888"}
+         "lock_only": "#000000", "select_1": "#888888", "share_again": "#aec7e8"}
 say = print
 for (w, p), by in sorted(rate.items()):
     base = by.get("ranges")
@@ -332,6 +356,7 @@ for (w, p), by in sorted(rate.items()):
         ("fenced", "share", "AND lease_valid(...) / unfenced share", 0.95),
         ("fenced_fence", "share", "SELECT fence(...) per transaction / unfenced share", 0.95),
         ("part_fenced", "part", "own partition + lease_valid / own partition unfenced", 0.95),
+        ("share_again", "share", "share again (control) / share", None),
         ("part", "share", "own partition / share of the whole table", None),
         ("parent", "part", "parent + my_items / own partition", None),
         ("share", "ranges", "share / ranges", None),
