@@ -96,10 +96,12 @@ public class Worker {
     }
 
     // docs/workers.md: begin
+    // the batch, with the failure records of its own messages only
     static final String FETCH =
-        "SELECT o.id, o.recipient, o.body, o.sent_at IS NULL AS pending, f.state AS failure"
-        + " FROM my_items(NULL::outbox, ?, ?, after => ?::text, pending => 'sent_at', batch => ?) o"
-        + " LEFT JOIN item_failures(?) f ON f.item = o.id::text";
+        "WITH o AS (SELECT * FROM my_items(NULL::outbox, ?, ?, after => ?::text, pending => 'sent_at', batch => ?))"
+        + " SELECT o.id, o.recipient, o.body, o.sent_at IS NULL AS pending, f.state AS failure"
+        + " FROM o LEFT JOIN item_failures(?, VARIADIC ARRAY(SELECT id::text FROM o)) f ON f.item = o.id::text"
+        + " ORDER BY o.id";
     static final String CLAIM = "SELECT claim_slots(?, ?, ?, ?::interval), pg_backend_pid()";
     // seconds until the first retry of a failed, still unsent message of the
     // given slots; NULL: none (a record of a message sent meanwhile by another

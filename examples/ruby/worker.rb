@@ -46,10 +46,12 @@ def send_message(conn, recipient, body, item)
 end
 
 # docs/workers.md: begin
+# the batch, with the failure records of its own messages only
 FETCH = <<~SQL
+  WITH o AS (SELECT * FROM my_items(NULL::outbox, $1, $2, after => $3, pending => 'sent_at', batch => $4))
   SELECT o.id, o.recipient, o.body, o.sent_at IS NULL AS pending, f.state AS failure
-  FROM my_items(NULL::outbox, $1, $2, after => $3, pending => 'sent_at', batch => $4) o
-  LEFT JOIN item_failures($5) f ON f.item = o.id::text
+  FROM o LEFT JOIN item_failures($5, VARIADIC ARRAY(SELECT id::text FROM o)) f ON f.item = o.id::text
+  ORDER BY o.id
 SQL
 CLAIM = "SELECT claim_slots($1, $2, $3, '1 second'), pg_backend_pid()"
 # seconds until the first retry of a failed, still unsent message of the
