@@ -185,6 +185,17 @@ END $$;
 COMMENT ON FUNCTION @extschema@.clear_failure(text, text[]) IS
     'forget the failures of the given items of name (after a success, or to retry a dead item): how many records were removed';
 
+-- The state of a failure record whose next retry is retry_at: dead (set
+-- aside: no retry), retry (held back until retry_at) or due. A SQL function
+-- that the planner inlines into item_failures' queries.
+CREATE FUNCTION @extschema@.pg_claim_failure_state(retry_at timestamptz) RETURNS text
+LANGUAGE sql VOLATILE PARALLEL SAFE AS $$
+    SELECT CASE WHEN retry_at IS NULL THEN 'dead'
+                WHEN retry_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() THEN 'retry'
+                ELSE 'due' END
+$$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_failure_state(timestamptz) FROM PUBLIC;
+
 CREATE FUNCTION @extschema@.item_failures(name text)
 RETURNS TABLE (item text, state text, attempts integer, last_error text,
                first_failed_at timestamptz, last_failed_at timestamptz, retry_at timestamptz)
@@ -194,9 +205,7 @@ BEGIN
     PERFORM @extschema@.failure_check(name, ''::text);
     RETURN QUERY
     SELECT f.item,
-           CASE WHEN f.retry_at IS NULL THEN 'dead'
-                WHEN f.retry_at > pg_catalog.clock_timestamp() THEN 'retry'
-                ELSE 'due' END,
+           @extschema@.pg_claim_failure_state(f.retry_at),
            f.attempts, f.last_error, f.first_failed_at, f.last_failed_at, f.retry_at
     FROM @extschema@.pg_claim_failures f
     WHERE f.name = item_failures.name
@@ -216,9 +225,7 @@ BEGIN
     PERFORM @extschema@.failure_items_check('item_failures'::text, name, items);
     RETURN QUERY
     SELECT f.item,
-           CASE WHEN f.retry_at IS NULL THEN 'dead'
-                WHEN f.retry_at > pg_catalog.clock_timestamp() THEN 'retry'
-                ELSE 'due' END,
+           @extschema@.pg_claim_failure_state(f.retry_at),
            f.attempts, f.last_error, f.first_failed_at, f.last_failed_at, f.retry_at
     FROM (SELECT DISTINCT k.i FROM pg_catalog.unnest(items) k(i)) k
     -- one look-up of the primary key per item, whatever the table's
