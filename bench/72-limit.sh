@@ -57,8 +57,11 @@
 # run), BENCH_LIMIT_ROUNDS (5), BENCH_LIMIT_PAIRS ("8:8 32:32 128:64"),
 # BENCH_LIMIT_SCHEMES (all of the above but lock_only and select_1, in
 # that order), BENCH_LIMIT_OUT
-# (docs). Where the server loads pg_stat_statements, each scheme's server
-# time per batch statement is printed too.
+# (docs), BENCH_LIMIT_PROFILE (schemes to run once more under perf at every
+# point, printing where the server's CPU went: under the check, parsing,
+# planning, executing, committing, taking locks). Where the server loads
+# pg_stat_statements, each scheme's server time per batch statement is
+# printed too.
 source "$(dirname "$0")/lib.sh"
 # PgBouncer in transaction mode in front of this cluster (pgc_pgbouncer_start)
 source "$BENCH_ROOT/scripts/lib.sh"
@@ -257,6 +260,40 @@ print(round($tps * d / $xacts), '${ms:--}', *(f'{v / d / 1000:.2f}' for v in (cp
 
 : >"$BENCH_TMP/results"
 echo "fencing and layouts through PgBouncer (transaction mode): $rows rows, batches of $batch, one statement each, n = W, $secs s per run, $rounds rounds, the schemes interleaved, shared_buffers $(bench_psql -At -c "SHOW shared_buffers")"
+# profile SCHEME W P PORT: one more run of the scheme under perf (every
+# CPU, DWARF call graphs) and, of the server processes' samples, the share
+# spent in (under) the check and in the stages of a statement: where the
+# time of a fenced statement goes, which the throughput ratios, noisy on a
+# shared machine, cannot say
+profile() {
+    local scheme="$1" w="$2" p="$3" port="$4" t
+    t=$(table_of "$scheme")
+    bench_psql -c "VACUUM $t" -c "CHECKPOINT" >/dev/null
+    perf record -a --call-graph dwarf,16384 -F 999 -o "$BENCH_TMP/perf.data" -- \
+        "$pgbench" -n -M simple -c "$w" -j 2 -T "$secs" -D w="$w" -D rows="$rows" -D ready=0 -D token=0 -D part=none \
+        -h 127.0.0.1 -p "$port" -f "$BENCH_TMP/$scheme.sql" postgres >/dev/null 2>&1 ||
+        { echo "limit: perf record failed for $scheme" >&2; return 1; }
+    perf report -i "$BENCH_TMP/perf.data" --children --sort sym -q --comm postgres -g none 2>/dev/null |
+        python3 -c "
+import collections, sys
+want = {'lease_valid_wrapper': 'lease_valid', 'fence_wrapper': 'fence', 'pg_parse_query': 'parse',
+        'pg_analyze_and_rewrite_fixedparams': 'analyze', 'pg_plan_queries': 'plan',
+        'standard_ExecutorRun': 'execute', 'CommitTransactionCommand': 'commit',
+        'LockAcquireExtended': 'LockAcquire'}
+got = collections.Counter()
+for line in sys.stdin:
+    f = line.split()
+    if len(f) >= 4 and f[-1] in want:
+        got[want[f[-1]]] += float(f[0].rstrip('%'))
+print('profile: $scheme at W=$w P=$p, % of the server processes\' CPU samples, inclusive: '
+      + ', '.join(f'{k} {got[k]:.2f}' for k in want.values()))"
+}
+
+read -r -a profiled <<<"$(tr ',' ' ' <<<"${BENCH_LIMIT_PROFILE:-}")"
+if ((${#profiled[@]})) && ! command -v perf >/dev/null; then
+    echo "limit: BENCH_LIMIT_PROFILE needs perf (apt-get install linux-perf)" >&2
+    exit 1
+fi
 for pair in $pairs; do
     w="${pair%%:*}"
     p="${pair##*:}"
@@ -292,6 +329,7 @@ for pair in $pairs; do
             echo "$w $p $r $s $(cat "$BENCH_TMP/run")" >>"$BENCH_TMP/results"
         done
     done
+    for s in "${profiled[@]}"; do profile "$s" "$w" "$p" "$PGC_POOLER_PORT"; done
     pgc_cleanup
 done
 
