@@ -56,7 +56,7 @@ export interface WorkerOptions<Row = Record<string, any>> {
   name: string;
   /** the table whose rows are shared out */
   table: string;
-  /** the number of slots; the same for every worker of the fleet */
+  /** the number of slots; the same for every worker of the fleet (at most 1024 in lease mode) */
   n: number;
   /** the column marking rows still to do: a boolean (pending while false) or a nullable column (pending while NULL) */
   pending: string;

@@ -35,8 +35,18 @@ class Stats {
  * Prometheus metrics of one worker in a registry of its own, served on
  * http://host:port/metrics. prom-client is an optional dependency: loaded
  * only when a port is given.
+ *
+ * The same metric set as the Python library's, with the fleet's name in the
+ * label `fleet` (as in the exporter's queries of contrib/prometheus/):
+ * - pg_claim_items_total, pg_claim_batches_total, pg_claim_failures_total,
+ *   pg_claim_dead_items_total {fleet, slot}
+ * - pg_claim_handovers_total {fleet, direction: "gained" or "lost"}
+ * - pg_claim_fence_rejections_total, pg_claim_reconnects_total {fleet}
+ * - the gauge pg_claim_slots_held {fleet}
+ * - the histogram pg_claim_batch_duration_seconds {fleet}
  */
 class PromMetrics {
+  /** @param {string} name the fleet's name: the value of the label `fleet` */
   constructor(name) {
     let prom;
     try {
@@ -46,21 +56,33 @@ class PromMetrics {
     }
     this.registry = new prom.Registry();
     const labels = { registers: [this.registry] };
-    const c = (metric, help, labelNames = ["name"]) => new prom.Counter({ name: metric, help, labelNames, ...labels });
-    this.items = c("pg_claim_items_total", "Items handled and committed", ["name", "slot"]);
-    this.batches = c("pg_claim_batches_total", "Batches committed", ["name", "slot"]);
-    this.failures = c("pg_claim_failures_total", "Failed attempts recorded with record_failure");
-    this.dead = c("pg_claim_dead_items_total", "Items set aside after max attempts");
-    this.taken = c("pg_claim_slots_taken_total", "Slots this worker took (lease hand-overs to it)");
-    this.lost = c("pg_claim_slots_lost_total", "Slots this worker gave back or lost (lease hand-overs from it)");
-    this.fenced = c("pg_claim_fenced_total", "Batch writes refused by fence (PC001)");
+    const c = (metric, help, labelNames = ["fleet"]) => new prom.Counter({ name: metric, help, labelNames, ...labels });
+    this.items = c("pg_claim_items_total", "Items handled and committed", ["fleet", "slot"]);
+    this.batches = c("pg_claim_batches_total", "Batches committed", ["fleet", "slot"]);
+    this.failures = c("pg_claim_failures_total", "Failed attempts recorded with record_failure", ["fleet", "slot"]);
+    this.dead = c("pg_claim_dead_items_total", "Items set aside (dead) after max attempts", ["fleet", "slot"]);
+    /** lease hand-overs: `direction` "gained" (slots taken) or "lost" (given back or lost) */
+    this.handovers = c("pg_claim_handovers_total",
+      "Lease hand-overs: slots gained by this worker or lost by it", ["fleet", "direction"]);
+    this.fenceRejections = c("pg_claim_fence_rejections_total", "Batches refused by the fence (PC001: slot lost)");
     this.reconnects = c("pg_claim_reconnects_total", "Connections lost and opened again");
     this.latency = new prom.Histogram({
-      name: "pg_claim_batch_duration_seconds", help: "Time from a batch's fence to its commit",
-      labelNames: ["name"], buckets: BUCKETS, ...labels,
+      name: "pg_claim_batch_duration_seconds",
+      help: "Batch latency: seconds from the batch's rows fetched (after BEGIN, fence and fetch) to its COMMIT,"
+        + " item-by-item retries included (the batches that had items due)",
+      labelNames: ["fleet"], buckets: BUCKETS, ...labels,
     });
-    this.held = new prom.Gauge({ name: "pg_claim_slots_held", help: "Slots held now", labelNames: ["name"], ...labels });
+    this.held = new prom.Gauge({ name: "pg_claim_slots_held", help: "Slots held now", labelNames: ["fleet"], ...labels });
     this.name = name;
+    // the fleet's series from the start, at 0 (as the Python library's): the
+    // per-slot ones appear with their slot's first batch or failure
+    const fleet = { fleet: name };
+    this.handovers.inc({ ...fleet, direction: "gained" }, 0);
+    this.handovers.inc({ ...fleet, direction: "lost" }, 0);
+    this.fenceRejections.inc(fleet, 0);
+    this.reconnects.inc(fleet, 0);
+    this.held.set(fleet, 0);
+    this.latency.zero(fleet);
   }
 
   /** Starts the HTTP endpoint; resolves with the port it listens on. */

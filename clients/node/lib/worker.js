@@ -27,6 +27,9 @@ const KEY = "pg_claim:key", ROUTE = "pg_claim:route", FAILURE = "pg_claim:failur
  * a table in batches (`my_items`) and hands each batch to `handler` inside a
  * transaction, fenced in lease mode. See README.md.
  */
+/** The most slots claim_leases serves (its error 22023 above that). */
+const MAX_LEASE_SLOTS = 1024;
+
 class Worker {
   /**
    * @param {import('../index').WorkerOptions} options
@@ -59,6 +62,9 @@ class Worker {
     this.handler = o.handler;
     this.mode = o.mode === undefined ? "lease" : o.mode;
     if (!MODES.includes(this.mode)) throw new TypeError(`pg-claim: option mode must be one of ${MODES.join(", ")}, got ${JSON.stringify(o.mode)}`);
+    if (this.mode === "lease" && this.n > MAX_LEASE_SLOTS) {
+      throw new TypeError(`pg-claim: option n must be at most ${MAX_LEASE_SLOTS} in lease mode (claim_leases serves up to ${MAX_LEASE_SLOTS} slots), got ${this.n}: use fewer slots, or mode "session" on a direct connection`);
+    }
     this.ttlMs = durationMs(o.ttl === undefined ? "30 seconds" : o.ttl, "ttl");
     if (this.ttlMs < 300) throw new TypeError(`pg-claim: ttl must be at least 300 milliseconds, got ${this.ttlMs}`);
     this.renewMs = o.renewInterval === undefined ? this.ttlMs / 3 : durationMs(o.renewInterval, "renewInterval");
@@ -141,7 +147,7 @@ class Worker {
 
   _countHeld() {
     this.stats.slotsHeld = this.held.size;
-    if (this._prom) this._prom.held.set({ name: this.name }, this.held.size);
+    if (this._prom) this._prom.held.set({ fleet: this.name }, this.held.size);
   }
 
   // ------------------------------------------------------------- wake / wait
@@ -206,7 +212,7 @@ class Worker {
           // the Worker's own statements (the handler's errors are the items')
           if (!isServerState(e)) throw e;
           this.stats.reconnects++;
-          if (this._prom) this._prom.reconnects.inc({ name: this.name });
+          if (this._prom) this._prom.reconnects.inc({ fleet: this.name });
           pause = nextPause(pause);
           this._emit("reconnecting", { error: errorText(e), pauseMs: pause });
           if (this.mode === "session") this._setHeld(new Map(), "connection lost");
@@ -319,12 +325,12 @@ class Worker {
     for (const { slot, token } of lost) {
       this._walks.delete(slot);
       this.stats.slotsLost++;
-      if (this._prom) this._prom.lost.inc({ name: this.name });
+      if (this._prom) this._prom.handovers.inc({ fleet: this.name, direction: "lost" });
       this._emit("lost", { slot, token, reason });
     }
     for (const { slot, token } of taken) {
       this.stats.slotsTaken++;
-      if (this._prom) this._prom.taken.inc({ name: this.name });
+      if (this._prom) this._prom.handovers.inc({ fleet: this.name, direction: "gained" });
       this._emit("taken", { slot, token });
     }
     this.held = new Map([...now].sort((a, b) => a[0] - b[0]));
@@ -523,7 +529,7 @@ class Worker {
       await client.query("ROLLBACK");
       if (e.code !== "PC001") throw e;
       this.stats.fenced++;
-      if (this._prom) this._prom.fenced.inc({ name: this.name });
+      if (this._prom) this._prom.fenceRejections.inc({ fleet: this.name });
       if (this.held.get(slot) === token) { // until a claim returns it again
         const now = new Map(this.held);
         now.delete(slot);
@@ -587,9 +593,9 @@ class Worker {
       this.stats.batches++;
       this.stats.batchSeconds += seconds;
       if (this._prom) {
-        this._prom.items.inc({ name: this.name, slot }, ok.length);
-        this._prom.batches.inc({ name: this.name, slot });
-        this._prom.latency.observe({ name: this.name }, seconds);
+        this._prom.items.inc({ fleet: this.name, slot }, ok.length);
+        this._prom.batches.inc({ fleet: this.name, slot });
+        this._prom.latency.observe({ fleet: this.name }, seconds);
       }
       this._emit("batch", { slot, token, items: ok.length, failed: due.length - ok.length, seconds });
       return { handled: due.length, end, retryMs };
@@ -651,10 +657,10 @@ class Worker {
     await this._commit(client);
     for (const f of outcomes) {
       this.stats.failures++;
-      if (this._prom) this._prom.failures.inc({ name: this.name });
+      if (this._prom) this._prom.failures.inc({ fleet: this.name, slot: f.slot });
       if (f.state === "dead") {
         this.stats.deadItems++;
-        if (this._prom) this._prom.dead.inc({ name: this.name });
+        if (this._prom) this._prom.dead.inc({ fleet: this.name, slot: f.slot });
       }
       this._emit("failure", f);
     }

@@ -69,9 +69,26 @@ test("the library against a server", { skip: SKIP }, async (t) => {
     }).on("error", reject));
     await w.stop();
     await running;
-    assert.match(body, /pg_claim_items_total\{name="unit",slot="\d"\} \d+/);
-    assert.match(body, /pg_claim_dead_items_total\{name="unit"\} 1/);
-    assert.match(body, /pg_claim_batch_duration_seconds_count\{name="unit"\} \d+/);
+    // the metric set and labels of the Python library (the fleet: `fleet`, as the exporter's)
+    assert.deepStrictEqual([...body.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map((m) => `${m[1]} ${m[2]}`).sort(), [
+      "pg_claim_batch_duration_seconds histogram", "pg_claim_batches_total counter",
+      "pg_claim_dead_items_total counter", "pg_claim_failures_total counter",
+      "pg_claim_fence_rejections_total counter", "pg_claim_handovers_total counter",
+      "pg_claim_items_total counter", "pg_claim_reconnects_total counter", "pg_claim_slots_held gauge",
+    ]);
+    assert.doesNotMatch(body, /[{,]name="/);
+    const [{ poisonSlot }] = await sql("SELECT slot_of(77::bigint, 4) AS \"poisonSlot\"");
+    assert.match(body, /^pg_claim_items_total\{fleet="unit",slot="\d"\} \d+$/m);
+    assert.match(body, /^pg_claim_batches_total\{fleet="unit",slot="\d"\} \d+$/m);
+    assert.match(body, new RegExp(`^pg_claim_failures_total\\{fleet="unit",slot="${poisonSlot}"\\} 2$`, "m"));
+    assert.match(body, new RegExp(`^pg_claim_dead_items_total\\{fleet="unit",slot="${poisonSlot}"\\} 1$`, "m"));
+    assert.match(body, /^pg_claim_handovers_total\{fleet="unit",direction="gained"\} [1-9]\d*$/m);
+    assert.match(body, /^pg_claim_handovers_total\{fleet="unit",direction="lost"\} \d+$/m);
+    assert.match(body, /^pg_claim_fence_rejections_total\{fleet="unit"\} \d+$/m);
+    assert.match(body, /^pg_claim_reconnects_total\{fleet="unit"\} \d+$/m);
+    assert.match(body, /^pg_claim_slots_held\{fleet="unit"\} \d+$/m);
+    assert.match(body, /^pg_claim_batch_duration_seconds_bucket\{le="\+Inf",fleet="unit"\} [1-9]\d*$/m);
+    assert.match(body, /^pg_claim_batch_duration_seconds_count\{fleet="unit"\} [1-9]\d*$/m);
     const [{ k, d }] = await sql("SELECT count(*)::int AS k, count(DISTINCT id)::int AS d FROM sent");
     assert.strictEqual(k, 499);
     assert.strictEqual(d, 499);

@@ -102,10 +102,13 @@ test("Worker checks its options", () => {
   assert.match(w.holder, /^.+:\d+:[0-9a-f]{16}$/);
   assert.strictEqual(new Worker({ ...ok, ttl: "5 seconds", backoff: 200 }).backoff, "200 milliseconds");
   assert.strictEqual(new Worker({ ...ok, holder: "me" }).holder, "me");
+  assert.strictEqual(new Worker({ ...ok, n: 1048576, mode: "session" }).n, 1048576);
+  assert.strictEqual(new Worker({ ...ok, n: 1024 }).n, 1024);
   for (const [bad, msg] of [
     [{ name: undefined }, /name is required/],
     [{ n: 0 }, /n must be an integer of at least 1/],
     [{ n: 2.5 }, /n must be/],
+    [{ n: 1025 }, /n must be at most 1024 in lease mode/],
     [{ pending: undefined }, /pending is required/],
     [{ handler: "x" }, /handler must be a function/],
     [{ mode: "pool" }, /mode must be one of lease, session, auto/],

@@ -314,9 +314,12 @@ def test_metrics_endpoint(db):
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     finally:
         r.stop()
-    total = sum(float(v) for v in re.findall(r'^pg_claim_items_total\{name="metered",slot="\d"\} (\S+)$', text, re.M))
+    total = sum(float(v) for v in re.findall(r'^pg_claim_items_total\{fleet="metered",slot="\d"\} (\S+)$', text, re.M))
     assert total == 100
-    assert "pg_claim_batch_seconds_bucket" in text and "pg_claim_slots_held" in text
+    assert not re.search(r'[{,]name="', text)
+    assert re.search(r'^pg_claim_batch_duration_seconds_count\{fleet="metered"\} [1-9]', text, re.M)
+    assert re.search(r'^pg_claim_handovers_total\{direction="gained",fleet="metered"\} [1-9]', text, re.M)
+    assert re.search(r'^pg_claim_slots_held\{fleet="metered"\} ', text, re.M)
 
 
 def test_a_missing_column_is_an_error_not_a_retry(db):

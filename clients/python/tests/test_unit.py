@@ -74,12 +74,18 @@ def test_intervals():
     (dict(n=0), "n must"), (dict(batch=0), "batch must"), (dict(mode="pool"), "mode must"),
     (dict(pending=""), "pending must"), (dict(max_slots=9), "max_slots"),
     (dict(max_attempts=0), "max_attempts"), (dict(ttl=0), "ttl must"), (dict(name=""), "name must"),
-    (dict(poll_interval=0), "poll_interval")])
+    (dict(poll_interval=0), "poll_interval"), (dict(n=1025), "at most 1024 in lease mode")])
 def test_options_are_checked(kw, word):
     args = dict(name="m", table="t", n=8, pending="done", handler=lambda tx, rows: None)
     args.update(kw)
     with pytest.raises(ValueError, match=word):
         pg_claim.Worker("", **args)
+
+
+def test_session_mode_takes_more_slots_than_lease_mode():
+    args = dict(name="m", table="t", pending="done", handler=lambda tx, rows: None)
+    assert pg_claim.Worker("", n=1048576, mode="session", **args).n == 1048576
+    assert pg_claim.Worker("", n=1024, mode="lease", **args).n == 1024
 
 
 def test_handler_must_be_callable():
@@ -101,11 +107,24 @@ def test_stats_and_prometheus_names():
     registry = prometheus_client.CollectorRegistry()
     registry.register(Collector("mailer", s))
     text = prometheus_client.generate_latest(registry).decode()
-    assert 'pg_claim_items_total{name="mailer",slot="3"} 60.0' in text
-    assert 'pg_claim_dead_items_total{name="mailer",slot="3"} 1.0' in text
-    assert 'pg_claim_handovers_total{direction="gained",name="mailer"} 2.0' in text
-    assert 'pg_claim_batch_seconds_bucket{le="0.025",name="mailer"} 1.0' in text
-    assert 'pg_claim_batch_seconds_count{name="mailer"} 2.0' in text
+    # the metric set and labels of the Node.js library (the fleet: `fleet`, as the exporter's)
+    assert sorted(re.findall(r"^# TYPE (\S+ \S+)$", text, re.M)) == [
+        "pg_claim_batch_duration_seconds histogram", "pg_claim_batches_total counter",
+        "pg_claim_dead_items_total counter", "pg_claim_failures_total counter",
+        "pg_claim_fence_rejections_total counter", "pg_claim_handovers_total counter",
+        "pg_claim_items_total counter", "pg_claim_reconnects_total counter", "pg_claim_slots_held gauge"]
+    assert not re.search(r'[{,]name="', text)
+    assert 'pg_claim_items_total{fleet="mailer",slot="3"} 60.0' in text
+    assert 'pg_claim_batches_total{fleet="mailer",slot="3"} 2.0' in text
+    assert 'pg_claim_failures_total{fleet="mailer",slot="3"} 2.0' in text
+    assert 'pg_claim_dead_items_total{fleet="mailer",slot="3"} 1.0' in text
+    assert 'pg_claim_handovers_total{direction="gained",fleet="mailer"} 2.0' in text
+    assert 'pg_claim_handovers_total{direction="lost",fleet="mailer"} 1.0' in text
+    assert 'pg_claim_fence_rejections_total{fleet="mailer"} 0.0' in text
+    assert 'pg_claim_reconnects_total{fleet="mailer"} 0.0' in text
+    assert 'pg_claim_slots_held{fleet="mailer"} 1.0' in text
+    assert 'pg_claim_batch_duration_seconds_bucket{fleet="mailer",le="0.025"} 1.0' in text
+    assert 'pg_claim_batch_duration_seconds_count{fleet="mailer"} 2.0' in text
 
 
 def test_batch_carries_its_slot():

@@ -90,10 +90,21 @@ class Stats:
 
 
 class Collector:
-    """A prometheus_client collector of a Worker's Stats (names ending in
-    _total for counters and _seconds for durations; labels name and slot)."""
+    """A prometheus_client collector of a Worker's Stats: the metric set the
+    Node.js library exposes too, names ending in _total for counters and
+    _seconds for durations. The fleet's name is the label `fleet` (as in the
+    exporter's queries of contrib/prometheus/), the slot the label `slot`:
+
+    - pg_claim_items_total, pg_claim_batches_total, pg_claim_failures_total,
+      pg_claim_dead_items_total {fleet, slot}
+    - pg_claim_handovers_total {fleet, direction: gained or lost}
+    - pg_claim_fence_rejections_total, pg_claim_reconnects_total {fleet}
+    - the gauge pg_claim_slots_held {fleet}
+    - the histogram pg_claim_batch_duration_seconds {fleet}
+    """
 
     def __init__(self, name: str, stats: Stats) -> None:
+        """`name`: the fleet's name, the value of the label `fleet`."""
         self.name, self.stats = name, stats
 
     def collect(self) -> Iterator[Any]:
@@ -105,28 +116,32 @@ class Collector:
                 ("pg_claim_batches", "batches", "batches committed"),
                 ("pg_claim_failures", "failures", "failed attempts recorded with record_failure"),
                 ("pg_claim_dead_items", "dead", "items set aside (dead) after max_attempts")):
-            c = CounterMetricFamily(metric, text, labels=["name", "slot"])
+            c = CounterMetricFamily(metric, text, labels=["fleet", "slot"])
             for slot, v in sorted(per[key].items()):
                 c.add_metric([self.name, str(slot)], v)
             yield c
         s = self.stats.snapshot()
-        c = CounterMetricFamily("pg_claim_handovers", "slots gained or lost (lease hand-overs)",
-                                labels=["name", "direction"])
+        c = CounterMetricFamily("pg_claim_handovers",
+                                "lease hand-overs: slots gained by this worker or lost by it",
+                                labels=["fleet", "direction"])
         c.add_metric([self.name, "gained"], s["gained"])
         c.add_metric([self.name, "lost"], s["lost"])
         yield c
         for metric, key, text in (
-                ("pg_claim_fence_rejections", "rejected", "batches refused by the fence (slot lost)"),
+                ("pg_claim_fence_rejections", "rejected", "batches refused by the fence (PC001: slot lost)"),
                 ("pg_claim_reconnects", "reconnects", "reconnections after a lost connection")):
-            c = CounterMetricFamily(metric, text, labels=["name"])
+            c = CounterMetricFamily(metric, text, labels=["fleet"])
             c.add_metric([self.name], s[key])
             yield c
-        g = GaugeMetricFamily("pg_claim_slots_held", "slots held now", labels=["name"])
+        g = GaugeMetricFamily("pg_claim_slots_held", "slots held now", labels=["fleet"])
         g.add_metric([self.name], s["held"])
         yield g
         buckets, total = self.stats.histogram()
-        h = HistogramMetricFamily("pg_claim_batch_seconds", "batch latency: transaction start to commit",
-                                  labels=["name"])
+        h = HistogramMetricFamily(
+            "pg_claim_batch_duration_seconds",
+            "batch latency: seconds from the batch's BEGIN (with its fence and fetch) to its COMMIT,"
+            " item-by-item retries included (the batches that committed items)",
+            labels=["fleet"])
         h.add_metric([self.name], buckets, total)
         yield h
 

@@ -31,6 +31,9 @@ MODES = ("lease", "session", "auto")
 _KEY, _STATE, _RETRY = "__pg_claim_key", "__pg_claim_state", "__pg_claim_retry_in"
 
 
+# The most slots claim_leases serves (its error 22023 above that).
+MAX_LEASE_SLOTS = 1024
+
 class Error(Exception):
     """An error of the worker's set-up or configuration (not of an item)."""
 
@@ -203,6 +206,10 @@ class Worker:
             raise ValueError(f"batch must be an integer of at least 1, got {batch!r}")
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if mode == "lease" and n > MAX_LEASE_SLOTS:
+            raise ValueError(f"n must be at most {MAX_LEASE_SLOTS} in lease mode (claim_leases serves up to"
+                             f" {MAX_LEASE_SLOTS} slots), got {n}: use fewer slots, or mode=\"session\" on a"
+                             " direct connection")
         if not callable(handler):
             raise TypeError("handler must be callable: handler(tx, rows)")
         if not isinstance(pending, str) or not pending:
