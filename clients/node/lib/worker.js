@@ -22,14 +22,14 @@ const MODES = ["lease", "session", "auto"];
 // the columns a fetch adds to the table's own (taken off before the handler sees a row)
 const KEY = "pg_claim:key", ROUTE = "pg_claim:route", FAILURE = "pg_claim:failure", RETRY = "pg_claim:retry";
 
+/** The most slots claim_leases serves (its error 22023 above that). */
+const MAX_LEASE_SLOTS = 1024;
+
 /**
  * A pg_claim worker: claims slots of a fleet, walks each held slot's share of
  * a table in batches (`my_items`) and hands each batch to `handler` inside a
  * transaction, fenced in lease mode. See README.md.
  */
-/** The most slots claim_leases serves (its error 22023 above that). */
-const MAX_LEASE_SLOTS = 1024;
-
 class Worker {
   /**
    * @param {import('../index').WorkerOptions} options

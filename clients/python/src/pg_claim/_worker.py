@@ -29,10 +29,9 @@ EventHook = Callable[[str, Dict[str, Any]], None]
 MODES = ("lease", "session", "auto")
 # the columns the fetch adds to the table's own (taken off before the handler sees a row)
 _KEY, _STATE, _RETRY = "__pg_claim_key", "__pg_claim_state", "__pg_claim_retry_in"
-
-
 # The most slots claim_leases serves (its error 22023 above that).
 MAX_LEASE_SLOTS = 1024
+
 
 class Error(Exception):
     """An error of the worker's set-up or configuration (not of an item)."""
