@@ -97,12 +97,17 @@ if [ "$pgss" = 1 ]; then
     bench_psql -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null 2>&1
 fi
 
+# rows marked done in each table when its scheme's last run ended
+declare -A done_before
+
 # table_of SCHEME: the table a scheme works on
 table_of() { echo "bench.limit_$1"; }
 
-# build W: the schemes' tables for W slots, every row pending
+# build W: the schemes' tables for W slots, every row pending (and counted
+# so in done_before)
 build() {
     local w="$1" s t
+    for s in "${schemes[@]}"; do done_before[$(table_of "$s")]=0; done
     {
         echo "SET client_min_messages = warning;"
         echo "DROP TABLE IF EXISTS bench.limit_rows;"
@@ -215,9 +220,28 @@ cpu_read() {
     echo "$pid $(cut -d' ' -f1 "/proc/$pid/schedstat") pooler"
 }
 
-declare -A done_before
 most=0
 count_done() { bench_psql -At -c "SELECT count(*) FROM $1 WHERE done"; }
+# low_table: whether a table has fewer than twice the most a run marked
+# still pending
+low_table() {
+    local s
+    for s in "${schemes[@]}"; do
+        ((rows - done_before[$(table_of "$s")] >= 2 * most)) || return 0
+    done
+    return 1
+}
+
+# settle SCHEME: the scheme's table vacuumed and the previous run's dirty
+# pages written out, before a run rather than by it
+settle() { bench_psql -c "VACUUM $(table_of "$1")" -c "CHECKPOINT" >/dev/null; }
+
+# pgbench_cmd SCHEME W PORT: sets cmd to the pgbench command line of a run
+# of the scheme with W clients for $secs s against PORT
+pgbench_cmd() {
+    cmd=("$pgbench" -n -M simple -c "$2" -j 2 -T "$secs" -D w="$2" -D rows="$rows" -D ready=0 -D token=0 -D part=none
+        -h 127.0.0.1 -p "$3" -f "$BENCH_TMP/$1.sql" postgres)
+}
 
 # run SCHEME W PORT: vacuums the scheme's table, runs the scheme with W
 # clients for $secs s against PORT and writes items/s and the server's mean
@@ -225,12 +249,11 @@ count_done() { bench_psql -At -c "SELECT count(*) FROM $1 WHERE done"; }
 run() {
     local scheme="$1" w="$2" port="$3" t done_ tps xacts ms=-
     t=$(table_of "$scheme")
-    # the previous run's dirty pages written out before this run, not by it
-    bench_psql -c "VACUUM $t" -c "CHECKPOINT" >/dev/null
+    settle "$scheme"
     [ "$pgss" != 1 ] || bench_psql -c "SELECT pg_stat_statements_reset()" >/dev/null
     cpu_read >"$BENCH_TMP/cpu.before"
-    /usr/bin/time -f '%U %S' -o "$BENCH_TMP/cpu.client" "$pgbench" -n -M simple -c "$w" -j 2 -T "$secs" -D w="$w" -D rows="$rows" -D ready=0 -D token=0 -D part=none \
-        -h 127.0.0.1 -p "$port" -f "$BENCH_TMP/$scheme.sql" postgres >"$BENCH_TMP/pgbench.out" 2>&1 ||
+    pgbench_cmd "$scheme" "$w" "$port"
+    /usr/bin/time -f '%U %S' -o "$BENCH_TMP/cpu.client" "${cmd[@]}" >"$BENCH_TMP/pgbench.out" 2>&1 ||
         { cat "$BENCH_TMP/pgbench.out" >&2; return 1; }
     cpu_read >"$BENCH_TMP/cpu.after"
     done_=$(count_done "$t")
@@ -266,12 +289,10 @@ echo "fencing and layouts through PgBouncer (transaction mode): $rows rows, batc
 # time of a fenced statement goes, which the throughput ratios, noisy on a
 # shared machine, cannot say
 profile() {
-    local scheme="$1" w="$2" p="$3" port="$4" t
-    t=$(table_of "$scheme")
-    bench_psql -c "VACUUM $t" -c "CHECKPOINT" >/dev/null
-    perf record -a --call-graph dwarf,16384 -F 999 -o "$BENCH_TMP/perf.data" -- \
-        "$pgbench" -n -M simple -c "$w" -j 2 -T "$secs" -D w="$w" -D rows="$rows" -D ready=0 -D token=0 -D part=none \
-        -h 127.0.0.1 -p "$port" -f "$BENCH_TMP/$scheme.sql" postgres >/dev/null 2>&1 ||
+    local scheme="$1" w="$2" p="$3" port="$4"
+    settle "$scheme"
+    pgbench_cmd "$scheme" "$w" "$port"
+    perf record -a --call-graph dwarf,16384 -F 999 -o "$BENCH_TMP/perf.data" -- "${cmd[@]}" >/dev/null 2>&1 ||
         { echo "limit: perf record failed for $scheme" >&2; return 1; }
     perf report -i "$BENCH_TMP/perf.data" --children --sort sym -q --comm postgres -g none 2>/dev/null |
         python3 -c "
@@ -301,8 +322,6 @@ for pair in $pairs; do
     build "$w"
     leases "$w"
     for s in "${schemes[@]}"; do script "$s" "$w" >"$BENCH_TMP/$s.sql"; done
-    done_before=()
-    for s in "${schemes[@]}"; do done_before[$(table_of "$s")]=0; done
     pgc_pgbouncer_start "$p" >/dev/null 2>&1
     # open the pool's P server connections before timing
     echo 'SELECT pg_sleep(0.01);' >"$BENCH_TMP/warm.sql"
@@ -314,14 +333,10 @@ for pair in $pairs; do
         # pending would leave each table twice its size, and a scheme whose
         # table was reset in another round than its twin's would meet
         # another table state)
-        for s in "${schemes[@]}"; do
-            if ((rows - done_before[$(table_of "$s")] < 2 * most)); then
-                pgc_log "limit: every table built again (every row pending) before round $((r + 1)) at W = $w"
-                build "$w"
-                for s in "${schemes[@]}"; do done_before[$(table_of "$s")]=0; done
-                break
-            fi
-        done
+        if low_table; then
+            pgc_log "limit: every table built again (every row pending) before round $((r + 1)) at W = $w"
+            build "$w"
+        fi
         n=${#schemes[@]}
         for ((k = 0; k < n; k++)); do
             s="${schemes[$(((k + r) % n))]}"
