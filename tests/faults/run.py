@@ -498,9 +498,18 @@ def drain(fleet, timeout=120):
 
 def check_new_tokens(fleet, t0, what):
     """Tokens first seen after t0 (newly issued: a lease holder that reclaims its
-    unexpired lease keeps its token) are greater than every token seen before."""
+    unexpired lease keeps its token) are greater than every token seen before.
+    A session holder's new token is written at its first fenced batch, which
+    can come after the fleet holds every slot again, and the holder history
+    records it at its next poll: the new tokens are waited for (15 s)."""
     before = {tok for h in fleet.history.values() for (t, _, tok) in h if t <= t0}
-    new = {tok for h in fleet.history.values() for (t, _, tok) in h if t > t0} - before
+
+    def issued():
+        return {tok for h in list(fleet.history.values()) for (t, _, tok) in list(h) if t > t0} - before
+    try:
+        new = poll(issued, 15, f"tokens issued after the {what}")
+    except Failure:
+        new = set()
     check(new and min(new) > max(before, default=0),
           f"tokens issued after the {what}: {sorted(new)[:3]}, not all above {max(before, default=0)}")
 
