@@ -25,10 +25,10 @@
 #                 shared transaction-level advisory lock of the kind fence
 #                 takes (in the fence lock's key range), alone;
 #   select_1      SELECT 1 \; share: a second statement in the message.
-# The control share_again runs share's statement on a table of its own,
-# built like share's; its ratio to share is what the tables and the machine
-# alone make of two identical schemes: the noise a fenced / unfenced ratio
-# is read against.
+# The controls share_again and part_again run share's and part's statements
+# on tables of their own, built like theirs; their ratios to share and part
+# are what the tables and the machine alone make of two identical schemes:
+# the noise a fenced / unfenced ratio is read against.
 # Leases are claimed before the runs (ttl 1 hour, slot c for client c), so
 # every fenced statement passes its check. The points (W, P) are (8, 8),
 # (32, 32) and (128, 64); at each point the schemes run in turn, R rounds,
@@ -47,8 +47,9 @@
 # with the index ((slot_of(id, W)), id) WHERE NOT done, the partitioned
 # schemes' hash-partitioned with modulus W), so that no scheme's run changes
 # the table another scheme runs on: a scheme and its fenced twin meet the
-# same table state round after round. When a run could drain a table, every
-# table is built again before the next round. Autovacuum is off for these tables, a
+# same table state round after round. Every table is built again before
+# every round (BENCH_LIMIT_FRESH), so that every run meets a table whose
+# rows are all pending. Autovacuum is off for these tables, a
 # CHECKPOINT precedes every run, and the server runs with shared_buffers =
 # 2GB for the duration (then restarted with its own setting): a run pays
 # for neither an autovacuum nor another run's dirty pages.
@@ -57,9 +58,15 @@
 # run), BENCH_LIMIT_ROUNDS (5), BENCH_LIMIT_PAIRS ("8:8 32:32 128:64"),
 # BENCH_LIMIT_SCHEMES (all of the above but lock_only and select_1, in
 # that order), BENCH_LIMIT_OUT
-# (docs), BENCH_LIMIT_PROFILE (schemes to run once more under perf at every
+# (docs), BENCH_LIMIT_FRESH (1, the default: every table built again
+# before every round, so that every run meets a table whose rows are all
+# pending; 0: only when a run could drain a table, quicker, but a table's
+# later runs are slower, up to 3x at W = 128, as its updated rows' new
+# versions spread over more pages, and a round's ratios then depend on
+# the order of its runs), BENCH_LIMIT_PROFILE (schemes to run once more under perf at every
 # point, printing where the server's CPU went: under the check, parsing,
-# planning, executing, committing, taking locks). Where the server loads
+# planning, executing, committing, taking locks; BENCH_LIMIT_PROFILE_DIR:
+# where to keep each profile's whole perf report). Where the server loads
 # pg_stat_statements, each scheme's server time per batch statement is
 # printed too.
 source "$(dirname "$0")/lib.sh"
@@ -82,7 +89,8 @@ rows="${BENCH_LIMIT_ROWS:-2000000}"
 secs="${BENCH_LIMIT_SECONDS:-2}"
 rounds="${BENCH_LIMIT_ROUNDS:-5}"
 pairs="${BENCH_LIMIT_PAIRS:-8:8 32:32 128:64}"
-read -r -a schemes <<<"$(tr ',' ' ' <<<"${BENCH_LIMIT_SCHEMES:-ranges,share,share_again,fenced,fenced_fence,part,part_fenced,parent,queue}")"
+fresh="${BENCH_LIMIT_FRESH:-1}"
+read -r -a schemes <<<"$(tr ',' ' ' <<<"${BENCH_LIMIT_SCHEMES:-ranges,share,share_again,fenced,fenced_fence,part,part_again,part_fenced,parent,queue}")"
 out_dir="${BENCH_LIMIT_OUT:-docs}"
 batch=50
 pgbench="$PGC_BIN/pgbench"
@@ -116,7 +124,7 @@ build() {
             t=$(table_of "$s")
             echo "DROP TABLE IF EXISTS $t;"
             case "$s" in
-            part | part_fenced | parent)
+            part | part_again | part_fenced | parent)
                 echo "CREATE TABLE $t (id bigint PRIMARY KEY, payload text NOT NULL, done boolean NOT NULL DEFAULT false) PARTITION BY HASH (id);"
                 echo "SELECT format('CREATE TABLE %s_%s PARTITION OF $t FOR VALUES WITH (MODULUS $w, REMAINDER %s)', '$t', r, r) FROM generate_series(0, $w - 1) r \\gexec"
                 echo "INSERT INTO $t (id, payload) SELECT id, payload FROM bench.limit_rows ORDER BY id;"
@@ -173,10 +181,10 @@ script() {
     fenced | fenced_fence | part_fenced)
         printf '%s\n' '\if :ready = 0' \
             "SELECT token FROM bench.limit_tokens WHERE slot = :client_id \\gset" ;;&
-    part | part_fenced)
+    part | part_again | part_fenced)
         [ "$1" = part_fenced ] || echo '\if :ready = 0'
         echo "SELECT slot_partition('$t', :client_id, :w) AS part \\gset" ;;&
-    fenced | fenced_fence | part | part_fenced)
+    fenced | fenced_fence | part | part_again | part_fenced)
         printf '%s\n' '\set ready 1' '\endif' ;;
     esac
     case "$1" in
@@ -193,7 +201,7 @@ script() {
         echo "SELECT pg_advisory_xact_lock_shared(12345, 271581184 + :client_id) \\; UPDATE $t SET done = true WHERE id IN (SELECT id FROM $t WHERE $share_where);" ;;
     select_1)
         echo "SELECT 1 \\; UPDATE $t SET done = true WHERE id IN (SELECT id FROM $t WHERE $share_where);" ;;
-    part)
+    part | part_again)
         echo "UPDATE :part SET done = true WHERE id IN (SELECT id FROM :part WHERE NOT done ORDER BY id LIMIT $batch);" ;;
     part_fenced)
         echo "UPDATE :part SET done = true WHERE id IN (SELECT id FROM :part WHERE NOT done ORDER BY id LIMIT $batch) AND lease_valid('limit_$2', :client_id, :token);" ;;
@@ -294,8 +302,9 @@ profile() {
     pgbench_cmd "$scheme" "$w" "$port"
     perf record -a --call-graph dwarf,16384 -F 999 -o "$BENCH_TMP/perf.data" -- "${cmd[@]}" >/dev/null 2>&1 ||
         { echo "limit: perf record failed for $scheme" >&2; return 1; }
-    perf report -i "$BENCH_TMP/perf.data" --children --sort sym -q --comm postgres -g none 2>/dev/null |
-        python3 -c "
+    perf report -i "$BENCH_TMP/perf.data" --children --sort sym -q --comm postgres -g none 2>/dev/null >"$BENCH_TMP/perf.txt"
+    [ -z "${BENCH_LIMIT_PROFILE_DIR:-}" ] || { mkdir -p "$BENCH_LIMIT_PROFILE_DIR" && cp "$BENCH_TMP/perf.txt" "$BENCH_LIMIT_PROFILE_DIR/$scheme-$w.txt"; }
+    python3 -c "
 import collections, sys
 want = {'lease_valid_wrapper': 'lease_valid', 'fence_wrapper': 'fence', 'pg_parse_query': 'parse',
         'pg_analyze_and_rewrite_fixedparams': 'analyze', 'pg_plan_queries': 'plan',
@@ -307,7 +316,7 @@ for line in sys.stdin:
     if len(f) >= 4 and f[-1] in want:
         got[want[f[-1]]] += float(f[0].rstrip('%'))
 print('profile: $scheme at W=$w P=$p, % of the server processes\' CPU samples, inclusive: '
-      + ', '.join(f'{k} {got[k]:.2f}' for k in want.values()))"
+      + ', '.join(f'{k} {got[k]:.2f}' for k in want.values()))" <"$BENCH_TMP/perf.txt"
 }
 
 read -r -a profiled <<<"$(tr ',' ' ' <<<"${BENCH_LIMIT_PROFILE:-}")"
@@ -333,7 +342,7 @@ for pair in $pairs; do
         # pending would leave each table twice its size, and a scheme whose
         # table was reset in another round than its twin's would meet
         # another table state)
-        if low_table; then
+        if ((r > 0)) && { [ "$fresh" = 1 ] || low_table; }; then
             pgc_log "limit: every table built again (every row pending) before round $((r + 1)) at W = $w"
             build "$w"
         fi
@@ -376,10 +385,11 @@ label = {
     "lock_only": "share + a shared advisory lock first",
     "select_1": "share + SELECT 1 first",
     "share_again": "share again, a table of its own (control)",
+    "part_again": "own partition again, a table of its own (control)",
 }
 color = {"ranges": "#444444", "share": "#1f77b4", "fenced": "#17becf", "fenced_fence": "#9467bd",
          "part": "#2ca02c", "part_fenced": "#bcbd22", "parent": "#ff7f0e", "queue": "#d62728",
-         "lock_only": "#000000", "select_1": "#888888", "share_again": "#aec7e8"}
+         "lock_only": "#000000", "select_1": "#888888", "share_again": "#aec7e8", "part_again": "#98df8a"}
 say = print
 for (w, p), by in sorted(rate.items()):
     base = by.get("ranges")
@@ -410,6 +420,9 @@ for (w, p), by in sorted(rate.items()):
         ("fenced_fence", "share", "SELECT fence(...) per transaction / unfenced share", 0.95),
         ("part_fenced", "part", "own partition + lease_valid / own partition unfenced", 0.95),
         ("share_again", "share", "share again (control) / share", None),
+        ("lock_only", "share", "a shared advisory lock first / share", None),
+        ("select_1", "share", "SELECT 1 first / share", None),
+        ("part_again", "part", "own partition again (control) / own partition", None),
         ("part", "share", "own partition / share of the whole table", None),
         ("parent", "part", "parent + my_items / own partition", None),
         ("share", "ranges", "share / ranges", None),
