@@ -322,10 +322,9 @@ def claims():
     got = {}
     t = threading.Thread(target=lambda: got.update(slot=one(d, "SELECT claim_slot('mailer', 2, interval '20 s')")))
     t.start()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and one(c, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
-                                                 "AND objid = 269484035 AND pid <> pg_backend_pid()") == 0:
-        time.sleep(0.02)
+    # the standby waits on the slot's lock before the slot is given back
+    eventually(lambda: one(c, "SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' "
+                              "AND objid = 269484035 AND pid <> pg_backend_pid()"))
     check(one(c, "SELECT claim_slots('mailer', 2, 2)") == [0], "claim_slots gives one back while a standby waits")
     t.join(15)
     check(got.get("slot") == 1, f"the waiting standby takes the slot given back ({got})")
