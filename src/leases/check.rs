@@ -22,6 +22,9 @@
 //!   commits, and the next check of the same token reads nothing: it takes
 //!   the lock, takes in the invalidations that committed before it, and finds
 //!   the row it remembered (its expiry still checked against the clock).
+//!   A check of a slot the session does not know reads the rows of the
+//!   slots around it too, and remembers them (`read_around` says why that
+//!   is safe): a pooled connection serves many workers' slots in turn.
 //! - In REPEATABLE READ and SERIALIZABLE, the row read through the
 //!   transaction's snapshot and locked `FOR KEY SHARE`, as PostgreSQL's
 //!   executor locks it; a row changed after the snapshot raises `40001`.
@@ -48,6 +51,7 @@ use std::ffi::{CStr, CString};
 /// The columns of `pg_claim_leases` the check reads, by attribute number.
 #[derive(Clone, Copy)]
 struct Columns {
+    slot: i32,
     token: i32,
     holder: i32,
     session: i32,
@@ -88,8 +92,9 @@ type Known = HashMap<String, HashMap<i32, Row>>;
 
 thread_local! {
     static LEASES: Cell<Option<Leases>> = const { Cell::new(None) };
-    /// the rows that passed in READ COMMITTED since the last invalidation
-    /// of the table
+    /// the rows read in READ COMMITTED since the last invalidation of the
+    /// table: the row of a slot that passed, and the rows of the slots
+    /// around it (`read_around`)
     static KNOWN: RefCell<Known> = RefCell::new(HashMap::new());
     static CALLBACK: Cell<bool> = const { Cell::new(false) };
 }
@@ -213,6 +218,7 @@ fn leases() -> Leases {
     let table = member_relation("pg_claim_leases", nsp, ext);
     let (index, guarded) = primary_key_and_guard(table);
     let cols = Columns {
+        slot: attnum(table, "slot"),
         token: attnum(table, "token"),
         holder: attnum(table, "holder"),
         session: attnum(table, "session"),
@@ -221,6 +227,7 @@ fn leases() -> Leases {
         last: 0,
     };
     let last = [
+        cols.slot,
         cols.token,
         cols.holder,
         cols.session,
@@ -245,9 +252,20 @@ fn leases() -> Leases {
 /// calling role has.
 ///
 /// # Safety
+/// As [`row_of`].
+unsafe fn passing(slot: *mut pg_sys::TupleTableSlot, cols: Columns, token: i64) -> Option<Row> {
+    row_of(slot, cols)
+        .map(|(_, row)| row)
+        .filter(|row| row.passes(token))
+}
+
+/// The slot number and what [`Row::passes`] reads of the row in `slot`;
+/// None for a slot no one holds (holder NULL).
+///
+/// # Safety
 /// `slot` holds a tuple of `pg_claim_leases`; its attributes up to
 /// `cols.last` are deformed.
-unsafe fn passing(slot: *mut pg_sys::TupleTableSlot, cols: Columns, token: i64) -> Option<Row> {
+unsafe fn row_of(slot: *mut pg_sys::TupleTableSlot, cols: Columns) -> Option<(i32, Row)> {
     let value = |att: i32| -> Option<pg_sys::Datum> {
         let i = (att - 1) as usize;
         if *(*slot).tts_isnull.add(i) {
@@ -263,7 +281,7 @@ unsafe fn passing(slot: *mut pg_sys::TupleTableSlot, cols: Columns, token: i64) 
         expires_at: value(cols.expires_at).map(|d| d.value() as i64),
         owner: value(cols.owner).map(|d| pg_sys::Oid::from(d.value() as u32)),
     };
-    row.passes(token).then_some(row)
+    Some((value(cols.slot)?.value() as i32, row))
 }
 
 impl Row {
@@ -323,24 +341,29 @@ fn valid(name: &str, slot: i32, token: i64) -> bool {
         return true;
     }
     let l = leases();
-    let row = if l.guarded {
-        read(l, name, slot, token, false)
-    } else {
+    let row = if !l.guarded {
         // the guard went away meanwhile: the row lock
         read(l, name, slot, token, true)
+    } else if known.is_some() {
+        // the row this session knew no longer passes for this token (a
+        // stale token, or a lease that expired): the row alone
+        read(l, name, slot, token, false).inspect(|&row| remember(name, [(slot, row)]))
+    } else {
+        // a slot this session does not know: the rows of the slots around
+        // it too, so that a pooled connection that serves many workers in
+        // turn reads the table once, not once per slot
+        let rows = read_around(l, name, slot);
+        let row = rows
+            .iter()
+            .find(|(s, _)| *s == slot)
+            .map(|&(_, row)| row)
+            .filter(|row| row.passes(token));
+        if row.is_some() {
+            remember(name, rows);
+        }
+        row
     };
     match row {
-        Some(row) if l.guarded => {
-            KNOWN.with_borrow_mut(|k| {
-                // a miss: counting over the names (a worker uses one or two)
-                // costs nothing next to the read that missed
-                if k.values().map(HashMap::len).sum::<usize>() >= MAX_KNOWN {
-                    k.clear();
-                }
-                k.entry(name.to_string()).or_default().insert(slot, row);
-            });
-            true
-        }
         Some(_) => true,
         None => {
             // a refused check holds nothing: this hold of the fence lock
@@ -353,30 +376,93 @@ fn valid(name: &str, slot: i32, token: i64) -> bool {
     }
 }
 
-/// The row of `slot` of `name` when it passes for `token`, read through the
-/// primary key: through the transaction's snapshot under REPEATABLE READ and
-/// SERIALIZABLE, else the latest one; with `lock`, locked `FOR KEY SHARE`
-/// (to the end of the transaction) as PostgreSQL's executor locks it.
-fn read(l: Leases, name: &str, slot: i32, token: i64, lock: bool) -> Option<Row> {
+/// Remember rows of `name` read in READ COMMITTED through the fence lock's
+/// protocol: each stays true for the session until a change of its slot
+/// commits, whose invalidation the next check of the slot takes in after
+/// taking the slot's fence lock (the module's comment).
+fn remember(name: &str, rows: impl IntoIterator<Item = (i32, Row)>) {
+    KNOWN.with_borrow_mut(|k| {
+        // a miss: counting over the names (a worker uses one or two) costs
+        // nothing next to the read that missed
+        if k.values().map(HashMap::len).sum::<usize>() >= MAX_KNOWN {
+            k.clear();
+        }
+        k.entry(name.to_string()).or_default().extend(rows);
+    });
+}
+
+/// The most slots on either side of the missed one that a miss reads.
+const AROUND: i32 = 256;
+
+/// The held slots of `name` from `slot - AROUND` to `slot + AROUND`, read
+/// through the primary key with the latest snapshot, in READ COMMITTED,
+/// without row locks.
+///
+/// Why a row of another slot, read without that slot's fence lock, can be
+/// remembered: the snapshot is taken after this check took the invalidations
+/// that committed before it. A change of that slot that this read does not
+/// see commits after the snapshot was taken, and sends its invalidation
+/// when it commits, before it gives the slot's fence lock up; the next check
+/// of that slot takes the fence lock first, then the invalidations, and so
+/// forgets the row before it would use it. A change this read does see was
+/// committed already: the row is the new one.
+fn read_around(l: Leases, name: &str, slot: i32) -> Vec<(i32, Row)> {
+    let (lo, hi) = (
+        slot.saturating_sub(AROUND).max(0),
+        slot.saturating_add(AROUND).min(MAX_KEY_INDEX - 1),
+    );
+    let keys = [
+        (pg_sys::BTGreaterEqualStrategyNumber, pg_sys::F_INT4GE, lo),
+        (pg_sys::BTLessEqualStrategyNumber, pg_sys::F_INT4LE, hi),
+    ];
+    // SAFETY: as in `read`, without the tuple lock; the scan's tuples are
+    // deformed before they are read
+    with_scan(l, name, &keys, false, |_, _, scan, tslot| unsafe {
+        let mut rows = Vec::new();
+        while pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, tslot) {
+            pg_sys::slot_getsomeattrs_int(tslot, l.cols.last);
+            rows.extend(row_of(tslot, l.cols));
+        }
+        rows
+    })
+}
+
+/// Runs `body` over an index scan of `pg_claim_leases`'s primary key for
+/// the rows of `name` whose slot meets every `(strategy, int4 comparison,
+/// value)` of `slot_keys`, with a slot of the table's kind; the snapshot is
+/// the transaction's with `xact_snapshot`, else the latest one. `body` gets
+/// the table, the snapshot, the scan and the slot.
+///
+/// The standard sequence of an index scan, as PostgreSQL's executor does
+/// for a SELECT: the relations opened with RowShareLock (kept to the end of
+/// the transaction, as a statement that locks rows keeps it) and
+/// AccessShareLock, a registered snapshot; everything is closed before
+/// returning. An ERROR unwinds through PostgreSQL's resource owners, which
+/// release the relations, the snapshot and the buffers.
+fn with_scan<R>(
+    l: Leases,
+    name: &str,
+    slot_keys: &[(u32, u32, i32)],
+    xact_snapshot: bool,
+    body: impl FnOnce(
+        pg_sys::Relation,
+        pg_sys::Snapshot,
+        pg_sys::IndexScanDesc,
+        *mut pg_sys::TupleTableSlot,
+    ) -> R,
+) -> R {
     let cname = CString::new(name).unwrap_or_default();
-    // SAFETY: the standard sequence of an index scan and a tuple lock, as
-    // PostgreSQL's executor does for SELECT ... FOR KEY SHARE: the relations
-    // opened with RowShareLock (kept to the end of the transaction, as a
-    // statement keeps it) and AccessShareLock, a registered snapshot, a slot
-    // of the table's kind; everything is closed before returning. An ERROR
-    // (a lock wait cancelled) unwinds through PostgreSQL's resource owners,
-    // which release the relations, the snapshot and the buffers.
+    // SAFETY: as the comment above says
     unsafe {
         let rel = pg_sys::table_open(l.table, pg_sys::RowShareLock as pg_sys::LOCKMODE);
         let idx = pg_sys::index_open(l.index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        let xact_snapshot = pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32;
         let snapshot = pg_sys::RegisterSnapshot(if xact_snapshot {
             pg_sys::GetTransactionSnapshot()
         } else {
             pg_sys::GetLatestSnapshot()
         });
         let tslot = pg_sys::table_slot_create(rel, std::ptr::null_mut());
-        let mut keys: [pg_sys::ScanKeyData; 2] = std::mem::zeroed();
+        let mut keys: Vec<pg_sys::ScanKeyData> = vec![std::mem::zeroed(); 1 + slot_keys.len()];
         let name_text = pg_sys::cstring_to_text(cname.as_ptr());
         pg_sys::ScanKeyEntryInitialize(
             &mut keys[0],
@@ -388,77 +474,117 @@ fn read(l: Leases, name: &str, slot: i32, token: i64, lock: bool) -> Option<Row>
             pg_sys::RegProcedure::from(pg_sys::F_TEXTEQ),
             pg_sys::Datum::from(name_text),
         );
-        pg_sys::ScanKeyEntryInitialize(
-            &mut keys[1],
-            0,
-            2,
-            pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
-            pg_sys::InvalidOid,
-            pg_sys::InvalidOid,
-            pg_sys::RegProcedure::from(pg_sys::F_INT4EQ),
-            pg_sys::Datum::from(slot),
-        );
-        let scan = compat::index_beginscan(rel, idx, snapshot, 2, 0);
-        pg_sys::index_rescan(scan, keys.as_mut_ptr(), 2, std::ptr::null_mut(), 0);
-        let found =
-            pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, tslot);
-        let mut ok = None;
-        if found {
-            pg_sys::slot_getsomeattrs_int(tslot, l.cols.last);
-            ok = passing(tslot, l.cols, token);
-            if ok.is_some() && lock {
-                let mut tid = (*tslot).tts_tid;
-                let mut tmfd: pg_sys::TM_FailureData = Default::default();
-                let lock = (*(*rel).rd_tableam)
-                    .tuple_lock
-                    .expect("a table access method locks tuples");
-                // as PostgreSQL's executor locks rows: the versions an
-                // update in progress makes are locked too (waiting for it),
-                // and in READ COMMITTED the newest version is locked
-                let mut flags = pg_sys::TUPLE_LOCK_FLAG_LOCK_UPDATE_IN_PROGRESS as u8;
-                if !xact_snapshot {
-                    flags |= pg_sys::TUPLE_LOCK_FLAG_FIND_LAST_VERSION as u8;
-                }
-                let r = lock(
-                    rel,
-                    &mut tid,
-                    snapshot,
-                    tslot,
-                    pg_sys::GetCurrentCommandId(true),
-                    pg_sys::LockTupleMode::LockTupleKeyShare,
-                    pg_sys::LockWaitPolicy::LockWaitBlock,
-                    flags,
-                    &mut tmfd,
-                );
-                match r {
-                    pg_sys::TM_Result::TM_Ok => {
-                        // a newer version was locked: it must pass too
-                        if tmfd.traversed {
-                            pg_sys::slot_getsomeattrs_int(tslot, l.cols.last);
-                            ok = passing(tslot, l.cols, token);
-                        }
-                    }
-                    // changed by this transaction itself since the scan
-                    pg_sys::TM_Result::TM_SelfModified => ok = None,
-                    pg_sys::TM_Result::TM_Updated | pg_sys::TM_Result::TM_Deleted
-                        if xact_snapshot =>
-                    {
-                        raise(
-                            PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
-                            "could not serialize access due to concurrent update".to_string(),
-                            "The slot changed hands or was given back after this transaction's snapshot: treat the lease as lost, as PC001.",
-                        );
-                    }
-                    _ => ok = None,
-                }
-            }
+        for (key, &(strategy, proc_, value)) in keys[1..].iter_mut().zip(slot_keys) {
+            pg_sys::ScanKeyEntryInitialize(
+                key,
+                0,
+                2,
+                strategy as pg_sys::StrategyNumber,
+                pg_sys::InvalidOid,
+                pg_sys::InvalidOid,
+                pg_sys::RegProcedure::from(proc_),
+                pg_sys::Datum::from(value),
+            );
         }
+        let nkeys = keys.len() as i32;
+        let scan = compat::index_beginscan(rel, idx, snapshot, nkeys, 0);
+        pg_sys::index_rescan(scan, keys.as_mut_ptr(), nkeys, std::ptr::null_mut(), 0);
+        let r = body(rel, snapshot, scan, tslot);
         pg_sys::index_endscan(scan);
         pg_sys::ExecDropSingleTupleTableSlot(tslot);
         pg_sys::UnregisterSnapshot(snapshot);
         pg_sys::index_close(idx, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         pg_sys::table_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
-        ok
+        r
+    }
+}
+
+/// The row of `slot` of `name` when it passes for `token`, read through the
+/// primary key: through the transaction's snapshot under REPEATABLE READ and
+/// SERIALIZABLE, else the latest one; with `lock`, locked `FOR KEY SHARE`
+/// (to the end of the transaction) as PostgreSQL's executor locks it.
+fn read(l: Leases, name: &str, slot: i32, token: i64, lock: bool) -> Option<Row> {
+    // SAFETY: reads the transaction's isolation level
+    let xact_snapshot = unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32;
+    let keys = [(pg_sys::BTEqualStrategyNumber, pg_sys::F_INT4EQ, slot)];
+    // SAFETY: `with_scan`'s scan and slot, the tuple deformed before it is
+    // read
+    with_scan(
+        l,
+        name,
+        &keys,
+        xact_snapshot,
+        |rel, snapshot, scan, tslot| unsafe {
+            if !pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, tslot)
+            {
+                return None;
+            }
+            pg_sys::slot_getsomeattrs_int(tslot, l.cols.last);
+            let row = passing(tslot, l.cols, token)?;
+            if lock {
+                lock_row(l, rel, snapshot, tslot, xact_snapshot, token)
+            } else {
+                Some(row)
+            }
+        },
+    )
+}
+
+/// Locks the row in `tslot` `FOR KEY SHARE` as PostgreSQL's executor locks
+/// rows: the versions an update in progress makes are locked too (waiting
+/// for it), and in READ COMMITTED the newest version is locked, which must
+/// pass for `token` too. Under REPEATABLE READ and SERIALIZABLE a row
+/// changed since the snapshot raises 40001.
+///
+/// # Safety
+/// `tslot` holds a row of `rel` (`pg_claim_leases`, opened with
+/// RowShareLock) read through `snapshot`; an ERROR (a lock wait cancelled)
+/// unwinds through PostgreSQL's resource owners.
+unsafe fn lock_row(
+    l: Leases,
+    rel: pg_sys::Relation,
+    snapshot: pg_sys::Snapshot,
+    tslot: *mut pg_sys::TupleTableSlot,
+    xact_snapshot: bool,
+    token: i64,
+) -> Option<Row> {
+    let mut tid = (*tslot).tts_tid;
+    let mut tmfd: pg_sys::TM_FailureData = Default::default();
+    let lock = (*(*rel).rd_tableam)
+        .tuple_lock
+        .expect("a table access method locks tuples");
+    let mut flags = pg_sys::TUPLE_LOCK_FLAG_LOCK_UPDATE_IN_PROGRESS as u8;
+    if !xact_snapshot {
+        flags |= pg_sys::TUPLE_LOCK_FLAG_FIND_LAST_VERSION as u8;
+    }
+    let r = lock(
+        rel,
+        &mut tid,
+        snapshot,
+        tslot,
+        pg_sys::GetCurrentCommandId(true),
+        pg_sys::LockTupleMode::LockTupleKeyShare,
+        pg_sys::LockWaitPolicy::LockWaitBlock,
+        flags,
+        &mut tmfd,
+    );
+    match r {
+        pg_sys::TM_Result::TM_Ok => {
+            // a newer version was locked: it must pass too (the slot holds
+            // whichever version was locked)
+            pg_sys::slot_getsomeattrs_int(tslot, l.cols.last);
+            passing(tslot, l.cols, token)
+        }
+        // changed by this transaction itself since the scan
+        pg_sys::TM_Result::TM_SelfModified => None,
+        pg_sys::TM_Result::TM_Updated | pg_sys::TM_Result::TM_Deleted if xact_snapshot => {
+            raise(
+                PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+                "could not serialize access due to concurrent update".to_string(),
+                "The slot changed hands or was given back after this transaction's snapshot: treat the lease as lost, as PC001.",
+            );
+        }
+        _ => None,
     }
 }
 

@@ -44,3 +44,23 @@ SELECT slot AS s2, token AS tok2 FROM claim_lease('lo', 2, 'brief', '10 millisec
 SELECT pg_sleep(0.05);
 UPDATE lo_items SET done = true WHERE slot_of(id, 2) = :s2 AND lease_valid('lo', :s2, :tok2);
 SELECT count(*) FILTER (WHERE done AND slot_of(id, 2) = :s2) AS written_with_expired_token FROM lo_items;
+
+-- A check of a slot the session does not know reads the rows of the slots
+-- around it (256 on either side) and remembers them: behind a transaction
+-- pooler one server connection checks many workers' slots in turn. 600
+-- slots checked in one transaction take three reads of the primary key;
+-- a stale token is still refused, each one after a read of its slot's row.
+CREATE TEMP TABLE lo_tokens AS SELECT slot, token FROM claim_leases('lo_many', 600, 'worker', 600, '1 hour');
+SELECT count(*) AS claimed FROM lo_tokens;
+-- (the counter also holds this session's reads not yet reported: the
+-- reads are the differences within one transaction)
+BEGIN;
+SELECT pg_stat_get_xact_numscans('pg_claim_leases_pkey'::regclass) AS r0 \gset
+SELECT count(*) FILTER (WHERE lease_valid('lo_many', slot, token)) AS passed,
+       pg_stat_get_xact_numscans('pg_claim_leases_pkey'::regclass) - :r0 AS reads
+FROM lo_tokens;
+SELECT pg_stat_get_xact_numscans('pg_claim_leases_pkey'::regclass) AS r1 \gset
+SELECT count(*) FILTER (WHERE lease_valid('lo_many', slot, token - 1)) AS stale_passed,
+       pg_stat_get_xact_numscans('pg_claim_leases_pkey'::regclass) - :r1 AS reads
+FROM lo_tokens;
+COMMIT;

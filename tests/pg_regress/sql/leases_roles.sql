@@ -54,6 +54,13 @@ SET ROLE lr_a;
 SELECT slot, holder, token = (SELECT token FROM lr_got WHERE who = 'a') AS same_token FROM lease_holders('lr');
 SELECT renew_lease('lr', 0, (SELECT token FROM lr_got WHERE who = 'a')) IS NOT NULL AS renewed;
 SELECT fence('lr', 0, (SELECT token FROM lr_got WHERE who = 'a'));
+-- the session now remembers a's row; to b, in the same session, a's token
+-- is still wrong
+RESET ROLE;
+SET ROLE lr_b;
+SELECT lease_valid('lr', 0, (SELECT token FROM lr_got WHERE who = 'a')) AS valid_to_b;
+RESET ROLE;
+SET ROLE lr_a;
 SELECT release_lease('lr', 0, (SELECT token FROM lr_got WHERE who = 'a')) AS released;
 RESET ROLE;
 -- released: now b may lease the name, with a greater token
