@@ -10,8 +10,10 @@
 # one run; then, on a direct connection with one client, the cost of
 # claim_lease (a re-claim), renew_lease and fence per call, and what
 # lease_valid adds to a 50-item batch, in microseconds and (with valgrind) in
-# instructions, which the machine's load does not change. Through a pool of P connections the
-# queue contends like P workers, not W: the table has both columns.
+# instructions, which the machine's load does not change, and in
+# instructions what fence once per transaction adds to it, beside SELECT 1.
+# Through a pool of P connections the queue contends like P workers, not W:
+# the table has both columns.
 #
 # Knobs: BENCH_LEASE_ITEMS (default 1000000), BENCH_LEASE_SECONDS (5 per run),
 # BENCH_LEASE_PAIRS ("1:1 8:8 32:32 128:64 128:16").
@@ -142,7 +144,7 @@ CREATE TABLE bench.lease_items (id bigint PRIMARY KEY, payload text NOT NULL, do
 INSERT INTO bench.lease_items (id, payload) SELECT g, md5(g::text) FROM generate_series(1, 100000) g;
 CREATE INDEX ON bench.lease_items ((slot_of(id, 8)), id);
 VACUUM ANALYZE bench.lease_items;
-SELECT token FROM claim_lease('bench', 8, 'cost');
+SELECT token FROM claim_lease('bench', 8, 'cost', '1 hour');
 SQL
     )
     [ -n "$cg_token" ] || { echo "callgrind: the set-up of the single-user server failed" >&2; exit 1; }
@@ -160,8 +162,49 @@ SQL
         echo $(((many - one) / 200))
     }
     with_i=$(per_statement "$batch_sql AND (SELECT lease_valid('bench', 0, $cg_token));")
+    natural_i=$(per_statement "$batch_sql AND lease_valid('bench', 0, $cg_token);")
     without_i=$(per_statement "$batch_sql;")
+    # fence once per transaction: a line of two statements is one query
+    # string, one transaction; beside it the same with SELECT 1, a statement
+    # of the same shape that checks nothing
+    fence_i=$(per_statement "SELECT fence('bench', 0, $cg_token); $batch_sql;")
+    select1_i=$(per_statement "SELECT 1; $batch_sql;")
     python3 -c "
-w = $with_i; o = $without_i
-print(f'ratio in instructions (callgrind, single-user server, simple protocol): a 50-item batch with lease_valid / without = {w / o:.3f}x ({w:,} vs {o:,} instructions)')"
+w = $with_i; n = $natural_i; o = $without_i; f = $fence_i; s = $select1_i
+print(f'ratio in instructions (callgrind, single-user server, simple protocol): a 50-item batch with (SELECT lease_valid(...)) / without = {w / o:.3f}x ({w:,} vs {o:,} instructions)')
+print(f'ratio in instructions: a 50-item batch with AND lease_valid(...) / without = {n / o:.3f}x ({n:,} instructions)')
+print(f'ratio in instructions: SELECT fence(...); then the batch, one transaction / the batch alone = {f / o:.3f}x ({f:,} instructions); SELECT 1; then the batch / alone = {s / o:.3f}x ({s:,})')"
+    # Where the instructions of SELECT fence(...) go, beside SELECT 1: each
+    # run 201 times and once under callgrind, and callgrind_annotate's
+    # inclusive count of a few functions of the server, per statement
+    keep() { # NAME SQL: callgrind_annotate --inclusive of K = 201 and K = 1
+        local k i
+        for k in 201 1; do
+            for ((i = 0; i < k; i++)); do printf '%s\n' "$2"; done |
+                single valgrind --tool=callgrind --callgrind-out-file="$cg/$1.$k" >"$cg/out" 2>&1
+            ! grep -m1 ERROR "$cg/out" >&2 || exit 1
+            callgrind_annotate --inclusive=yes --threshold=100 "$cg/$1.$k" >"$cg/$1.$k.txt"
+        done
+    }
+    keep select_1 "SELECT 1;"
+    keep fence "SELECT fence('bench', 0, $cg_token);"
+    python3 - "$cg" <<'PY'
+import re, sys
+def per_statement(name):
+    counts = {}
+    for k in (201, 1):
+        for line in open(f"{sys.argv[1]}/{name}.{k}.txt"):
+            m = re.match(r"\s*([\d,]+) \(\s*[\d.]+%\)\s+\S*:(\S+)", line)
+            if m:
+                f = m.group(2).split("::")[-1]
+                counts.setdefault(f, {}).setdefault(k, int(m.group(1).replace(",", "")))
+    return {f: (c.get(201, 0) - c.get(1, 0)) / 200 for f, c in counts.items()}
+one, fence = per_statement("select_1"), per_statement("fence")
+parts = [("parse", "pg_parse_query"), ("analysis", "pg_analyze_and_rewrite_fixedparams"),
+         ("planning", "pg_plan_queries"), ("the call", "fence_wrapper"),
+         ("commit", "CommitTransactionCommand"), ("releasing the locks at commit", "ProcReleaseLocks"),
+         ("the whole statement", "PostgresMain")]
+print("instructions per statement, SELECT fence(...) - SELECT 1 (callgrind_annotate --inclusive): "
+      + ", ".join(f"{label} {fence.get(f, 0) - one.get(f, 0):+,.0f}" for label, f in parts))
+PY
 fi
