@@ -148,10 +148,12 @@ SELECT token FROM claim_lease('bench', 8, 'cost', '1 hour');
 SQL
     )
     [ -n "$cg_token" ] || { echo "callgrind: the set-up of the single-user server failed" >&2; exit 1; }
-    instructions() { # K SQL: instructions of a single-user server running SQL K times
+    # K SQL [FILE]: instructions of a single-user server running SQL K times
+    # (callgrind's profile kept in FILE when given)
+    instructions() {
         local i
         for ((i = 0; i < $1; i++)); do printf '%s\n' "$2"; done |
-            single valgrind --tool=callgrind --callgrind-out-file=/dev/null >"$cg/out" 2>&1
+            single valgrind --tool=callgrind --callgrind-out-file="${3:-/dev/null}" >"$cg/out" 2>&1
         ! grep -m1 ERROR "$cg/out" >&2 || exit 1
         sed -n 's/.*Collected : //p' "$cg/out"
     }
@@ -178,11 +180,9 @@ print(f'ratio in instructions: SELECT fence(...); then the batch, one transactio
     # run 201 times and once under callgrind, and callgrind_annotate's
     # inclusive count of a few functions of the server, per statement
     keep() { # NAME SQL: callgrind_annotate --inclusive of K = 201 and K = 1
-        local k i
+        local k
         for k in 201 1; do
-            for ((i = 0; i < k; i++)); do printf '%s\n' "$2"; done |
-                single valgrind --tool=callgrind --callgrind-out-file="$cg/$1.$k" >"$cg/out" 2>&1
-            ! grep -m1 ERROR "$cg/out" >&2 || exit 1
+            instructions "$k" "$2" "$cg/$1.$k" >/dev/null
             callgrind_annotate --inclusive=yes --threshold=100 "$cg/$1.$k" >"$cg/$1.$k.txt"
         done
     }
@@ -190,7 +190,7 @@ print(f'ratio in instructions: SELECT fence(...); then the batch, one transactio
     keep fence "SELECT fence('bench', 0, $cg_token);"
     python3 - "$cg" <<'PY'
 import re, sys
-def per_statement(name):
+def per_call(name):
     counts = {}
     for k in (201, 1):
         for line in open(f"{sys.argv[1]}/{name}.{k}.txt"):
@@ -199,7 +199,7 @@ def per_statement(name):
                 f = m.group(2).split("::")[-1]
                 counts.setdefault(f, {}).setdefault(k, int(m.group(1).replace(",", "")))
     return {f: (c.get(201, 0) - c.get(1, 0)) / 200 for f, c in counts.items()}
-one, fence = per_statement("select_1"), per_statement("fence")
+one, fence = per_call("select_1"), per_call("fence")
 parts = [("parse", "pg_parse_query"), ("analysis", "pg_analyze_and_rewrite_fixedparams"),
          ("planning", "pg_plan_queries"), ("the call", "fence_wrapper"),
          ("commit", "CommitTransactionCommand"), ("releasing the locks at commit", "ProcReleaseLocks"),
