@@ -133,4 +133,4 @@ def test_batch_carries_its_slot():
 
 
 def test_version():
-    assert pg_claim.__version__ == "0.5.0"
+    assert pg_claim.__version__ == "0.6.0"

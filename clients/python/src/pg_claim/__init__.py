@@ -16,7 +16,7 @@ from ._metrics import Stats
 from ._worker import (Batch, Error, Handler, PoolerError, Worker, make_holder,
                       transient)
 
-__version__ = "0.5.0"
+__version__ = "0.6.0"
 
 __all__ = ["Batch", "Error", "Handler", "Held", "PoolerError", "Stats", "Worker",
            "make_holder", "transient", "__version__"]
