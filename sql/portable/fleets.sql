@@ -61,6 +61,30 @@ BEGIN
         expr, join_);
 END $$;
 
+-- The fleet views' backlog query: the text of the extension's
+-- pg_claim_fleet_backlog_query (parameters: $1 n, $2 the items that are not
+-- claimable), slot_backlog's columns and claimable.
+CREATE FUNCTION @extschema@.pg_claim_fleet_backlog_query(
+    rel oid, n integer, pending text, key text, route text, method text, age text)
+RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    b record;
+    p record;
+BEGIN
+    SELECT * INTO b FROM @extschema@.pg_claim_backlog_parts(rel, n, pending, key, route, method, age, 'slot_backlog');
+    SELECT * INTO p FROM @extschema@.pg_claim_items_parts(rel, n, key, coalesce(method, 'auto'), NULL, NULL, 'slot_backlog');
+    RETURN pg_catalog.format(
+        'SELECT g.slot, COALESCE(c.backlog, 0::pg_catalog.int8) AS backlog, c.oldest, c.claimable FROM pg_catalog.generate_series(0, $1 OPERATOR(pg_catalog.-) 1) AS g(slot) LEFT JOIN (SELECT %s AS slot, pg_catalog.count(*) AS backlog, %s AS oldest, %s AS claimable FROM %s WHERE %s GROUP BY 1) AS c ON c.slot OPERATOR(pg_catalog.=) g.slot ORDER BY g.slot',
+        b.mapexpr,
+        CASE WHEN b.agecol IS NULL THEN 'NULL::pg_catalog.timestamptz'
+             ELSE pg_catalog.format('pg_catalog.min(%s)::pg_catalog.timestamptz', b.agecol) END,
+        CASE WHEN b.agecol IS NULL THEN 'NULL::pg_catalog.timestamptz'
+             ELSE pg_catalog.format('(pg_catalog.min(%s) FILTER (WHERE NOT ((%s)::pg_catalog.text OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.text[]))))::pg_catalog.timestamptz',
+                                    b.agecol, p.keycol) END,
+        b.tbl, b.pendexpr);
+END $$;
+
 -- Whether `role` may replace or drop a definition that belongs to `owner`:
 -- with the privileges of the owner (a member of it), or of the installing
 -- role, which owns the table of definitions (the extension's owner in the

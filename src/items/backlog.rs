@@ -39,6 +39,8 @@ struct Resolved {
     pending: Option<String>,
     /// the quoted age column
     age: Option<String>,
+    /// the quoted key column (failure records name items by it), when asked
+    key: Option<String>,
 }
 
 /// Check the arguments of slot_backlog (or define_fleet: `pending` may then
@@ -54,6 +56,7 @@ fn resolve(
     route: Option<&str>,
     method: Option<&str>,
     age: Option<&str>,
+    want_key: bool,
 ) -> Resolved {
     let relid = relid.unwrap_or_else(|| null_value("tbl", ARGS_HINT));
     let n = check_n(n, fn_name);
@@ -90,6 +93,7 @@ fn resolve(
     super::resolve::check_mapping_resolves(&mapping, &route, &ext);
     let pending = pending.map(|p| table.pending(p).sql);
     let age = age.map(|name| age_column(&table, name));
+    let key = want_key.then(|| table.key(key, fn_name).quoted);
     Resolved {
         slot_expr: mapping.expr(
             &ext.quoted,
@@ -99,6 +103,7 @@ fn resolve(
         table: table.quoted.clone(),
         pending,
         age,
+        key,
     }
 }
 
@@ -158,6 +163,7 @@ slot_backlog_query, |fcinfo| {
             arg::<&str>(fcinfo, 4),
             arg::<&str>(fcinfo, 5),
             arg::<&str>(fcinfo, 6),
+            false,
         );
         // A long count stops soon after its client goes away.
         crate::backend::settings::apply_client_check(false);
@@ -166,6 +172,42 @@ slot_backlog_query, |fcinfo| {
             &r.slot_expr,
             r.pending.as_deref().unwrap_or("true"),
             r.age.as_deref(),
+        )
+        .into_datum()
+        .unwrap_or_else(|| crate::backend::error::internal("return the query text", ""))
+    }
+});
+
+pg_claim_fn!(guarded
+/// `pg_claim_fleet_backlog_query(rel oid, n, pending, key, route, method,
+/// age) RETURNS text` (internal): slot_backlog's query with a fourth
+/// column, `claimable`, the oldest pending row whose key is not one of the
+/// items $2 (text[]: the fleet's dead items and those waiting for a retry).
+/// Parameters: $1 n, $2 the items.
+///
+fleet_backlog_query, |fcinfo| {
+    // SAFETY: this call's fcinfo, declared in sql/fleets.sql
+    unsafe {
+        let r = resolve(
+            catalog::calling_function(fcinfo),
+            "slot_backlog",
+            arg::<pg_sys::Oid>(fcinfo, 0),
+            arg::<i32>(fcinfo, 1),
+            arg::<&str>(fcinfo, 2),
+            arg::<&str>(fcinfo, 3),
+            arg::<&str>(fcinfo, 4),
+            arg::<&str>(fcinfo, 5),
+            arg::<&str>(fcinfo, 6),
+            true,
+        );
+        crate::backend::settings::apply_client_check(false);
+        let key = r.key.as_deref().unwrap_or_else(|| crate::backend::error::internal("resolve the key column", ""));
+        claimable_sql(
+            &r.table,
+            &r.slot_expr,
+            r.pending.as_deref().unwrap_or("true"),
+            r.age.as_deref(),
+            key,
         )
         .into_datum()
         .unwrap_or_else(|| crate::backend::error::internal("return the query text", ""))
@@ -291,6 +333,7 @@ unsafe fn check_definition(fcinfo: pg_sys::FunctionCallInfo) {
             route,
             method,
             arg::<&str>(fcinfo, 7),
+            false,
         );
         failures_query(func, relid, n, key, route, method);
     }
@@ -381,6 +424,39 @@ pub fn backlog_sql(rel: &str, slot_expr: &str, pending: &str, age: Option<&str>)
     )
 }
 
+/// The fleet views' backlog query: [`backlog_sql`]'s columns and
+/// `claimable`, the smallest `age` among the pending rows whose key, as
+/// text, is not one of the items $2 (text[]). Parameters: $1 n, $2 items.
+pub fn claimable_sql(
+    rel: &str,
+    slot_expr: &str,
+    pending: &str,
+    age: Option<&str>,
+    key: &str,
+) -> String {
+    let (oldest, claimable) = match age {
+        Some(a) => (
+            format!("pg_catalog.min({a})::pg_catalog.timestamptz"),
+            format!(
+                "(pg_catalog.min({a}) FILTER (WHERE NOT (({key})::pg_catalog.text \
+                 OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.text[]))))::pg_catalog.timestamptz"
+            ),
+        ),
+        None => (
+            "NULL::pg_catalog.timestamptz".to_string(),
+            "NULL::pg_catalog.timestamptz".to_string(),
+        ),
+    };
+    format!(
+        "SELECT g.slot, COALESCE(c.backlog, 0::pg_catalog.int8) AS backlog, c.oldest, c.claimable \
+         FROM pg_catalog.generate_series(0, $1 OPERATOR(pg_catalog.-) 1) AS g(slot) \
+         LEFT JOIN (SELECT {slot_expr} AS slot, pg_catalog.count(*) AS backlog, {oldest} AS oldest, \
+                    {claimable} AS claimable \
+                    FROM {rel} WHERE {pending} GROUP BY 1) AS c ON c.slot OPERATOR(pg_catalog.=) g.slot \
+         ORDER BY g.slot"
+    )
+}
+
 /// The query that counts failure records per slot: `slot_expr` maps the
 /// item (cast to the key's type), or the joined row's route column.
 /// Parameters: $1 items (text[]), $2 dead (boolean[]).
@@ -412,6 +488,24 @@ mod tests {
         );
         assert!(backlog_sql("t", "e", "NOT done", None)
             .contains("NULL::pg_catalog.timestamptz AS oldest"));
+    }
+
+    #[test]
+    fn claimable_sql_shapes() {
+        let q = claimable_sql(
+            "public.outbox",
+            "s.slot_of(id, 8)",
+            "sent_at IS NULL",
+            Some("created_at"),
+            "id",
+        );
+        assert!(q.contains(
+            "(pg_catalog.min(created_at) FILTER (WHERE NOT ((id)::pg_catalog.text \
+             OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.text[]))))::pg_catalog.timestamptz AS claimable"
+        ));
+        assert!(q.starts_with("SELECT g.slot, COALESCE(c.backlog, 0::pg_catalog.int8) AS backlog, c.oldest, c.claimable"));
+        assert!(claimable_sql("t", "e", "NOT done", None, "k")
+            .contains("NULL::pg_catalog.timestamptz AS claimable"));
     }
 
     #[test]

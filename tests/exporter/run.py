@@ -40,10 +40,10 @@ DB = "pg_claim_exporter"
 OTHER_DB = "pg_claim_exporter_other"
 MONITOR = "exporter_monitor"
 
-SLOT_METRICS = ["pending", "oldest_pending_seconds", "holder_present", "unserved_seconds",
-                "failing_items", "dead_items"]
+SLOT_METRICS = ["pending", "oldest_pending_seconds", "oldest_claimable_seconds", "holder_present",
+                "unserved_seconds", "failing_items", "dead_items"]
 FLEET_METRICS = ["slots", "holders", "unserved_slots", "pending_items", "oldest_pending_seconds",
-                 "failing_items", "dead_items"]
+                 "oldest_claimable_seconds", "failing_items", "dead_items"]
 
 failures = []
 
@@ -171,9 +171,12 @@ def setup(admin):
     c.execute("""CREATE TABLE tasks (id bigint PRIMARY KEY, payload text, finished_at timestamptz)""")
     c.execute("INSERT INTO tasks SELECT g, 'p', CASE WHEN g % 3 = 0 THEN now() END FROM generate_series(1, 300) g")
     c.execute("SELECT define_fleet('leased', 'tasks', 3, pending => 'finished_at')")
-    # failures: a failing item in slot 2 of mailer, a dead one in slot 3, a dead one of leased
+    # failures: a failing item in slot 2 of mailer, a dead one in slot 3
+    # (each its slot's oldest pending row, so the slot's oldest claimable row
+    # is another), a dead one of leased
     item = lambda tbl, n, slot, cond: c.execute(
-        f"SELECT min(id) FROM {tbl} WHERE slot_of(id, {n}) = {slot} AND {cond}").fetchone()[0]
+        f"SELECT id FROM {tbl} WHERE slot_of(id, {n}) = {slot} AND {cond} "
+        f"ORDER BY {'created_at' if tbl == 'jobs' else 'id'}, id LIMIT 1").fetchone()[0]
     c.execute("SELECT record_failure('mailer', %s::text, 'relay down')", (item("jobs", 4, 2, "NOT done"),))
     c.execute("SELECT record_failure('mailer', %s::text, 'bad address', 1)", (item("jobs", 4, 3, "NOT done"),))
     c.execute("SELECT record_failure('leased', %s::text, 'bad payload', 1)",
@@ -196,19 +199,24 @@ def expected(c):
     """The views, and the tables read directly, at the server's now()."""
     now = c.execute("SELECT extract(epoch FROM now())::float8").fetchone()[0]
     slots = c.execute("""SELECT fleet, slot, pending, extract(epoch FROM oldest)::float8, mode IS NOT NULL,
-                                extract(epoch FROM unserved_since)::float8, failing, dead FROM fleet_slots""").fetchall()
+                                extract(epoch FROM unserved_since)::float8, failing, dead,
+                                extract(epoch FROM claimable)::float8 FROM fleet_slots""").fetchall()
     fleets = c.execute("""SELECT fleet, n, holders, unserved, pending, extract(epoch FROM oldest)::float8,
-                                 failing, dead, age FROM fleets""").fetchall()
-    # from the tables themselves: each slot's pending rows and oldest row
+                                 failing, dead, age, extract(epoch FROM claimable)::float8 FROM fleets""").fetchall()
+    # from the tables themselves: each slot's pending rows, oldest row, and
+    # oldest row that is neither dead nor waiting for a retry
     direct = {}
     for fleet, tbl, n, pred, age in (("mailer", "jobs", 4, "NOT done", "created_at"),
                                      ("leased", "tasks", 3, "finished_at IS NULL", None)):
         age_sql = f"extract(epoch FROM min(t.{age}))::float8" if age else "NULL::float8"
-        for slot, k, oldest in c.execute(
-                f"SELECT g, count(t.id), {age_sql}"
+        claimable_sql = (f"extract(epoch FROM min(t.{age}) FILTER (WHERE t.id::text NOT IN "
+                         f"(SELECT item FROM item_failures('{fleet}') WHERE state <> 'due')))::float8"
+                         if age else "NULL::float8")
+        for slot, k, oldest, claimable in c.execute(
+                f"SELECT g, count(t.id), {age_sql}, {claimable_sql}"
                 f" FROM generate_series(0, {n} - 1) g LEFT JOIN {tbl} t ON slot_of(t.id, {n}) = g AND {pred}"
                 " GROUP BY g"):
-            direct[(fleet, slot)] = (k, oldest)
+            direct[(fleet, slot)] = (k, oldest, claimable)
     return now, slots, fleets, direct
 
 
@@ -218,6 +226,15 @@ def age_of(now, ts, pending):
     if pending == 0:
         return 0.0
     return math.nan if ts is None else now - ts
+
+
+def claimable_age(now, oldest, claimable, pending):
+    """oldest_claimable_seconds as the queries define it: as the oldest
+    pending row's age, but of the oldest claimable row; 0 when every pending
+    row is dead or waiting for a retry."""
+    if pending is None or pending == 0 or oldest is None:
+        return age_of(now, oldest, pending)
+    return 0.0 if claimable is None else now - claimable
 
 
 def close(got, want, tol):
@@ -232,7 +249,7 @@ def compare(metrics, c, t0, phase):
     now, slots, fleets, direct = expected(c)
     tol = time.monotonic() - t0 + 1.0
     seen = set()
-    for fleet, slot, pending, oldest, held, unserved_since, failing, dead in slots:
+    for fleet, slot, pending, oldest, held, unserved_since, failing, dead, claimable in slots:
         if fleet not in ("mailer", "leased"):
             continue
         seen.add((fleet, slot))
@@ -245,13 +262,19 @@ def compare(metrics, c, t0, phase):
               f"{where}: oldest_pending_seconds {g('oldest_pending_seconds')}, view {age_of(now, oldest, pending)}")
         check(close(g("oldest_pending_seconds"), age_of(now, direct[(fleet, slot)][1], pending), tol),
               f"{where}: oldest_pending_seconds {g('oldest_pending_seconds')}, table {direct[(fleet, slot)][1]}")
+        want_claimable = claimable_age(now, oldest, claimable, pending)
+        check(close(g("oldest_claimable_seconds"), want_claimable, tol),
+              f"{where}: oldest_claimable_seconds {g('oldest_claimable_seconds')}, view {want_claimable}")
+        direct_claimable = claimable_age(now, direct[(fleet, slot)][1], direct[(fleet, slot)][2], pending)
+        check(close(g("oldest_claimable_seconds"), direct_claimable, tol),
+              f"{where}: oldest_claimable_seconds {g('oldest_claimable_seconds')}, table {direct_claimable}")
         check(g("holder_present") == (1.0 if held else 0.0), f"{where}: holder_present {g('holder_present')}, view {held}")
         want_unserved = 0.0 if held else (math.nan if unserved_since is None else now - unserved_since)
         check(close(g("unserved_seconds"), want_unserved, tol),
               f"{where}: unserved_seconds {g('unserved_seconds')}, view {want_unserved}")
         check(g("failing_items") == failing, f"{where}: failing_items {g('failing_items')}, view {failing}")
         check(g("dead_items") == dead, f"{where}: dead_items {g('dead_items')}, view {dead}")
-    for fleet, n, holders, unserved, pending, oldest, failing, dead, age in fleets:
+    for fleet, n, holders, unserved, pending, oldest, failing, dead, age, claimable in fleets:
         if fleet not in ("mailer", "leased"):
             continue
         g = lambda m: value(metrics, "pg_claim_fleet_" + m, fleet=fleet)
@@ -260,10 +283,13 @@ def compare(metrics, c, t0, phase):
         check(g("holders") == holders, f"{where}: holders {g('holders')}, view {holders}")
         check(g("unserved_slots") == unserved, f"{where}: unserved_slots {g('unserved_slots')}, view {unserved}")
         check(g("pending_items") == pending, f"{where}: pending_items {g('pending_items')}, view {pending}")
-        check(g("pending_items") == sum(k for (f, _), (k, _) in direct.items() if f == fleet),
+        check(g("pending_items") == sum(k for (f, _), (k, _, _) in direct.items() if f == fleet),
               f"{where}: pending_items {g('pending_items')}, table")
         check(close(g("oldest_pending_seconds"), age_of(now, oldest, pending), tol),
               f"{where}: oldest_pending_seconds {g('oldest_pending_seconds')}, view {age_of(now, oldest, pending)}")
+        want_claimable = claimable_age(now, oldest, claimable, pending)
+        check(close(g("oldest_claimable_seconds"), want_claimable, tol),
+              f"{where}: oldest_claimable_seconds {g('oldest_claimable_seconds')}, view {want_claimable}")
         check(g("failing_items") == failing, f"{where}: failing_items {g('failing_items')}, view {failing}")
         check(g("dead_items") == dead, f"{where}: dead_items {g('dead_items')}, view {dead}")
     return now, slots, fleets
@@ -313,6 +339,12 @@ def main():
               "mailer slot 0: oldest pending over 10 minutes")
         check(math.isnan(value(m, "pg_claim_slot_oldest_pending_seconds", fleet="leased", slot=2)),
               "leased (no age column): oldest pending NaN")
+        for slot in (2, 3):  # a failing and a dead item, each the slot's oldest row
+            check(value(m, "pg_claim_slot_oldest_claimable_seconds", fleet="mailer", slot=slot)
+                  < value(m, "pg_claim_slot_oldest_pending_seconds", fleet="mailer", slot=slot),
+                  f"mailer slot {slot}: the oldest claimable row is younger than the oldest pending (its item)")
+        check(math.isnan(value(m, "pg_claim_slot_oldest_claimable_seconds", fleet="leased", slot=2)),
+              "leased (no age column): oldest claimable NaN")
         expired = c.execute("SELECT extract(epoch FROM now() - expires_at)::float8 FROM lease_holders('leased')"
                             " WHERE holder = 'worker-c'").fetchone()[0]
         check(0 < value(m, "pg_claim_slot_unserved_seconds", fleet="leased", slot=2) <= expired,

@@ -40,18 +40,9 @@ import zlib
 import psycopg
 from psycopg import sql
 
-DB = "pg_claim_security"
-ROLES = ["sec_worker_a", "sec_worker_b", "sec_other", "sec_attacker", "sec_fleet", "sec_owner"]
-# Two names with the same crc32, so the same advisory lock keys and slots.
-COLLIDE = ("uablaijhsa", "pfcxpytzcn")
-
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pylib"))
-from fleet_driver import Failure, check, poll  # noqa: E402
-
-
-ADMIN = os.environ.get("PGC_SECURITY_DSN", "dbname=postgres")
-PORTABLE = os.environ.get("PGC_SECURITY_PORTABLE")
+from common import (ADMIN, COLLIDE, DB, PORTABLE, ROLES, Failure, as_fleet, check,  # noqa: F401
+                    connect, expect_error, lease_of, one, poll)
+import fleet_views
 
 # The promises of docs/security.md that do not apply to the portable
 # edition (docs/portable.md, "Security"), and why.
@@ -70,28 +61,6 @@ PORTABLE_ONLY = {"test_portable_definer_functions_act_for_the_session_role",
 GROUPS = ("group_join(", "claim_partitions(")
 
 
-def connect(role=None, db=DB):
-    c = psycopg.connect(ADMIN + f" dbname={db}" + (f" user={role}" if role else ""), autocommit=True)
-    c.add_notice_handler(lambda d: None)
-    c.execute("SET statement_timeout = '20s'")
-    return c
-
-
-def expect_error(conn, stmt, state, what, params=None):
-    """Runs stmt; Failure unless it ends in SQLSTATE state. Returns the error."""
-    try:
-        rows = conn.execute(stmt, params).fetchall()
-    except psycopg.Error as e:
-        check(e.diag.sqlstate == state,
-              f"{what}: expected SQLSTATE {state}, got {e.diag.sqlstate}: {e.diag.message_primary}")
-        return e
-    raise Failure(f"{what}: expected SQLSTATE {state}, got a result: {rows[:3]}")
-
-
-def one(conn, stmt, params=None):
-    return conn.execute(stmt, params).fetchone()
-
-
 # ---------------------------------------------------------------------------
 # Set-up
 
@@ -108,6 +77,8 @@ def setup():
         c.execute("CREATE ROLE sec_worker_b LOGIN IN ROLE sec_fleet")
         c.execute("CREATE ROLE sec_other LOGIN")
         c.execute("CREATE ROLE sec_attacker LOGIN")
+        c.execute("CREATE ROLE sec_monitor LOGIN IN ROLE pg_monitor")
+        c.execute("CREATE ROLE sec_reader LOGIN")
         c.execute(f"CREATE DATABASE {DB} OWNER sec_owner")
     with connect("sec_owner") as c:
         if PORTABLE:
@@ -135,21 +106,6 @@ def teardown():
         c.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
         for r in ROLES:
             c.execute(f"DROP ROLE IF EXISTS {r}")
-
-
-def as_fleet(role):
-    """A worker session that works as the fleet's common role (what
-    ALTER ROLE worker SET role = 'sec_fleet' gives at login)."""
-    c = connect(role)
-    c.execute("SET ROLE sec_fleet")
-    return c
-
-
-def lease_of(conn, name, n=1, holder=None, ttl="30 seconds"):
-    holder = holder or f"h:{conn.info.backend_pid}:{time.monotonic_ns()}"
-    r = one(conn, "SELECT slot, token FROM claim_lease(%s, %s, %s, %s::interval)", (name, n, holder, ttl))
-    check(r is not None, f"claim_lease({name!r}, {n}) by {conn.info.user} got no slot")
-    return r[0], r[1], holder
 
 
 # ---------------------------------------------------------------------------
@@ -693,71 +649,6 @@ def test_define_fleet_needs_read_privilege():
         own.execute("DROP TABLE public.closed")
 
 
-def test_fleet_views_show_what_the_caller_can_read():
-    """fleet_slots, fleets and slot_backlog read a fleet's table with the
-    caller's privileges and row-level security: each role sees the pending
-    rows its own SELECT sees; a role that may not read the table sees
-    pending NULL, not an error; lease holders and tokens as lease_holders
-    shows them."""
-    own = connect("sec_owner")
-    own.execute("CREATE TABLE public.tenant_jobs (id bigint PRIMARY KEY, tenant text NOT NULL, "
-                "done boolean NOT NULL DEFAULT false)")
-    own.execute("INSERT INTO public.tenant_jobs SELECT g, CASE WHEN g % 3 = 0 THEN 'sec_worker_a' "
-                "ELSE 'sec_other' END, g % 2 = 0 FROM generate_series(1, 60) g")
-    own.execute("ALTER TABLE public.tenant_jobs ENABLE ROW LEVEL SECURITY")
-    own.execute("CREATE POLICY mine ON public.tenant_jobs USING (tenant = session_user)")
-    own.execute("GRANT SELECT ON public.tenant_jobs TO sec_worker_a, sec_other")
-    own.execute("CREATE TABLE public.fleet_only (id bigint PRIMARY KEY, done boolean NOT NULL DEFAULT false)")
-    own.execute("INSERT INTO public.fleet_only SELECT g, false FROM generate_series(1, 10) g")
-    own.execute("GRANT SELECT ON public.fleet_only TO sec_fleet")
-    try:
-        own.execute("SELECT define_fleet('sec_tenant', 'public.tenant_jobs', 3, 'done')")
-        a = as_fleet("sec_worker_a")
-        a.execute("SELECT define_fleet('sec_private', 'public.fleet_only', 2, 'done')")
-        slot, token, holder = lease_of(a, "sec_private", 2)
-        problems = []
-        for role in ("sec_worker_a", "sec_other", "sec_attacker"):
-            c = connect(role)
-            try:
-                own_count = one(c, "SELECT count(*) FROM public.tenant_jobs WHERE NOT done")[0]
-            except psycopg.errors.InsufficientPrivilege:
-                own_count = None
-            try:
-                pending = one(c, "SELECT pending FROM public.fleets WHERE fleet = 'sec_tenant'")[0]
-                per_slot = c.execute("SELECT slot, pending FROM public.fleet_slots WHERE fleet = 'sec_tenant' "
-                                     "ORDER BY slot").fetchall()
-                private = c.execute("SELECT slot, pending, holder, token FROM public.fleet_slots "
-                                    "WHERE fleet = 'sec_private' ORDER BY slot").fetchall()
-            except psycopg.Error as e:
-                problems.append(f"{role}: the views failed with {e.diag.sqlstate} {e.diag.message_primary}")
-                continue
-            if pending != own_count:
-                problems.append(f"{role}: fleets shows {pending} pending, its own SELECT sees {own_count}")
-            if own_count is not None:
-                backlog = c.execute("SELECT slot, backlog FROM public.slot_backlog('public.tenant_jobs', 3, 'done') "
-                                    "ORDER BY slot").fetchall()
-                if backlog != per_slot:
-                    problems.append(f"{role}: fleet_slots {per_slot} differs from slot_backlog {backlog}")
-            if role == "sec_worker_a":
-                continue  # a member of sec_fleet: it may read the fleet's table and leases
-            if any(r[1] is not None for r in private):
-                problems.append(f"{role}: sees pending rows of a table it may not read: {private}")
-            if any(r[2] == holder or r[3] == token for r in private):
-                problems.append(f"{role}: sees another role's lease holder or token: {private}")
-        mine = a.execute("SELECT pending, holder, token FROM public.fleet_slots WHERE fleet = 'sec_private' "
-                         "AND slot = %s", (slot,)).fetchall()
-        if mine != [(one(a, "SELECT count(*) FROM public.fleet_only WHERE NOT done AND slot_of(id, 2) = %s",
-                         (slot,))[0], holder, token)]:
-            problems.append(f"the fleet's own role does not see its slot: {mine}")
-        check(not problems, "; ".join(problems))
-    finally:
-        for stmt in ("SELECT drop_fleet('sec_tenant')", "DROP TABLE public.tenant_jobs"):
-            own.execute(stmt)
-        a2 = as_fleet("sec_worker_a")
-        a2.execute("SELECT drop_fleet('sec_private')")
-        own.execute("DROP TABLE public.fleet_only")
-
-
 # ---------------------------------------------------------------------------
 # The portable edition (docs/portable.md, "Security"): run with
 # PGC_SECURITY_PORTABLE only
@@ -842,7 +733,8 @@ def main():
     ap.add_argument("-k", default="", help="run only the tests whose name contains this")
     ap.add_argument("--keep", action="store_true", help="keep the database and roles")
     a = ap.parse_args()
-    tests = [(n, f) for n, f in globals().items() if n.startswith("test_") and callable(f) and a.k in n
+    found = list(globals().items()) + list(vars(fleet_views).items())
+    tests = [(n, f) for n, f in found if n.startswith("test_") and callable(f) and a.k in n
              and (n not in PORTABLE_ONLY or PORTABLE)]
     if PORTABLE:
         for n, _ in tests:
