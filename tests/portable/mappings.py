@@ -138,9 +138,11 @@ def fresh(port, portable):
         else:
             c.execute("CREATE EXTENSION pg_claim")
         c.execute(SETUP)
-        icu = c.execute("SELECT count(*) > 0 FROM pg_collation WHERE collprovider = 'i'").fetchone()[0]
-        if icu:
+        try:
             c.execute(ICU)
+            icu = True
+        except psycopg.errors.FeatureNotSupported:  # a build without ICU (the wheels of 16 and 18)
+            icu = False
     if portable:
         r = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", SQL_FILE],
                            env=dict(os.environ, PGUSER="postgres", PGDATABASE=DB, PGOPTIONS="-csearch_path=claim"),
@@ -254,7 +256,8 @@ def main():
     if not icu:
         print("      (no ICU in this server: the nondeterministic collation cases are not run)")
     with connect(EXT_PORT, False) as e, connect(PORT, True) as p:
-        for name, typ, expr in TYPES + (ICU_TYPES if icu else []):
+        run = TYPES + (ICU_TYPES if icu else [])
+        for name, typ, expr in run:
             for c in (e, p):
                 load(c, name, typ, expr)
             for c, edition in ((e, "extension"), (p, "portable")):
@@ -287,7 +290,7 @@ def main():
                       + (f" (portable: {vp[fn][1] or 'values'})" if not same else "") + first
                       + (" (by OID: each its own)" if name in BY_OID and fn in ("pg_hash_slot", "range_slot")
                          and ve[fn][1] is None else ""))
-    print(f"mappings: {len(TYPES)} key types, {ROWS} rows each, {len(FAILED)} failed, {time.monotonic() - t0:.1f} s")
+    print(f"mappings: {len(run)} key types, {ROWS} rows each, {len(FAILED)} failed, {time.monotonic() - t0:.1f} s")
     return 1 if FAILED else 0
 
 
