@@ -204,8 +204,12 @@ security() { python3 tests/security/run.py "$@"; }
 # copy of the PostgreSQL installation without pg_claim's files; its mappings
 # compared with the extension's on the test cluster, its claims, leases,
 # failures, my_items and notify_slot against real sessions, other roles and
-# planted look-alikes (tests/portable/run.py); the bad-input matrix and a
-# random caller of tests/hostile/matrix.py on its functions; the promises
+# planted look-alikes (tests/portable/run.py); every mapping on every
+# hashable key type against the extension's and the partition the server
+# routes a row to, in plain and parallel plans (tests/portable/mappings.py);
+# the file run over earlier builds (tests/portable/upgrade.py); the
+# bad-input matrix and a random caller of tests/hostile/matrix.py on its
+# functions; the promises
 # of docs/security.md that apply to it (tests/security/run.py with
 # PGC_SECURITY_PORTABLE); then the pg_regress tests and isolation specs that
 # apply to it (tests/portable/regress.py). Test names: none. A subshell: the
@@ -222,6 +226,10 @@ portable_edition() (
     PGC_BIN="$inst$PGC_PG_LIB/bin"
     pgc_cluster_start "portable-$PGC_PG_MAJOR" 2>/dev/null
     PGC_EXT_HOST="$ext_host" PGC_EXT_PORT="$ext_port" PGC_PORTABLE_SQL="$sql" python3 tests/portable/run.py "$@" || return 1
+    # every mapping of both editions against each other and the partition routing, plain and parallel
+    PGC_EXT_HOST="$ext_host" PGC_EXT_PORT="$ext_port" PGC_PORTABLE_SQL="$sql" python3 tests/portable/mappings.py || return 1
+    # the file over each earlier build kept in tests/portable/releases/: the catalog of a fresh install
+    PGC_PORTABLE_SQL="$sql" python3 tests/portable/upgrade.py || return 1
     # its public functions against the hostile matrix and a random caller
     PGC_HOSTILE_PORTABLE="$sql" python3 tests/hostile/matrix.py --log "$PGC_WORK/pg/server-portable-$PGC_PG_MAJOR.log" &&
         PGC_HOSTILE_PORTABLE="$sql" python3 tests/hostile/matrix.py --log "$PGC_WORK/pg/server-portable-$PGC_PG_MAJOR.log" --random 3000 || return 1

@@ -146,6 +146,8 @@ BEGIN
         END IF;
     END LOOP;
 END $$;
+-- every role's my_items calls it; the first 0.5.0 build revoked it from PUBLIC
+GRANT EXECUTE ON FUNCTION @extschema@.pg_claim_items_parts(oid, integer, text, text, text, text, text) TO PUBLIC;
 
 CREATE FUNCTION @extschema@.my_items_query(
     rel oid, slot integer, n integer,

@@ -175,26 +175,30 @@ BEGIN
     RETURN (b << 32) | c;
 END $$;
 
--- pg_hash_slot's hash of a bytea key (above): as text when the bytes are text.
+-- pg_hash_slot's hash of a bytea key (above): as text when the bytes are
+-- UTF-8 text in a UTF8 database (hashtextextended, in C). Whether they are is
+-- a regular expression over their hex digits (RFC 3629, which is what the
+-- server accepts, without NUL), not a conversion that may fail: catching its
+-- error would open a subtransaction, which a parallel worker cannot.
 CREATE FUNCTION @extschema@.pg_claim_hash_bytea(key bytea) RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    t text;
 BEGIN
-    BEGIN
-        t := pg_catalog.convert_from(key, pg_catalog.getdatabaseencoding());
-    EXCEPTION WHEN character_not_in_repertoire OR untranslatable_character THEN
-        RETURN @extschema@.pg_claim_hash_bytes(key, 8816678312871386365);
-    END;
-    RETURN pg_catalog.hashtextextended(t COLLATE "C", 8816678312871386365);
+    IF pg_catalog.getdatabaseencoding() = 'UTF8' AND pg_catalog.encode(key, 'hex') ~ ('^(?:0[1-9a-f]|[1-7][0-9a-f]'
+            '|c[2-9a-f][89ab][0-9a-f]|d[0-9a-f][89ab][0-9a-f]'
+            '|e0[ab][0-9a-f][89ab][0-9a-f]|e[1-9a-cef](?:[89ab][0-9a-f]){2}|ed[89][0-9a-f][89ab][0-9a-f]'
+            '|f0[9ab][0-9a-f](?:[89ab][0-9a-f]){2}|f[1-3](?:[89ab][0-9a-f]){3}|f48[0-9a-f](?:[89ab][0-9a-f]){2})*$') THEN
+        RETURN pg_catalog.hashtextextended(pg_catalog.convert_from(key, 'UTF8') COLLATE "C", 8816678312871386365);
+    END IF;
+    RETURN @extschema@.pg_claim_hash_bytes(key, 8816678312871386365);
 END $$;
 
 -- pg_hash_slot: the remainder PARTITION BY HASH (key) with MODULUS n routes
 -- key to: the extended hash function (support function 2) of the key type's
 -- default hash operator class, seeded with the partition seed, combined
 -- from 0 and taken mod n, all modulo 2^64. The usual key types call their
--- hash function directly; others find it in the catalogs and call it
--- through EXECUTE.
+-- hash function directly, with the key's collation; others find it in the
+-- catalogs and call it through EXECUTE. No EXCEPTION block: it runs in
+-- parallel workers, which cannot open a subtransaction.
 CREATE FUNCTION @extschema@.pg_hash_slot(key anyelement, n integer) RETURNS integer
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -203,6 +207,7 @@ DECLARE
     base oid;
     cls record;
     f regproc;
+    arg record;
 BEGIN
     IF n < 1 THEN
         PERFORM @extschema@.pg_claim_bad_n(n);
@@ -213,13 +218,18 @@ BEGIN
         h := pg_catalog.hashint8extended(key, 8816678312871386365);
     ELSIF t = 'text'::regtype OR t = 'character varying'::regtype THEN
         h := pg_catalog.hashtextextended(key, 8816678312871386365);
+    ELSIF t = 'character'::regtype THEN
+        -- char(n): trailing spaces do not count (the key as it is, never
+        -- cast to "character", which is char(1))
+        h := pg_catalog.hashbpcharextended(key, 8816678312871386365);
     ELSIF t = 'uuid'::regtype THEN
         h := pg_catalog.uuid_hash_extended(key, 8816678312871386365);
     ELSIF t = 'bytea'::regtype THEN
         h := @extschema@.pg_claim_hash_bytea(key);
     -- types whose hash function takes another type of the same binary form,
     -- given the key's binary value: date (int4 days since 2000-01-01),
-    -- timestamptz (timestamp, microseconds since 2000 UTC), boolean ("char")
+    -- timestamptz (timestamp, microseconds since 2000 UTC), boolean ("char"),
+    -- xid and cid (unsigned 32 bits as int4), xid8 (unsigned 64 bits as int8)
     ELSIF t = 'date'::regtype THEN
         h := pg_catalog.hashint4extended(CASE WHEN key = 'infinity'::date THEN 2147483647
                                               WHEN key = '-infinity'::date THEN -2147483648
@@ -228,6 +238,12 @@ BEGIN
         h := pg_catalog.timestamp_hash_extended(key AT TIME ZONE 'UTC', 8816678312871386365);
     ELSIF t = 'boolean'::regtype THEN
         h := pg_catalog.hashcharextended(CASE WHEN key THEN 1 ELSE 0 END::integer::"char", 8816678312871386365);
+    ELSIF t = 'xid'::regtype OR t = 'cid'::regtype THEN
+        h := pg_catalog.hashint4extended(((key::text::bigint + 2147483648) % 4294967296 - 2147483648)::integer,
+                                         8816678312871386365);
+    ELSIF t = 'xid8'::regtype THEN
+        h := pg_catalog.hashint8extended(((key::text::numeric + 9223372036854775808) % 18446744073709551616
+                                          - 9223372036854775808)::bigint, 8816678312871386365);
     ELSE
         -- a domain hashes as its base type
         SELECT coalesce(nullif(ty.typbasetype, 0), ty.oid) INTO base FROM pg_catalog.pg_type ty WHERE ty.oid = t;
@@ -239,6 +255,7 @@ BEGIN
                OR (c.opcintype = 'anyarray'::regtype AND EXISTS (SELECT 1 FROM pg_catalog.pg_type e WHERE e.oid = base AND e.typelem <> 0 AND e.typlen = -1))
                OR (c.opcintype = 'anyenum'::regtype AND EXISTS (SELECT 1 FROM pg_catalog.pg_type e WHERE e.oid = base AND e.typtype = 'e'))
                OR (c.opcintype = 'anyrange'::regtype AND EXISTS (SELECT 1 FROM pg_catalog.pg_type e WHERE e.oid = base AND e.typtype = 'r'))
+               OR (c.opcintype = 'anymultirange'::regtype AND EXISTS (SELECT 1 FROM pg_catalog.pg_type e WHERE e.oid = base AND e.typtype = 'm'))
                OR (c.opcintype = 'record'::regtype AND EXISTS (SELECT 1 FROM pg_catalog.pg_type e WHERE e.oid = base AND e.typtype = 'c')))
         ORDER BY c.opcintype = base DESC
         LIMIT 1;
@@ -255,21 +272,27 @@ BEGIN
                 USING ERRCODE = '42883',
                 HINT = 'PARTITION BY HASH needs the opclass''s support function 2; cast the key to a type that has one (for example key::text).';
         END IF;
-        -- the key cast to the hash function's argument type (a polymorphic
-        -- one, anyarray, anyenum, ..., takes it as it is); a type whose hash
-        -- function takes another type without a cast from it (its binary
-        -- form, as date above) needs the extension
-        BEGIN
-            EXECUTE pg_catalog.format('SELECT %s($1%s, $2)', f,
-                (SELECT CASE WHEN ty.typtype = 'p' THEN '' ELSE '::' || ty.oid::regtype::text END
-                 FROM pg_catalog.pg_proc pr JOIN pg_catalog.pg_type ty ON ty.oid = pr.proargtypes[0]
-                 WHERE pr.oid = f))
-                INTO h USING key, 8816678312871386365::bigint;
-        EXCEPTION WHEN undefined_function OR cannot_coerce THEN
+        -- the key cast to the hash function's argument type by its internal
+        -- name (so no type modifier applies), or as it is to a polymorphic
+        -- one (anyarray, anyenum, ...); a type whose hash function takes
+        -- another type without a cast from it (its binary form, as date
+        -- above) needs the extension: found in the catalogs, not by trying
+        SELECT ty.typtype = 'p' AS poly, ty.oid = base OR EXISTS (
+                   SELECT 1 FROM pg_catalog.pg_cast k WHERE k.castsource = base AND k.casttarget = ty.oid) AS castable,
+               pg_catalog.quote_ident(ns.nspname) || '.' || pg_catalog.quote_ident(ty.typname) AS name,
+               (SELECT b.typcollation <> 0 FROM pg_catalog.pg_type b WHERE b.oid = base) AS collatable
+        INTO arg
+        FROM pg_catalog.pg_proc pr JOIN pg_catalog.pg_type ty ON ty.oid = pr.proargtypes[0]
+        JOIN pg_catalog.pg_namespace ns ON ns.oid = ty.typnamespace
+        WHERE pr.oid = f;
+        IF NOT (arg.poly OR arg.castable) THEN
             RAISE EXCEPTION 'pg_hash_slot of a key of type % needs the pg_claim extension', t
                 USING ERRCODE = '0A000',
                 HINT = pg_catalog.format('The portable edition cannot call %s on a %s; cast the key to a type it maps (for example key::text), or use slot_of or jump_slot.', f, t);
-        END;
+        END IF;
+        EXECUTE pg_catalog.format('SELECT %s($1%s%s, $2)', f, CASE WHEN arg.poly THEN '' ELSE '::' || arg.name END,
+                                  CASE WHEN arg.collatable THEN ' COLLATE ' || pg_catalog.pg_collation_for(key) END)
+            INTO h USING key, 8816678312871386365::bigint;
     END IF;
     RETURN pg_catalog.mod(pg_catalog.mod(CASE WHEN h < 0 THEN h::numeric + 18446744073709551616 ELSE h::numeric END
                                          + 5305509591434766563, 18446744073709551616), n)::integer;
@@ -310,15 +333,15 @@ BEGIN
     END IF;
     first_ := coalesce(pg_catalog.array_lower(bounds, 1), 1);
     len := coalesce(pg_catalog.array_length(bounds, 1), 0);
-    -- the first NULL or out-of-order bound, in one statement (planned once)
-    SELECT u.i INTO mid
-    FROM (SELECT v.i, v.b, pg_catalog.lag(v.b) OVER (ORDER BY v.i) AS prev
-          FROM pg_catalog.unnest(bounds) WITH ORDINALITY AS v(b, i)) u
-    WHERE u.b IS NULL OR (u.i > 1 AND NOT u.prev < u.b)
-    ORDER BY u.i LIMIT 1;
+    -- the first NULL or out-of-order bound, in one statement (planned once);
+    -- by subscript, so that a composite bound stays one value (unnest would
+    -- expand it into its columns), and NULL as a value, not a row of NULLs
+    SELECT g.i INTO mid
+    FROM pg_catalog.generate_subscripts(bounds, 1) AS g(i)
+    WHERE pg_catalog.num_nulls(bounds[g.i]) = 1 OR (g.i > first_ AND NOT bounds[g.i - 1] < bounds[g.i])
+    ORDER BY g.i LIMIT 1;
     IF mid IS NOT NULL THEN
-        mid := first_ + mid - 1;
-        IF bounds[mid] IS NULL THEN
+        IF pg_catalog.num_nulls(bounds[mid]) = 1 THEN
             RAISE EXCEPTION 'bounds must not contain NULL, found one at bounds[%]', mid USING ERRCODE = '22023',
                 HINT = 'Remove the NULLs, for example with array_remove(bounds, NULL).';
         END IF;
