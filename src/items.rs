@@ -238,6 +238,8 @@ pub(crate) unsafe fn share_query(fcinfo: pg_sys::FunctionCallInfo, reltype: pg_s
             gt_op: &gt_op,
             route: &route.quoted,
             route_not_null: filter.is_none() && !route.not_null,
+            // SAFETY: a syscache look-up of the route column's (base) type
+            route_is_row: unsafe { pg_sys::type_is_rowtype(route.type_oid) },
             pending: pending.as_ref().map(|p| p.sql.as_str()),
             filter,
             after,

@@ -133,6 +133,11 @@ pub struct ShareQuery<'a> {
     /// out rows whose route is NULL, which belong to no slot (PostgreSQL
     /// routes them to one partition)
     pub route_not_null: bool,
+    /// the route column is of a composite type: "not NULL" is then `NOT (x
+    /// IS NULL)`, which keeps a row with some NULL fields (a row belongs to
+    /// no slot only when the whole value is NULL), where `x IS NOT NULL`
+    /// would need every field set
+    pub route_is_row: bool,
     /// which rows are pending (`NOT done`, `sent_at IS NULL`): the predicate
     /// of the partial index that serves the share, written exactly as
     /// `create_index_sql` writes it
@@ -179,7 +184,9 @@ pub fn share_sql(q: &ShareQuery) -> String {
         Some(f) => conds.push(format!("{f} OPERATOR(pg_catalog.=) $1")),
         None => {}
     }
-    if q.route_not_null {
+    if q.route_not_null && q.route_is_row {
+        conds.push(format!("NOT ({} IS NULL)", q.route));
+    } else if q.route_not_null {
         conds.push(format!("{} IS NOT NULL", q.route));
     }
     if let Some(p) = q.pending {
@@ -334,6 +341,7 @@ mod tests {
             filter: Some("s.slot_of(id, $2)".into()),
             route: "id",
             route_not_null: false,
+            route_is_row: false,
             pending: None,
             after: false,
             batch: false,
@@ -391,6 +399,7 @@ mod tests {
             filter: None,
             route: "id",
             route_not_null: true,
+            route_is_row: false,
             pending: None,
             after: false,
             batch: true,
@@ -400,6 +409,12 @@ mod tests {
             share_sql(&part),
             "SELECT id, \"a b\" FROM public.items_p3 WHERE id IS NOT NULL ORDER BY id LIMIT $4"
         );
+        // a composite key with a NULL field still belongs to a slot
+        let row = ShareQuery {
+            route_is_row: true,
+            ..part
+        };
+        assert!(share_sql(&row).contains("WHERE NOT (id IS NULL) ORDER BY id"));
         let pending = pending_sql(PendingForm::IsNull, "sent_at");
         let routed = ShareQuery {
             filter: Some("s.slot_of(customer_id, 8)".into()),
@@ -419,6 +434,7 @@ mod tests {
             filter: None,
             route: "customer_id",
             route_not_null: true,
+            route_is_row: false,
             pending: Some("NOT done"),
             after: false,
             batch: false,

@@ -107,17 +107,10 @@ ICU = "CREATE COLLATION public.ci (provider = icu, locale = 'und-u-ks-level2', d
 BY_OID = {"enum", "composite_enum"}
 
 
-def check(cond, what, known=None):
-    """known: why the extension fails this today (reported, not counted)."""
-    print(("ok    " if cond else "KNOWN " if known else "FAIL  ") + what + (f" [{known}]" if known and not cond else ""))
-    if not cond and not known:
+def check(cond, what):
+    print(("ok    " if cond else "FAIL  ") + what)
+    if not cond:
         FAILED.append(what)
-
-
-# The extension's my_items reads a hash partition directly with the filter
-# "k IS NOT NULL", which drops a composite key with a NULL field (a row
-# that is NULL in part); pg_hash_slot(k, n) = slot keeps it.
-KNOWN_PARTITION_READ = "the extension's partition read filters k IS NOT NULL, which drops composites with a NULL field"
 
 
 def connect(port, portable):
@@ -269,8 +262,7 @@ def main():
                       f"{edition}: my_items(method => 'pg_hash') of each slot is its partition's rows of {name}, "
                       f"slot_counts {counts[0] if counts[1] is None else counts[1]}"
                       + "".join(f"; slot {r}: {m[1] or f'{len(m[0])} rows, {len(w)} in the partition'}"
-                                for r, (m, w) in enumerate(zip(mine, want)) if m != (w, None)),
-                      known=KNOWN_PARTITION_READ if edition == "extension" and name.startswith("composite") else None)
+                                for r, (m, w) in enumerate(zip(mine, want)) if m != (w, None)))
             (ve, be), (vp, bp) = values(e, name), values(p, name)
             check(be == bp, f"{name}: the range bounds are the same in both databases")
             for fn in ve:
