@@ -29,9 +29,14 @@ pgtest() {
     local inst="$PGC_WORK/pgrx-inst-$PGC_PG_MAJOR"
     pgc_pgrx_home "$inst"
     rm -f "$inst$PGC_PG_SHARE"/extension/pg_claim* "$inst$PGC_PG_PKGLIB"/pg_claim.so
-    local rc=0
+    local rc=0 system
+    system="$(pgc_system_files | xargs -r stat -c '%n %i %s %y %z')"
     PGRX_HOME="$PGC_PGRX_HOME" cargo pgrx test "$PGC_FEATURE" "$@" --runas postgres --pgdata "$data" || rc=$?
     rm -rf "$parent"
+    if [ "$(pgc_system_files | xargs -r stat -c '%n %i %s %y %z')" != "$system" ]; then
+        echo "pg_claim: pg_claim's files in the system PostgreSQL changed during the layer" >&2
+        rc=1
+    fi
     return $rc
 }
 

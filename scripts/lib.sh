@@ -311,6 +311,14 @@ pgc_pgrx_home() {
         mkdir -p "$(dirname "$dest$inc")"
         ln -sfn "$inc" "$dest$inc"
     fi
+    # cargo-pgrx installs where that pg_config says: it must be the copy
+    local d
+    for d in "--pkglibdir $PGC_PG_PKGLIB" "--sharedir $PGC_PG_SHARE"; do
+        if [ "$("$dest$PGC_PG_CONFIG" ${d% *})" != "$dest${d#* }" ]; then
+            echo "pg_claim: $dest$PGC_PG_CONFIG ${d% *} is $("$dest$PGC_PG_CONFIG" ${d% *}), not in the copy" >&2
+            return 1
+        fi
+    done
     PGC_PGRX_HOME="$PGC_WORK/pgrx-home-$PGC_PG_MAJOR"
     mkdir -p "$PGC_PGRX_HOME"
     conf="$(printf '[configs]\n%s = "%s"\n' "$PGC_FEATURE" "$dest$PGC_PG_CONFIG")"
