@@ -19,29 +19,24 @@ pgtest() {
     chmod 755 "$PGC_WORK"
     rm -rf "$parent"
     install -d -o postgres -m 700 "$parent"
-    # cargo-pgrx installs its test build (with the schema `tests` and
-    # its functions) into the system PostgreSQL: one checkout at a time
-    # on this machine, and what was there before is put back afterwards,
-    # so no test build stays where a user could CREATE EXTENSION it.
-    local saved="$PGC_WORK/system-install"
-    rm -rf "$saved"
-    mkdir -p "$saved"
-    local rc=0
-    exec 9>/tmp/pg_claim-system-install.lock
-    flock 9
-    pgc_system_files | xargs -r cp -a -t "$saved"
-    cargo pgrx test "$PGC_FEATURE" "$@" --runas postgres --pgdata "$data" || rc=$?
-    pgc_system_files | xargs -r rm -f
-    local f
-    for f in "$saved"/*; do
-        [ -e "$f" ] || continue
-        case "$f" in
-        *.so) cp -a "$f" "$PGC_PG_PKGLIB/" ;;
-        *) cp -a "$f" "$PGC_PG_SHARE/extension/" ;;
-        esac
-    done
-    flock -u 9
-    rm -rf "$parent" "$saved"
+    # cargo-pgrx installs its test build (with the schema `tests` and its
+    # functions) into the installation of the pg_config its PGRX_HOME names,
+    # with `sudo cp` over the files there: a library rewritten in place under
+    # every server that has it mapped. So it gets a private copy of the
+    # installation of its own, which only its test server runs from, named
+    # in a private PGRX_HOME; the files of its last run are removed first, so
+    # that each file it installs is a new one.
+    local inst="$PGC_WORK/pgrx-inst-$PGC_PG_MAJOR"
+    pgc_pgrx_home "$inst"
+    rm -f "$inst$PGC_PG_SHARE"/extension/pg_claim* "$inst$PGC_PG_PKGLIB"/pg_claim.so
+    local rc=0 system
+    system="$(pgc_system_files | xargs -r stat -c '%n %i %s %y %z')"
+    PGRX_HOME="$PGC_PGRX_HOME" cargo pgrx test "$PGC_FEATURE" "$@" --runas postgres --pgdata "$data" || rc=$?
+    rm -rf "$parent"
+    if [ "$(pgc_system_files | xargs -r stat -c '%n %i %s %y %z')" != "$system" ]; then
+        echo "pg_claim: pg_claim's files in the system PostgreSQL changed during the layer" >&2
+        rc=1
+    fi
     return $rc
 }
 

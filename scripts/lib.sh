@@ -8,11 +8,13 @@
 # command line and selects that PostgreSQL major version (default 15).
 #
 # The extension is never installed into the system PostgreSQL by these scripts
-# (the `#[pg_test]` layer is the exception: cargo-pgrx installs its test build
-# there; and the `deb` layer, which installs the Debian package and purges it). Instead, `pgc_build_install` assembles a private copy of the PostgreSQL
-# installation under $PGC_WORK with the freshly built pg_claim overlaid; PostgreSQL
-# finds its share and lib directories relative to its own binary, so servers
-# started from that copy load this checkout's build and nothing else.
+# (but for the `deb` layer, which installs the Debian package and purges it).
+# Instead, `pgc_build_install` assembles a private copy of the PostgreSQL
+# installation under $PGC_WORK with the freshly built pg_claim overlaid;
+# PostgreSQL finds its share and lib directories relative to its own binary,
+# so servers started from that copy load this checkout's build and nothing
+# else. The `#[pg_test]` layer has a private copy of its own
+# (`pgc_pgrx_home`), into which cargo-pgrx installs its test build.
 
 set -euo pipefail
 
@@ -291,6 +293,37 @@ pgc_copy_installation() {
     done
     rm -rf "$dest"
     mv "$dest.tmp" "$dest"
+}
+
+# pgc_pgrx_home DEST: a private copy of the selected installation at DEST
+# (made once; the server headers linked in where its pg_config reports
+# them, for a build that regenerates pgrx's bindings), and a PGRX_HOME in
+# PGC_PGRX_HOME whose config.toml names that copy's pg_config, for cargo-pgrx
+# commands that install into what they are configured with. The file is
+# written only when it changes: pgrx's build script runs again when it does.
+pgc_pgrx_home() {
+    local dest="$1" inc conf
+    mkdir -p "$PGC_WORK"
+    chmod 755 "$PGC_WORK"
+    [ -x "$dest$PGC_PG_LIB/bin/postgres" ] || pgc_copy_installation "$dest"
+    inc="$("$PGC_PG_CONFIG" --includedir-server)"
+    if [ ! -e "$dest$inc" ]; then
+        mkdir -p "$(dirname "$dest$inc")"
+        ln -sfn "$inc" "$dest$inc"
+    fi
+    # cargo-pgrx installs where that pg_config says: it must be the copy
+    local d
+    for d in "--pkglibdir $PGC_PG_PKGLIB" "--sharedir $PGC_PG_SHARE"; do
+        if [ "$("$dest$PGC_PG_CONFIG" ${d% *})" != "$dest${d#* }" ]; then
+            echo "pg_claim: $dest$PGC_PG_CONFIG ${d% *} is $("$dest$PGC_PG_CONFIG" ${d% *}), not in the copy" >&2
+            return 1
+        fi
+    done
+    PGC_PGRX_HOME="$PGC_WORK/pgrx-home-$PGC_PG_MAJOR"
+    mkdir -p "$PGC_PGRX_HOME"
+    conf="$(printf '[configs]\n%s = "%s"\n' "$PGC_FEATURE" "$dest$PGC_PG_CONFIG")"
+    [ "$(cat "$PGC_PGRX_HOME/config.toml" 2>/dev/null)" = "$conf" ] ||
+        printf '%s\n' "$conf" >"$PGC_PGRX_HOME/config.toml"
 }
 
 # Build the release extension and lay out the private installation.
