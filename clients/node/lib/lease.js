@@ -55,8 +55,9 @@ const methods = {
 
   /**
    * claim_leases every renewInterval (ttl / 3) on a connection of its own,
-   * each call bounded by the query timeout: no new batch once no call
-   * succeeded for 2/3 of the ttl, every slot dropped after a ttl.
+   * each call bounded by the ttl (through a busy pool a call may queue a
+   * while): no new batch once no call succeeded for 2/3 of the ttl
+   * (_leaseOk), every slot dropped after a ttl (a timer).
    */
   async _renewLoop() {
     let c = null;
@@ -67,7 +68,7 @@ const methods = {
       try {
         c = c || await this._connect(this.connection, "_renewClient");
         const { rows } = await c.query({ text: "SELECT slot, token FROM claim_leases($1, $2, $3, ttl => $4)",
-          values: [this.name, this.n, this.holder, intervalText(this.ttlMs)], query_timeout: this._callMs });
+          values: [this.name, this.n, this.holder, intervalText(this.ttlMs)], query_timeout: this.ttlMs });
         if (!this._renewing) break;
         const expired = this._goodAt === null || asked >= this._goodAt + this.ttlMs;
         const reasons = await this._lostReasons(c, this.held, rows, expired);
@@ -99,9 +100,9 @@ const methods = {
       let c = null;
       const left = deadline - Date.now();
       try {
-        c = await this._connect({ ...this.connection, connectionTimeoutMillis: Math.max(100, Math.min(this._callMs, left)) });
+        c = await this._connect({ ...this.connection, connectionTimeoutMillis: Math.max(100, Math.min(this._connectMs, left)) });
         await c.query({ text: "SELECT count(*) FROM claim_leases($1, $2, $3, max => 0)",
-          values: [this.name, this.n, this.holder], query_timeout: Math.max(100, Math.min(this._callMs, deadline - Date.now())) });
+          values: [this.name, this.n, this.holder], query_timeout: Math.max(100, Math.min(this._connectMs, deadline - Date.now())) });
         this._emit("left", { slots: [...this.held.keys()] });
         return;
       } catch (e) {

@@ -76,10 +76,10 @@ class Worker {
     this.sessionPool = Boolean(o.sessionPool);
     this.metricsPort = o.metricsPort === undefined || o.metricsPort === null ? null : int("metricsPort", null, 0);
     this.metricsHost = str("metricsHost") || "127.0.0.1";
-    // every call's deadline: the query timeout (default ttl) on every
-    // connection, a third of the ttl for claims and connects
+    // every wait's deadline: the query timeout (default ttl) on every
+    // connection, half the ttl for a connect and the leave
     this.queryTimeoutMs = Math.round(o.queryTimeout === undefined || o.queryTimeout === null ? this.ttlMs : durationMs(o.queryTimeout, "queryTimeout"));
-    this._callMs = Math.max(100, Math.round(this.ttlMs / 3));
+    this._connectMs = Math.max(100, Math.round(this.ttlMs / 2));
     this.onEvent = typeof o.onEvent === "function" ? o.onEvent : null;
     /** Counters since the worker was made. */
     this.stats = new Stats();
@@ -140,12 +140,14 @@ class Worker {
     if (!this._running) return Promise.resolve();
     if (!this._stopping) {
       this._stopping = true;
-      this._stopDeadline = Date.now() + this.ttlMs;
+      this._stopDeadline = Date.now() + this.ttlMs - 100;
       this._wake("stop");
       for (const f of [...this._stopWaiters]) f();
-      // a batch still running half-way to the ttl (a half-open connection, a
-      // hung handler) is cut off: the leave gets the rest of the ttl
-      this._cutTimer = setTimeout(() => { if (this._batchClient) this._drop(this._batchClient, true); }, this.ttlMs / 2);
+      // a claim call still running a quarter of the ttl later, a batch still
+      // running half-way to the ttl (a half-open connection, a hung handler)
+      // are cut off: the leave gets the rest of the ttl
+      const cut = (slot) => { if (this[slot]) this._drop(this[slot], true); };
+      this._cutTimers = [setTimeout(cut, this.ttlMs / 4, "_renewClient"), setTimeout(cut, this.ttlMs / 2, "_batchClient")];
     }
     return this._done;
   }
@@ -207,16 +209,16 @@ class Worker {
   // ------------------------------------------------------------ connections
 
   /**
-   * A new connection, every wait on it bounded: the connect by a third of
-   * the ttl, each query by the query timeout, TCP keepalives after a third
-   * of the ttl. Its transaction status (ReadyForQuery's byte: I, T or E)
+   * A new connection, every wait on it bounded: the connect by half the
+   * ttl, each query by the query timeout, TCP keepalives after a third of
+   * the ttl. Its transaction status (ReadyForQuery's byte: I, T or E)
    * is kept in `pgClaimStatus`; `pgClaimGone` once it broke or ended. With
    * `slot`, it is kept in this[slot] while open (stop() cuts it off).
    */
   async _connect(config, slot = null) {
     const c = new Client({
-      application_name: `pg-claim ${this.name}`, connectionTimeoutMillis: this._callMs, keepAlive: true,
-      keepAliveInitialDelayMillis: this._callMs, query_timeout: this.queryTimeoutMs || undefined, ...config,
+      application_name: `pg-claim ${this.name}`, connectionTimeoutMillis: this._connectMs, keepAlive: true,
+      keepAliveInitialDelayMillis: Math.round(this.ttlMs / 3), query_timeout: this.queryTimeoutMs || undefined, ...config,
     });
     c.pgClaimStatus = null;
     c.pgClaimGone = false;
@@ -290,7 +292,7 @@ class Worker {
     if (renewal) await renewal;
     if (listener) await listener;
     if (this.mode === "lease" && this._ready) await this._leave(this._stopDeadline || Date.now() + this.ttlMs);
-    clearTimeout(this._cutTimer);
+    for (const timer of this._cutTimers || []) clearTimeout(timer);
     this._setHeld(new Map(), "released");
     this._emit("stopped", { error: failed ? errorText(failed) : null });
     if (failed) throw failed;
