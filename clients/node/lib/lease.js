@@ -70,11 +70,14 @@ const methods = {
         const { rows } = await c.query({ text: "SELECT slot, token FROM claim_leases($1, $2, $3, ttl => $4)",
           values: [this.name, this.n, this.holder, intervalText(this.ttlMs)], query_timeout: this.ttlMs });
         if (!this._renewing) break;
+        // the leases are good for a ttl from when the call was sent, at the least
+        const validMs = this.ttlMs - (Date.now() - asked);
+        if (validMs <= 0) throw new Error(`pg-claim: claim_leases answered after ${Date.now() - asked} ms, past the ttl`);
         const expired = this._goodAt === null || asked >= this._goodAt + this.ttlMs;
         const reasons = await this._lostReasons(c, this.held, rows, expired);
         this._goodAt = asked;
         clearTimeout(this._dropTimer);
-        this._dropTimer = setTimeout(drop, this.ttlMs - (Date.now() - asked));
+        this._dropTimer = setTimeout(drop, validMs);
         this._setHeld(new Map(rows.map((r) => [r.slot, r.token])), reasons);
       } catch (e) {
         if (c) this._drop(c);

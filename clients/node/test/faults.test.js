@@ -98,7 +98,7 @@ test("faults", { skip: SKIP }, async (t) => {
       // 5 attempts of the batch, 0.1, 0.2, 0.4, 0.8 s apart; then recorded with the error, not handed again
       assert.strictEqual(attempts.length, 5, JSON.stringify(attempts));
       const gaps = attempts.slice(1).map((a, i) => a - attempts[i]);
-      [100, 200, 400, 800].forEach((want, i) => assert.ok(gaps[i] >= want - 15 && gaps[i] < want + 700, `gaps ${gaps}`));
+      [100, 200, 400, 800].forEach((want, i) => assert.ok(gaps[i] >= want - 15 && gaps[i] < want + 900, `gaps ${gaps}`));
       const f = await failure(tbl, 1);
       assert.match(f.last_error, tbl === "ender" ? /ended the batch's client|not queryable|terminated/ : /could not serialize/);
       if (tbl === "ender") assert.ok(w.stats.reconnects >= 5 && w.stats.reconnects <= 6, `${w.stats.reconnects} reconnects`);
@@ -132,7 +132,7 @@ test("faults", { skip: SKIP }, async (t) => {
     // dead 0.3 + 0.6 + 1.2 s after the first failure (the server's clock)
     const [{ span }] = await sql(`SELECT extract(epoch FROM last_failed_at - first_failed_at)::float8 * 1000 AS span
       FROM item_failures('walk', '1')`);
-    assert.ok(span >= 2100 && span < 2100 + 600, `dead ${span} ms after the first failure`);
+    assert.ok(span >= 2100 && span < 2100 + 900, `dead ${span} ms after the first failure`);
   });
 
   await t.test("a half-open network path: no batch after 2/3 of the ttl, slots dropped after a ttl, stop within it", async () => {
@@ -153,9 +153,9 @@ test("faults", { skip: SKIP }, async (t) => {
     proxy.freeze([0]);
     await until(() => w.held.size === 0, TTL + 2000, "every slot dropped");
     const dropped = Date.now() - frozen;
-    assert.ok(dropped <= TTL + 500, `slots dropped ${dropped} ms after the path broke`);
+    assert.ok(dropped <= TTL + 700, `slots dropped ${dropped} ms after the path broke`);
     assert.ok(lost.length === 2 && lost.every((l) => l.reason === "expired"), JSON.stringify(lost));
-    const late = starts.filter((s) => s > frozen + (2 * TTL) / 3 + 250);
+    const late = starts.filter((s) => s > frozen + (2 * TTL) / 3 + 400);
     assert.deepStrictEqual(late.map((s) => s - frozen), [], "batches started after 2/3 of the ttl without a good claim");
     // the path comes back: the worker claims and works again
     proxy.thaw();
@@ -166,34 +166,36 @@ test("faults", { skip: SKIP }, async (t) => {
     const t0 = Date.now();
     await w.stop();
     await running;
-    assert.ok(Date.now() - t0 <= TTL + 300, `stop() took ${Date.now() - t0} ms`);
+    assert.ok(Date.now() - t0 <= TTL + 500, `stop() took ${Date.now() - t0} ms`);
   });
 
   await t.test("a lost slot's reason: taken by another holder, given back for balance", async () => {
     await table("reasons", 10);
     const lost = [];
     const w = new Worker({
-      connection: direct, name: "reasons", table: "reasons", n: 2, pending: "done", mode: "lease", ttl: "3 seconds",
+      connection: direct, name: "reasons", table: "reasons", n: 2, pending: "done", mode: "lease", ttl: "6 seconds",
       pollInterval: 100, handler: mark("reasons"), onEvent: (e) => { if (e.type === "lost") lost.push(e); },
     });
     const running = w.run();
-    await until(() => w.held.size === 2, 5000, "both slots");
-    // another holder takes slot 0 (released and claimed in one transaction)
-    await sql(`BEGIN; SELECT release_lease('reasons', 0, (SELECT token FROM lease_holders('reasons') WHERE slot = 0));
-      SELECT count(*) FROM claim_leases('reasons', 2, 'other', max => 1); COMMIT`);
-    await until(() => lost.length === 1, 5000, "slot 0 lost");
-    assert.deepStrictEqual([lost[0].slot, lost[0].reason], [0, "taken"]);
-    await sql("SELECT count(*) FROM claim_leases('reasons', 2, 'other', max => 0)");
-    await until(() => w.held.size === 2, 5000, "slot 0 back");
-    // a live newcomer: the worker gives one slot back
-    await sql("SELECT count(*) FROM claim_leases('reasons', 2, 'newcomer', max => 0, ttl => '1 minute')");
-    await sql("SELECT count(*) FROM claim_leases('reasons', 2, 'newcomer', ttl => '1 minute')");
-    await until(() => lost.length === 2, 5000, "a slot given back");
-    assert.strictEqual(lost[1].reason, "given back");
-    await w.stop();
-    await running;
+    try {
+      await until(() => w.held.size === 2, 10000, "both slots");
+      // another holder takes slot 0 (released and claimed in one transaction)
+      await sql(`BEGIN; SELECT release_lease('reasons', 0, (SELECT token FROM lease_holders('reasons') WHERE slot = 0));
+        SELECT count(*) FROM claim_leases('reasons', 2, 'other', max => 1); COMMIT`);
+      await until(() => lost.length >= 1, 10000, "slot 0 lost");
+      assert.deepStrictEqual(lost.map((l) => [l.slot, l.reason]), [[0, "taken"]]);
+      await sql("SELECT count(*) FROM claim_leases('reasons', 2, 'other', max => 0)");
+      await until(() => w.held.size === 2, 10000, "slot 0 back");
+      // a live newcomer: the worker gives one slot back
+      await sql("SELECT count(*) FROM claim_leases('reasons', 2, 'newcomer', ttl => '1 minute')");
+      await until(() => lost.length >= 2, 10000, "a slot given back");
+      assert.deepStrictEqual(lost.slice(1).map((l) => l.reason), ["given back"]);
+    } finally {
+      await w.stop();
+      await running;
+      await sql("SELECT count(*) FROM claim_leases('reasons', 2, 'newcomer', max => 0)");
+    }
     assert.ok(lost.slice(2).every((l) => l.reason === "released"), JSON.stringify(lost.slice(2)));
-    await sql("SELECT count(*) FROM claim_leases('reasons', 2, 'newcomer', max => 0)");
   });
 
   await t.test("a table named like a built-in type (box)", async () => {
