@@ -25,17 +25,35 @@ export interface BatchInfo {
  * fence passed for the slot): write through `client`, and clear each row's
  * `pending` column. Throwing rolls the batch back; it is then retried item by
  * item under savepoints, and each failing item goes through record_failure.
+ * A transient error (isTransient: a lost connection, 40001, 40P01, classes
+ * 53 and 58) retries the batch after a back-off instead, up to 5 times in a
+ * row for its first item. The handler must not end the transaction (COMMIT,
+ * ROLLBACK on `client`): such a batch is never counted, and goes item by item.
  */
 export type Handler<Row = Record<string, any>> = (client: ClientBase, rows: Row[], batch: BatchInfo) => Promise<void>;
+
+/**
+ * Why a slot was lost: "given back" (claim_leases or claim_slots gave it to
+ * another worker for balance), "taken" (another holder has it: taken over
+ * after this worker's lease expired, or refused by the fence), "expired"
+ * (this worker's lease ran out: no good claim for a ttl, or the slot came
+ * back with a new token), "released" (stop()), "connection lost" (session
+ * mode: the session and its locks are gone).
+ */
+export type LostReason = "given back" | "taken" | "expired" | "released" | "connection lost";
 
 export type WorkerEvent =
   | { type: "start"; mode: "lease" | "session"; table: string; key: string; method: string; partitioned: boolean }
   | { type: "mode"; mode: "lease" | "session"; why: string }
   | { type: "slots"; slots: number[] }
   | { type: "taken"; slot: number; token: string | null }
-  | { type: "lost"; slot: number; token: string | null; reason: string }
+  | { type: "lost"; slot: number; token: string | null; reason: LostReason }
   | { type: "batch"; slot: number; token: string | null; items: number; failed: number; seconds: number }
   | { type: "failure"; slot: number; item: string; error: string; state: "retry" | "dead" }
+  /** the handler failed transiently: the batch again after pauseMs; count: in a row for this first item (5: the failure path) */
+  | { type: "transient"; slot: number; item: string; error: string; count: number; pauseMs: number }
+  /** the handler of item ended the transaction and its row is no longer pending (it committed): no failure recorded */
+  | { type: "transaction ended"; slot: number; item: string; error: string }
   /** nothing to do in a whole round: waits ms; retryMs until the next retry of a failed item (null: none) */
   | { type: "waiting"; ms: number; retryMs: number | null }
   | { type: "woken" }
@@ -70,6 +88,8 @@ export interface WorkerOptions<Row = Record<string, any>> {
   renewInterval?: Duration;
   /** lease mode: the server ends a batch's transaction idle this long (default ttl; 0: never) */
   idleInTransactionTimeout?: Duration;
+  /** the client-side deadline of every query on the worker's connections, the handler's included (default ttl; 0: none) */
+  queryTimeout?: Duration;
   handler: Handler<Row>;
   /** the key column (default: the single-column primary key) */
   key?: string;
@@ -91,6 +111,7 @@ export interface WorkerOptions<Row = Record<string, any>> {
   sessionPool?: boolean;
   /** serve Prometheus metrics on http://metricsHost:metricsPort/metrics (needs prom-client; 0: any free port) */
   metricsPort?: number;
+  /** the address the metrics endpoint listens on (default '127.0.0.1'; '0.0.0.0' or '::' for every interface) */
   metricsHost?: string;
   /** called with every event (logging, metrics); its errors are ignored */
   onEvent?: (event: WorkerEvent & { name: string; holder: string }) => void;
@@ -131,4 +152,6 @@ export class NotASessionError extends Error {
 
 export function makeHolder(): string;
 export function isConnectionLost(error: unknown): boolean;
+/** Whether a handler's error is transient (the batch is retried after a back-off, not recorded at once). */
+export function isTransient(error: unknown): boolean;
 export function durationMs(value: Duration, what: string): number;

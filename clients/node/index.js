@@ -5,7 +5,7 @@
  * @module pg-claim
  */
 const { Worker, NotASessionError } = require("./lib/worker");
-const { makeHolder, isConnectionLost, durationMs } = require("./lib/util");
+const { makeHolder, isConnectionLost, isTransient, durationMs } = require("./lib/util");
 const { Stats } = require("./lib/metrics");
 
-module.exports = { Worker, NotASessionError, Stats, makeHolder, isConnectionLost, durationMs };
+module.exports = { Worker, NotASessionError, Stats, makeHolder, isConnectionLost, isTransient, durationMs };

@@ -61,6 +61,7 @@ PRODUCE_PER_S = 50
 SETTLE_S = 20
 TIME_LIMIT_S = 240
 DIRECT_APP = "pg_claim node fleet test (direct)"
+LOST_REASONS = ("given back", "taken", "expired", "released")  # clients/node/README.md, lease mode
 
 
 def direct(dbname=DB):
@@ -231,6 +232,8 @@ def run(workdir):
         live.append(w)
         e = w.wait_event(("reconnecting", "lost", "batch"), mark, 20)
         check(e["event"] in ("reconnecting", "lost"), f"{w} resumed and committed its stale batch: {e}")
+        check(e["event"] != "lost" or e["reason"] in ("expired", "taken"),
+              f"{w} resumed past its ttl and says its slot was lost for another reason: {e}")
         log(f"  SIGCONT {w}: its transaction had been ended by the server; it reported '{e['event']}'"
             f" ({e.get('error') or e.get('reason')})")
         settle(d, live, f"{w} back")
@@ -316,6 +319,8 @@ def run(workdir):
     check(poison is not None and poison[:2] == ("dead", 3) and not poison_done,
           f"the poison item: {poison}, done {poison_done}")
     errors = [(str(w), e) for w in workers for e in w.events if e["event"] in ("error", "garbage")]
+    reasons = collections.Counter(e["reason"] for w in workers for e in w.events if e["event"] == "lost")
+    check(set(reasons) <= set(LOST_REASONS), f"lost slots with reasons not documented: {reasons}")
     check(not errors, f"worker errors: {errors[:5]}")
     check(0 < watcher.max <= POOL, f"{watcher.max} server connections for a pool of {POOL}")
     stats = [w.last(("exit",)) for w in workers]
@@ -324,7 +329,8 @@ def run(workdir):
     d.close()
     log(f"summary: {items - 1} items processed exactly once by {len(workers)} workers over at most"
         f" {watcher.max} server connections (pool {POOL}); the poison item dead after {poison[1]} attempts"
-        f" ({poison[2]}); {batches} batches, {fenced} fenced refusals in the workers that exited")
+        f" ({poison[2]}); {batches} batches, {fenced} fenced refusals in the workers that exited;"
+        f" slots lost: {dict(reasons)}")
 
 
 def main():

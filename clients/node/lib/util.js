@@ -48,14 +48,15 @@ function makeHolder() {
  * session, the network failed, the pooler dropped the client) rather than
  * an error of the statement: class 08 (connection exception), 57P01-57P03
  * (shutdown), 25P03 (idle in transaction too long), a socket error code
- * (`ECONNREFUSED`, `ECONNRESET`, ...), or node-postgres' own messages.
+ * (`ECONNREFUSED`, `ECONNRESET`, ...), or node-postgres' own messages (a
+ * query past its `query_timeout` included: its connection is given up).
  * @param {any} e
  */
 function isConnectionLost(e) {
   if (!e) return false;
   const code = typeof e.code === "string" ? e.code : "";
   if (/^(08|57P0[123]|25P03)/.test(code) || /^E[A-Z]+$/.test(code)) return true;
-  return /Connection terminated|not queryable|server conn crashed|Client has encountered a connection error|connection (?:is )?closed|timeout expired|Connection refused/i
+  return /Connection terminated|not queryable|Query read timeout|server conn crashed|Client has encountered a connection error|connection (?:is )?closed|timeout expired|Connection refused/i
     .test(String(e.message || ""));
 }
 
@@ -73,8 +74,26 @@ function isServerState(e) {
   return /^(40|53|57|58)/.test(code);
 }
 
-/** The next pause of a reconnect back-off: doubled, from 100 ms up to `cap`. */
-const nextPause = (pause, cap = 5000) => Math.min(cap, pause ? pause * 2 : 100);
+/** The first pause of the back-off (transient failures, reconnects), and its longest. */
+const BACKOFF_FIRST_MS = 100, BACKOFF_CAP_MS = 5000;
+/** Transient failures in a row of a batch's first item after which the batch takes the failure path. */
+const TRANSIENT_LIMIT = 5;
+
+/** The next pause of a back-off: doubled, from 100 ms up to `cap`. */
+const nextPause = (pause, cap = BACKOFF_CAP_MS) => Math.min(cap, pause ? pause * 2 : BACKOFF_FIRST_MS);
+
+/**
+ * Whether a handler's error is transient, worth the batch again after a
+ * back-off rather than a failure of its items: a lost connection (class 08,
+ * 57P01-57P03, a socket error, the client ended), a serialization failure
+ * (40001), a deadlock (40P01), class 53 (resources) or 58 (system error).
+ * @param {any} e
+ */
+function isTransient(e) {
+  if (isConnectionLost(e)) return true;
+  const code = e && typeof e.code === "string" ? e.code : "";
+  return /^(53|58|40001|40P01)/.test(code);
+}
 
 /**
  * The next slot to serve after `last`, round robin over the held slots.
@@ -198,6 +217,6 @@ function errorText(e) {
 }
 
 module.exports = {
-  durationMs, intervalText, makeHolder, isConnectionLost, isServerState, nextPause, nextSlot, diffHeld, dueRows, waitMs, soonest, Pass,
-  errorText,
+  durationMs, intervalText, makeHolder, isConnectionLost, isServerState, isTransient, nextPause, nextSlot, diffHeld, dueRows, waitMs,
+  soonest, Pass, errorText, BACKOFF_FIRST_MS, BACKOFF_CAP_MS, TRANSIENT_LIMIT,
 };

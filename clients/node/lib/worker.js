@@ -1,10 +1,9 @@
 "use strict";
 const { Client } = require("pg");
-const {
-  durationMs, intervalText, makeHolder, isConnectionLost, isServerState, nextPause, nextSlot, diffHeld, dueRows, waitMs, soonest, Pass,
-  errorText,
-} = require("./util");
+const { durationMs, intervalText, makeHolder, isConnectionLost, isServerState, nextPause, nextSlot, waitMs, Pass, errorText, BACKOFF_CAP_MS } = require("./util");
 const { Stats, PromMetrics } = require("./metrics");
+const lease = require("./lease");
+const batch = require("./batch");
 
 /**
  * Raised by `run()` in session mode when the connection is not one server
@@ -19,8 +18,7 @@ class NotASessionError extends Error {
 }
 
 const MODES = ["lease", "session", "auto"];
-// the columns a fetch adds to the table's own (taken off before the handler sees a row)
-const KEY = "pg_claim:key", ROUTE = "pg_claim:route", FAILURE = "pg_claim:failure", RETRY = "pg_claim:retry";
+const { KEY, ROUTE, FAILURE, RETRY, TransientBatch } = batch;
 
 /** The most slots claim_leases serves (its error 22023 above that). */
 const MAX_LEASE_SLOTS = 1024;
@@ -77,13 +75,17 @@ class Worker {
     this.notifyConnection = o.notifyConnectionString ? { connectionString: o.notifyConnectionString } : null;
     this.sessionPool = Boolean(o.sessionPool);
     this.metricsPort = o.metricsPort === undefined || o.metricsPort === null ? null : int("metricsPort", null, 0);
-    this.metricsHost = o.metricsHost;
+    this.metricsHost = str("metricsHost") || "127.0.0.1";
+    // every wait's deadline: the query timeout (default ttl) on every
+    // connection, half the ttl for a connect and the leave
+    this.queryTimeoutMs = Math.round(o.queryTimeout === undefined || o.queryTimeout === null ? this.ttlMs : durationMs(o.queryTimeout, "queryTimeout"));
+    this._connectMs = Math.max(100, Math.round(this.ttlMs / 2));
     this.onEvent = typeof o.onEvent === "function" ? o.onEvent : null;
     /** Counters since the worker was made. */
     this.stats = new Stats();
     /** slot -> token (a string: bigint; null in session mode) of the slots held now */
     this.held = new Map();
-    this._walks = new Map(); // slot -> { token, after, heldRoutes }
+    this._walks = new Map(); // slot -> { token, after, heldRoutes, retries: key -> {cursor, at} }
     this._partitions = new Map(); // slot -> partition name
     this._running = false;
     this._stopping = false;
@@ -91,6 +93,11 @@ class Worker {
     this._woken = false;
     this._prom = null;
     this._ready = false;
+    this._stopWaiters = new Set();
+    this._pause = 0; // the reconnect back-off now
+    this._streak = null; // {slot, key, count, pauseMs, error}: transient failures in a row of a batch's first item
+    this._lostItem = null; // {slot, key, error}: the item whose handler lost the connection, one by one
+    this._goodAt = null; // lease mode: when the last good claim call was sent
   }
 
   /**
@@ -131,8 +138,17 @@ class Worker {
    */
   stop() {
     if (!this._running) return Promise.resolve();
-    this._stopping = true;
-    this._wake("stop");
+    if (!this._stopping) {
+      this._stopping = true;
+      this._stopDeadline = Date.now() + this.ttlMs - 100;
+      this._wake("stop");
+      for (const f of [...this._stopWaiters]) f();
+      // a claim call still running a quarter of the ttl later, a batch still
+      // running half-way to the ttl (a half-open connection, a hung handler)
+      // are cut off: the leave gets the rest of the ttl
+      const cut = (slot) => { if (this[slot]) this._drop(this[slot], true); };
+      this._cutTimers = [setTimeout(cut, this.ttlMs / 4, "_renewClient"), setTimeout(cut, this.ttlMs / 2, "_batchClient")];
+    }
     return this._done;
   }
 
@@ -170,6 +186,21 @@ class Worker {
     });
   }
 
+  /** Sleeps `ms` (a back-off); only stop() ends it sooner. */
+  _pauseFor(ms) {
+    if (this._stopping) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => { clearTimeout(timer); this._stopWaiters.delete(done); resolve(); };
+      const timer = setTimeout(done, ms);
+      this._stopWaiters.add(done);
+    });
+  }
+
+  /** The next pause of the back-off: doubled from 100 ms up to 5 s, in lease mode at most ttl / 3. */
+  _nextPause(pause) {
+    return nextPause(pause, this.mode === "lease" ? Math.min(BACKOFF_CAP_MS, this.ttlMs / 3) : BACKOFF_CAP_MS);
+  }
+
   _wake(why) {
     if (this._waiter) this._waiter(why);
     else if (why === "notify") this._woken = true;
@@ -177,26 +208,53 @@ class Worker {
 
   // ------------------------------------------------------------ connections
 
-  async _connect(config) {
-    const c = new Client({ application_name: `pg-claim ${this.name}`, ...config });
-    c.on("error", () => {}); // a broken connection: the next query fails and says how
+  /**
+   * A new connection, every wait on it bounded: the connect by half the
+   * ttl, each query by the query timeout, TCP keepalives after a third of
+   * the ttl. Its transaction status (ReadyForQuery's byte: I, T or E)
+   * is kept in `pgClaimStatus`; `pgClaimGone` once it broke or ended. With
+   * `slot`, it is kept in this[slot] while open (stop() cuts it off).
+   */
+  async _connect(config, slot = null) {
+    const c = new Client({
+      application_name: `pg-claim ${this.name}`, connectionTimeoutMillis: this._connectMs, keepAlive: true,
+      keepAliveInitialDelayMillis: Math.round(this.ttlMs / 3), query_timeout: this.queryTimeoutMs || undefined, ...config,
+    });
+    c.pgClaimStatus = null;
+    c.pgClaimGone = false;
+    c.connection.on("readyForQuery", (m) => { c.pgClaimStatus = m.status; });
+    c.on("error", () => { c.pgClaimGone = true; }); // a broken connection: the next query fails and says how
+    c.on("end", () => { c.pgClaimGone = true; });
     c.on("notice", () => {});
     try {
       await c.connect();
     } catch (e) {
-      c.end().catch(() => {});
+      this._drop(c);
       throw e;
+    }
+    if (slot) {
+      this[slot] = c;
+      c.once("end", () => { if (this[slot] === c) this[slot] = null; });
     }
     return c;
   }
 
+  /** Closes a connection without waiting for it: destroyed at once with `now`, else 0.5 s after asking. */
+  _drop(c, now = false) {
+    c.pgClaimGone = true;
+    const stream = c.connection && c.connection.stream;
+    if (now) { if (stream) stream.destroy(); return; }
+    c.end().catch(() => {});
+    if (stream) setTimeout(() => stream.destroy(), 500).unref();
+  }
+
   async _main() {
-    let pause = 0, failed = null, renewal = null, listener = null;
+    let lost = false, failed = null, renewal = null, listener = null;
     try {
       while (!this._stopping) {
         let client = null;
         try {
-          client = await this._connect(this.connection);
+          client = await this._connect(this.connection, "_batchClient");
           const server = await this._check(client);
           if (!this._ready) await this._prepare(client);
           if (this.mode === "lease" && renewal === null) {
@@ -204,21 +262,25 @@ class Worker {
             renewal = this._renewLoop();
           }
           if (this.mode === "lease" && this.notifyConnection && listener === null) listener = this._listenLoop();
-          if (pause) this._emit("reconnected", {});
-          pause = 0;
+          if (lost) this._emit("reconnected", {});
+          lost = false;
           if (this.mode === "session") await this._serveSession(client, server);
           else await this._serveLease(client);
         } catch (e) {
           // the Worker's own statements (the handler's errors are the items')
-          if (!isServerState(e)) throw e;
+          if (!(e instanceof TransientBatch) && !isServerState(e)) throw e;
+          if (this.mode === "session") this._setHeld(new Map(), "connection lost");
+          if (this._stopping) break;
+          lost = true;
           this.stats.reconnects++;
           if (this._prom) this._prom.reconnects.inc({ fleet: this.name });
-          pause = nextPause(pause);
-          this._emit("reconnecting", { error: errorText(e), pauseMs: pause });
-          if (this.mode === "session") this._setHeld(new Map(), "connection lost");
-          await this._wait(pause);
+          // the same back-off as a transient batch's: a handler that ends
+          // its client every time is not reconnected for at once
+          this._pause = e instanceof TransientBatch ? e.pauseMs : this._nextPause(this._pause);
+          this._emit("reconnecting", { error: errorText(e), pauseMs: this._pause });
+          await this._pauseFor(this._pause);
         } finally {
-          if (client) await client.end().catch(() => {});
+          if (client) this._drop(client);
         }
       }
     } catch (e) {
@@ -229,8 +291,9 @@ class Worker {
     this._wake("stop");
     if (renewal) await renewal;
     if (listener) await listener;
-    if (this.mode === "lease" && this._ready) await this._leave();
-    this._setHeld(new Map(), "stopped");
+    if (this.mode === "lease" && this._ready) await this._leave(this._stopDeadline || Date.now() + this.ttlMs);
+    for (const timer of this._cutTimers || []) clearTimeout(timer);
+    this._setHeld(new Map(), "released");
     this._emit("stopped", { error: failed ? errorText(failed) : null });
     if (failed) throw failed;
   }
@@ -263,7 +326,11 @@ class Worker {
 
   /** Once: the table's name as the server spells it, its key, partitions, the fetch. */
   async _prepare(client) {
-    const t = (await client.query("SELECT $1::regclass::text AS t", [this.table])).rows[0].t;
+    // the row type by its schema-qualified name: a table named like a
+    // built-in type (box, point, ...) is not that type
+    const { t, rowType } = (await client.query(
+      `SELECT c.oid::regclass::text AS t, format('%I.%I', n.nspname, c.relname) AS "rowType"
+       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::regclass`, [this.table])).rows[0];
     this._table = t;
     if (this.key === null) {
       const r = await client.query(
@@ -298,7 +365,7 @@ class Worker {
     // over 1024 bytes has none, record_failure refuses it)
     const tail = ` FROM t LEFT JOIN item_failures(${lit(this.name)}, VARIADIC ARRAY(SELECT t.${q(this.key)}::text FROM t`
       + ` WHERE octet_length(t.${q(this.key)}::text) <= 1024)) f ON f.item = t.${q(this.key)}::text ORDER BY t.${q(this.key)}`;
-    this._fetchText = (slot, after) => `WITH t AS (SELECT * FROM my_items(NULL::${t}, ${lit(slot)}, ${lit(this.n)}, ${fixed},`
+    this._fetchText = (slot, after) => `WITH t AS (SELECT * FROM my_items(NULL::${rowType}, ${lit(slot)}, ${lit(this.n)}, ${fixed},`
       + ` after => ${lit(after)}::text)) ${cols}${tail}`;
     // the first fetch checks the columns and the method now, not at the first batch
     await client.query(`SELECT count(*) FROM (${this._fetchText(0, null)} LIMIT 0) x`);
@@ -316,135 +383,44 @@ class Worker {
     return this._partitions.get(slot);
   }
 
-  // ------------------------------------------------------------ held slots
-
-  /** Replaces the held slots; the slots taken and lost are counted and told. */
-  _setHeld(now, reason) {
-    const { taken, lost } = diffHeld(this.held, now);
-    if (!taken.length && !lost.length) return;
-    for (const { slot, token } of lost) {
-      this._walks.delete(slot);
-      this.stats.slotsLost++;
-      if (this._prom) this._prom.handovers.inc({ fleet: this.name, direction: "lost" });
-      this._emit("lost", { slot, token, reason });
-    }
-    for (const { slot, token } of taken) {
-      this.stats.slotsTaken++;
-      if (this._prom) this._prom.handovers.inc({ fleet: this.name, direction: "gained" });
-      this._emit("taken", { slot, token });
-    }
-    this.held = new Map([...now].sort((a, b) => a[0] - b[0]));
-    this._countHeld();
-    this._emit("slots", { slots: [...this.held.keys()] });
-    if (taken.length) this._wake("slots");
-    if (this._onHeld) this._onHeld();
-  }
-
-  /** claim_leases every renewInterval (ttl / 3) on a connection of its own. */
-  async _renewLoop() {
-    let c = null, validUntil = 0;
-    this._renewOk = false;
-    while (this._renewing) {
-      const asked = Date.now();
-      try {
-        c = c || await this._connect(this.connection);
-        const { rows } = await c.query("SELECT slot, token FROM claim_leases($1, $2, $3, ttl => $4)",
-          [this.name, this.n, this.holder, intervalText(this.ttlMs)]);
-        if (!this._renewing) break;
-        validUntil = asked + this.ttlMs;
-        this._renewOk = true;
-        this._setHeld(new Map(rows.map((r) => [r.slot, r.token])), "given back");
-      } catch (e) {
-        if (c) c.end().catch(() => {});
-        c = null;
-        this._renewOk = false; // no new batch until a call succeeds
-        this._emit("renewal failed", { error: errorText(e) });
-        if (Date.now() >= validUntil) this._setHeld(new Map(), "renewal failed for a ttl");
-      }
-      const rest = asked + this.renewMs - Date.now();
-      if (rest > 0 && this._renewing) await new Promise((resolve) => { this._renewTimer = setTimeout(resolve, rest); this._renewSleep = resolve; });
-      this._renewSleep = null;
-    }
-    if (c) await c.end().catch(() => {});
-  }
-
-  /** claim_leases(..., max => 0): every slot given back, the holder out of the live set. */
-  async _leave() {
-    if (this._renewSleep) { clearTimeout(this._renewTimer); this._renewSleep(); }
-    for (let attempt = 1; attempt <= 3; attempt++) {
-      let c = null;
-      try {
-        c = await this._connect(this.connection);
-        await c.query("SELECT count(*) FROM claim_leases($1, $2, $3, max => 0)", [this.name, this.n, this.holder]);
-        this._emit("left", { slots: [...this.held.keys()] });
-        return;
-      } catch (e) {
-        if (attempt === 3) this._emit("leave failed", { error: errorText(e) }); // the leases expire after ttl
-        else await new Promise((r) => setTimeout(r, 200));
-      } finally {
-        if (c) await c.end().catch(() => {});
-      }
-    }
-  }
-
-  /** LISTEN on the channels of the held slots on the direct notify connection (lease mode). */
-  async _listenLoop() {
-    let pause = 0;
-    while (this._renewing) {
-      let c = null;
-      try {
-        c = await this._connect(this.notifyConnection);
-        pause = 0;
-        c.on("notification", () => this._wake("notify"));
-        let broken = null;
-        c.on("error", (e) => { broken = e; this._wake("listener"); });
-        const listening = new Set();
-        while (this._renewing && broken === null) {
-          await this._syncListen(c, listening, [...this.held.keys()]);
-          await new Promise((resolve) => { this._onHeld = resolve; setTimeout(resolve, 1000); });
-          this._onHeld = null;
-        }
-        if (broken) throw broken;
-      } catch (e) {
-        pause = nextPause(pause);
-        this._emit("listen failed", { error: errorText(e), pauseMs: pause });
-        await new Promise((r) => setTimeout(r, pause));
-      } finally {
-        if (c) await c.end().catch(() => {});
-      }
-    }
-  }
-
-  async _syncListen(c, listening, slots) {
-    for (const s of slots) {
-      if (listening.has(s)) continue;
-      const ch = (await c.query("SELECT slot_channel($1, $2) AS c", [this.name, s])).rows[0].c;
-      await c.query(`LISTEN ${c.escapeIdentifier(ch)}`);
-      listening.add(s);
-    }
-    for (const s of [...listening]) {
-      if (slots.includes(s)) continue;
-      const ch = (await c.query("SELECT slot_channel($1, $2) AS c", [this.name, s])).rows[0].c;
-      await c.query(`UNLISTEN ${c.escapeIdentifier(ch)}`);
-      listening.delete(s);
-    }
-  }
-
   // ------------------------------------------------------------ the loops
+
+  /**
+   * The next batch to run: a side batch of the retry due soonest, if one is
+   * due; else the next slot of the round robin after `last`. {slot, side}.
+   */
+  _pick(last) {
+    const due = this._dueRetry();
+    return due ? { slot: due.slot, side: due } : { slot: nextSlot([...this.held.keys()], last), side: null };
+  }
+
+  /** After a batch: a transient failure waits its back-off (true: retry that slot); else the back-off is over. */
+  async _after(done) {
+    if (!done.transient) {
+      this._pause = 0;
+      return false;
+    }
+    await this._pauseFor(done.pauseMs);
+    return true;
+  }
 
   async _serveLease(client) {
     let last = -1;
     const pass = new Pass();
     while (!this._stopping) {
-      if (!this._renewOk || this.held.size === 0) { // no slot, or the claims fail: no work
-        await this._wait(this.renewMs);
+      if (!this._leaseOk() || this.held.size === 0) { // no slot, or no good claim for 2/3 of the ttl: no work
+        await this._wait(Math.min(this.renewMs, 250));
         continue;
       }
-      const slot = nextSlot([...this.held.keys()], last);
-      last = slot;
-      const done = await this._batch(client, slot, this.held.get(slot));
+      const { slot, side } = this._pick(last);
+      if (!side) last = slot;
+      const done = await this._batch(client, slot, this.held.get(slot), side);
+      if (await this._after(done)) {
+        if (!side) last = slot - 1; // the same slot again
+        continue;
+      }
       if (pass.after(slot, done, this.held.keys())) {
-        const why = await this._wait(this._waitingMs(pass));
+        const why = await this._wait(this._waitingMs());
         if (why === "notify") this._emit("woken", {});
         pass.clear();
       }
@@ -468,12 +444,16 @@ class Worker {
     while (!this._stopping) {
       await claim(); // between rounds: take unserved slots, give one back to a waiting newcomer
       let quiet = this.held.size === 0;
-      for (const slot of [...this.held.keys()]) {
-        if (this._stopping) break;
-        quiet = pass.after(slot, await this._batch(client, slot, null), this.held.keys());
+      for (let i = 0, slots = [...this.held.keys()]; i < slots.length && !this._stopping;) {
+        const due = this._dueRetry();
+        const slot = due ? due.slot : slots[i];
+        const done = await this._batch(client, slot, null, due);
+        if (await this._after(done)) continue; // the same batch again
+        if (!due) i++;
+        quiet = pass.after(slot, done, this.held.keys());
       }
       if (this._stopping || !quiet) continue;
-      const until = Date.now() + this._waitingMs(pass);
+      const until = Date.now() + this._waitingMs();
       let why = "timeout";
       while (!this._stopping && Date.now() < until) { // each second, claim again: a slot may be given up for this one
         why = await this._wait(Math.min(1000, until - Date.now()));
@@ -489,183 +469,17 @@ class Worker {
 
   /**
    * A whole round found nothing to do: how long to wait, told as a
-   * `waiting` event. Until the first retry of an item seen in the held
-   * slots' last passes, if that is sooner than the poll.
+   * `waiting` event. Until the first retry of an item of the held slots is
+   * due, if that is sooner than the poll.
    */
-  _waitingMs(pass) {
-    const retryMs = this.held.size ? pass.retryMs(this.held.keys()) : null;
+  _waitingMs() {
+    const retryMs = this._nextRetryMs();
     const ms = waitMs(this.pollMs, retryMs);
     this._emit("waiting", { ms, retryMs });
     return ms;
   }
-
-  _walk(slot, token) {
-    let w = this._walks.get(slot);
-    if (!w || w.token !== token) { // a slot taken anew is walked from the start of its share
-      w = { token, after: null, heldRoutes: this.route === null ? null : new Set() };
-      this._walks.set(slot, w);
-    }
-    return w;
-  }
-
-  /**
-   * Opens the batch's transaction in one message (one round trip): BEGIN,
-   * in lease mode the idle limit and the fence first, then with `fetch` (the
-   * fetch's SQL) the slot's next rows. The rows ([] without `fetch`), or
-   * null when the fence refused the token (rolled back).
-   */
-  async _begin(client, slot, token, fetch = null) {
-    // a worker paused inside its fenced transaction (SIGSTOP, a GC pause)
-    // holds its slot: the server ends that transaction after idleMs, so
-    // the slot moves on as a lease would
-    const idle = this.idleMs > 0 ? `SET LOCAL idle_in_transaction_session_timeout = ${this.idleMs}; ` : "";
-    const open = token === null ? "BEGIN"
-      : `BEGIN; ${idle}SELECT fence(${client.escapeLiteral(this.name)}, ${slot}, ${token}::bigint)`;
-    try {
-      const r = await client.query(fetch === null ? open : `${open}; ${fetch}`);
-      return fetch === null ? [] : r[r.length - 1].rows;
-    } catch (e) {
-      if (isConnectionLost(e)) throw e;
-      await client.query("ROLLBACK");
-      if (e.code !== "PC001") throw e;
-      this.stats.fenced++;
-      if (this._prom) this._prom.fenceRejections.inc({ fleet: this.name });
-      if (this.held.get(slot) === token) { // until a claim returns it again
-        const now = new Map(this.held);
-        now.delete(slot);
-        this._setHeld(now, "fence refused the token");
-      }
-      return null;
-    }
-  }
-
-  async _commit(client) {
-    const r = await client.query("COMMIT");
-    if (r.command === "ROLLBACK") throw new Error("the transaction was aborted (an error inside the handler was caught and ignored), so COMMIT rolled it back");
-  }
-
-  /**
-   * One batch of `slot`'s share: BEGIN, fence (lease mode) and the fetch in
-   * one message, the handler, COMMIT. {handled: items committed, end: the share is walked}.
-   */
-  async _batch(client, slot, token) {
-    const w = this._walk(slot, token);
-    const partition = await this._partition(client, slot);
-    const rows = await this._begin(client, slot, token, this._fetchText(slot, w.after));
-    if (rows === null) return { handled: 0, end: true, fenced: true };
-    let committed = false;
-    try {
-      const end = rows.length < this.batch;
-      const items = rows.map((r) => {
-        const it = { key: r[KEY], route: r[ROUTE], failure: r[FAILURE], retryMs: r[RETRY], row: r };
-        delete r[KEY]; delete r[ROUTE]; delete r[FAILURE]; delete r[RETRY];
-        return it;
-      });
-      const due = dueRows(items, w.heldRoutes);
-      let retryMs = soonest(items.filter((it) => it.failure === "retry").map((it) => it.retryMs));
-      const next = end ? null : items[items.length - 1].key;
-      const info = { name: this.name, slot, token, partition, table: this._table, holder: this.holder };
-      if (due.length === 0) {
-        await this._commit(client);
-        committed = true;
-        this._advance(slot, w, next, end);
-        return { handled: 0, end, retryMs };
-      }
-      const t0 = process.hrtime.bigint();
-      let ok = due;
-      try {
-        await this.handler(client, due.map((it) => it.row), info);
-        await this._clear(client, due);
-        await this._commit(client);
-        committed = true;
-      } catch (e) {
-        if (isConnectionLost(e)) throw e;
-        await client.query("ROLLBACK");
-        const r = await this._oneByOne(client, slot, token, due, info, w);
-        if (r === null) return { handled: 0, end: true, fenced: true };
-        ok = r.ok;
-        retryMs = soonest([retryMs, r.retryMs]);
-        committed = true;
-      }
-      this._advance(slot, w, next, end);
-      const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
-      this.stats.items += ok.length;
-      this.stats.batches++;
-      this.stats.batchSeconds += seconds;
-      if (this._prom) {
-        this._prom.items.inc({ fleet: this.name, slot }, ok.length);
-        this._prom.batches.inc({ fleet: this.name, slot });
-        this._prom.latency.observe({ fleet: this.name }, seconds);
-      }
-      this._emit("batch", { slot, token, items: ok.length, failed: due.length - ok.length, seconds });
-      return { handled: due.length, end, retryMs };
-    } finally {
-      if (!committed) await client.query("ROLLBACK").catch(() => {});
-    }
-  }
-
-  _advance(slot, w, next, end) {
-    if (this._walks.get(slot) !== w) return; // the slot moved meanwhile: its next holder walks it from the start
-    w.after = next;
-    if (end && w.heldRoutes) w.heldRoutes.clear(); // a new pass: the held routes are looked at again
-  }
-
-  async _clear(client, items) {
-    const cleared = items.filter((it) => it.failure !== null).map((it) => it.key);
-    if (cleared.length) await client.query("SELECT clear_failure($1, VARIADIC $2::text[])", [this.name, cleared]);
-  }
-
-  /**
-   * The batch again item by item, each under a savepoint: a failing item is
-   * rolled back to its savepoint and recorded with record_failure (back-off,
-   * max attempts), the others commit. {ok: the items committed,
-   * retryMs: until the first recorded retry}; null when the
-   * fence refused.
-   */
-  async _oneByOne(client, slot, token, due, info, w) {
-    if ((await this._begin(client, slot, token)) === null) return null;
-    // reported once the transaction has committed: a failure record that a
-    // lost connection rolled back is no attempt
-    const ok = [], failedRoutes = new Set(), outcomes = [];
-    let retryMs = null;
-    for (const it of due) {
-      if (it.route !== null && failedRoutes.has(it.route)) continue; // behind a failed item of its route
-      await client.query("SAVEPOINT pg_claim_item");
-      try {
-        await this.handler(client, [it.row], info);
-        await client.query("RELEASE SAVEPOINT pg_claim_item");
-        ok.push(it);
-      } catch (e) {
-        if (isConnectionLost(e)) throw e;
-        await client.query("ROLLBACK TO SAVEPOINT pg_claim_item");
-        const error = errorText(e);
-        const state = (await client.query("SELECT record_failure($1, $2, $3, $4, $5) AS s",
-          [this.name, it.key, error, this.maxAttempts, this.backoff])).rows[0].s;
-        if (state !== "dead") {
-          retryMs = soonest([retryMs, (await client.query(
-            "SELECT extract(epoch FROM retry_at - clock_timestamp())::float8 * 1000 AS ms FROM item_failures($1, $2)",
-            [this.name, it.key])).rows[0].ms]);
-        }
-        if (state !== "dead" && it.route !== null) {
-          failedRoutes.add(it.route);
-          if (w.heldRoutes) w.heldRoutes.add(it.route);
-        }
-        outcomes.push({ slot, item: it.key, error, state });
-      }
-    }
-    await this._clear(client, ok);
-    await this._commit(client);
-    for (const f of outcomes) {
-      this.stats.failures++;
-      if (this._prom) this._prom.failures.inc({ fleet: this.name, slot: f.slot });
-      if (f.state === "dead") {
-        this.stats.deadItems++;
-        if (this._prom) this._prom.dead.inc({ fleet: this.name, slot: f.slot });
-      }
-      this._emit("failure", f);
-    }
-    return { ok, retryMs };
-  }
 }
+
+Object.assign(Worker.prototype, lease.methods, batch.methods);
 
 module.exports = { Worker, NotASessionError };

@@ -5,43 +5,20 @@
 const test = require("node:test");
 const assert = require("node:assert");
 const http = require("http");
-const { Client } = require("pg");
 const { Worker, NotASessionError } = require("..");
 
-const SKIP = process.env.PGPORT ? false : "PGPORT is not set: no server to test against";
+const { SKIP, sleep, until, freshDatabase, sql: sqlIn } = require("./helpers");
+
 const DB = `node_unit_${process.pid}`;
 const direct = { database: DB };
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
-async function sql(text, params, database = DB) {
-  const c = new Client({ database });
-  await c.connect();
-  try {
-    return (await c.query(text, params)).rows;
-  } finally {
-    await c.end();
-  }
-}
-
-async function until(fn, ms, what) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(50);
-  }
-}
+const sql = (text, params, database = DB) => sqlIn(database, text, params);
 
 const markSent = async (client, rows) => {
   await client.query("UPDATE outbox SET sent_at = now() WHERE id = ANY($1)", [rows.map((r) => r.id)]);
 };
 
 test("the library against a server", { skip: SKIP }, async (t) => {
-  await sql(`DROP DATABASE IF EXISTS ${DB}`, [], "postgres");
-  await sql(`CREATE DATABASE ${DB}`, [], "postgres");
-  await sql("CREATE EXTENSION pg_claim");
-  t.after(() => sql(`DROP DATABASE IF EXISTS ${DB} WITH (FORCE)`, [], "postgres"));
+  await freshDatabase(t, DB);
 
   await t.test("lease mode: every row once, a poison item dead, counters and /metrics", async () => {
     await sql(`CREATE TABLE outbox (id bigint PRIMARY KEY, body text, sent_at timestamptz);

@@ -1,5 +1,5 @@
 // Compiled by `npm run typecheck` (tsc --strict): the declarations of index.d.ts as a user sees them.
-import { Worker, NotASessionError, WorkerEvent } from "..";
+import { Worker, NotASessionError, WorkerEvent, LostReason, isTransient } from "..";
 
 interface Message { id: string; recipient: string; sent_at: Date | null }
 
@@ -11,8 +11,15 @@ const w = new Worker<Message>({
     const slot: number = batch.slot;
     void slot;
   },
-  onEvent: (e: WorkerEvent) => { if (e.type === "failure") console.log(e.item, e.state); },
+  queryTimeout: "5 seconds", metricsPort: 9187, metricsHost: "127.0.0.1",
+  onEvent: (e: WorkerEvent) => {
+    if (e.type === "failure") console.log(e.item, e.state);
+    if (e.type === "lost") { const why: LostReason = e.reason; console.log(e.slot, why); }
+    if (e.type === "transient") console.log(e.item, e.count, e.pauseMs);
+  },
 });
+const transient: boolean = isTransient(new Error("x"));
+void transient;
 w.run({ handleSignals: true }).catch((e) => { if (e instanceof NotASessionError) process.exit(2); });
 const items: number = w.stats.items;
 void items;

@@ -1,7 +1,7 @@
 "use strict";
 const test = require("node:test");
 const assert = require("node:assert");
-const { durationMs, makeHolder, isConnectionLost, isServerState, nextPause, nextSlot, diffHeld, dueRows, waitMs, Pass } = require("../lib/util");
+const { durationMs, makeHolder, isConnectionLost, isServerState, isTransient, nextPause, nextSlot, diffHeld, dueRows, waitMs, Pass } = require("../lib/util");
 const { Worker } = require("..");
 
 test("durationMs reads milliseconds and one-unit intervals", () => {
@@ -46,6 +46,18 @@ test("isServerState: a cancel or a deadlock of the Worker's own statement is not
   }
   assert.ok(!isServerState(new Error("550 no such mailbox")));
   assert.ok(!isServerState(null));
+});
+
+test("isTransient: a handler's lost connection, deadlock or shortage, not its own faults", () => {
+  for (const code of ["40001", "40P01", "53300", "53200", "58030", "08006", "57P01", "ECONNRESET"]) {
+    assert.ok(isTransient({ code, message: "" }), code);
+  }
+  assert.ok(isTransient(new Error("Client was closed and is not queryable")));
+  assert.ok(isTransient(new Error("Query read timeout")));
+  for (const code of ["57014", "23505", "42P01", "22023", "40002", "PC001"]) {
+    assert.ok(!isTransient({ code, message: "x" }), code);
+  }
+  assert.ok(!isTransient(new Error("550 no such mailbox")));
 });
 
 test("nextPause doubles from 100 ms up to the cap", () => {
@@ -104,6 +116,13 @@ test("Worker checks its options", () => {
   assert.strictEqual(new Worker({ ...ok, holder: "me" }).holder, "me");
   assert.strictEqual(new Worker({ ...ok, n: 1048576, mode: "session" }).n, 1048576);
   assert.strictEqual(new Worker({ ...ok, n: 1024 }).n, 1024);
+  assert.strictEqual(w.metricsHost, "127.0.0.1");
+  assert.strictEqual(w.queryTimeoutMs, 30000);
+  assert.strictEqual(new Worker({ ...ok, queryTimeout: "2 seconds" }).queryTimeoutMs, 2000);
+  // the back-off: 5 s at most, a third of the ttl in lease mode
+  assert.strictEqual(w._nextPause(4000), 5000);
+  assert.strictEqual(new Worker({ ...ok, ttl: "3 seconds" })._nextPause(4000), 1000);
+  assert.strictEqual(new Worker({ ...ok, ttl: "3 seconds", mode: "session" })._nextPause(4000), 5000);
   for (const [bad, msg] of [
     [{ name: undefined }, /name is required/],
     [{ n: 0 }, /n must be an integer of at least 1/],
@@ -115,6 +134,8 @@ test("Worker checks its options", () => {
     [{ ttl: "100 milliseconds" }, /ttl must be at least 300/],
     [{ ttl: "3 seconds", renewInterval: "5 seconds" }, /renewInterval must be/],
     [{ batch: 0 }, /batch must be/],
+    [{ metricsHost: 8080 }, /metricsHost must be a non-empty string/],
+    [{ queryTimeout: "soon" }, /queryTimeout must be/],
   ]) {
     assert.throws(() => new Worker({ ...ok, ...bad }), msg);
   }

@@ -1,0 +1,167 @@
+"use strict";
+// The Worker's held slots and its lease calls (methods mixed into
+// Worker.prototype): claim_leases on a timer, the reasons a slot was lost,
+// the leave, and LISTEN on the notify connection.
+const { intervalText, diffHeld, errorText } = require("./util");
+
+const methods = {
+  /**
+   * Replaces the held slots; the slots taken and lost are counted and told.
+   * `reason`: the reason of every lost slot, or a function slot -> reason.
+   */
+  _setHeld(now, reason) {
+    const { taken, lost } = diffHeld(this.held, now);
+    if (!taken.length && !lost.length) return;
+    for (const { slot, token } of lost) {
+      this._walks.delete(slot);
+      this.stats.slotsLost++;
+      if (this._prom) this._prom.handovers.inc({ fleet: this.name, direction: "lost" });
+      this._emit("lost", { slot, token, reason: typeof reason === "function" ? reason(slot) : reason });
+    }
+    for (const { slot, token } of taken) {
+      this.stats.slotsTaken++;
+      if (this._prom) this._prom.handovers.inc({ fleet: this.name, direction: "gained" });
+      this._emit("taken", { slot, token });
+    }
+    this.held = new Map([...now].sort((a, b) => a[0] - b[0]));
+    this._countHeld();
+    this._emit("slots", { slots: [...this.held.keys()] });
+    if (taken.length) this._wake("slots");
+    if (this._onHeld) this._onHeld();
+  },
+
+  /** Lease mode: whether a claim call succeeded within 2/3 of the ttl (new batches start only then). */
+  _leaseOk() {
+    return this._goodAt !== null && Date.now() < this._goodAt + (2 * this.ttlMs) / 3;
+  },
+
+  /**
+   * Why the slots held before and missing from a claim's result were lost:
+   * "expired" (the lease ran out: the slot came back with a new token, or
+   * no good call for a ttl), "taken" (another holder has it), "given back"
+   * (claim_leases gave it to another holder for balance).
+   */
+  async _lostReasons(c, before, rows, expired) {
+    const now = new Map(rows.map((r) => [r.slot, r.token]));
+    const gone = [...before.keys()].filter((s) => !now.has(s));
+    const others = new Set();
+    if (gone.length) {
+      const h = await c.query("SELECT slot FROM lease_holders($1) WHERE slot = ANY($2) AND NOT expired"
+        + " AND holder IS DISTINCT FROM $3", [this.name, gone, this.holder]);
+      for (const r of h.rows) others.add(r.slot);
+    }
+    return (slot) => (now.has(slot) || expired ? "expired" : others.has(slot) ? "taken" : "given back");
+  },
+
+  /**
+   * claim_leases every renewInterval (ttl / 3) on a connection of its own,
+   * each call bounded by the ttl (through a busy pool a call may queue a
+   * while): no new batch once no call succeeded for 2/3 of the ttl
+   * (_leaseOk), every slot dropped after a ttl (a timer).
+   */
+  async _renewLoop() {
+    let c = null;
+    this._goodAt = null;
+    const drop = () => { this._dropTimer = null; this._setHeld(new Map(), "expired"); };
+    while (this._renewing) {
+      const asked = Date.now();
+      try {
+        c = c || await this._connect(this.connection, "_renewClient");
+        const { rows } = await c.query({ text: "SELECT slot, token FROM claim_leases($1, $2, $3, ttl => $4)",
+          values: [this.name, this.n, this.holder, intervalText(this.ttlMs)], query_timeout: this.ttlMs });
+        if (!this._renewing) break;
+        // the leases are good for a ttl from when the call was sent, at the least
+        const validMs = this.ttlMs - (Date.now() - asked);
+        if (validMs <= 0) throw new Error(`pg-claim: claim_leases answered after ${Date.now() - asked} ms, past the ttl`);
+        const expired = this._goodAt === null || asked >= this._goodAt + this.ttlMs;
+        const reasons = await this._lostReasons(c, this.held, rows, expired);
+        this._goodAt = asked;
+        clearTimeout(this._dropTimer);
+        this._dropTimer = setTimeout(drop, validMs);
+        this._setHeld(new Map(rows.map((r) => [r.slot, r.token])), reasons);
+      } catch (e) {
+        if (c) this._drop(c);
+        c = null;
+        this._emit("renewal failed", { error: errorText(e) });
+        if (this._goodAt === null || Date.now() >= this._goodAt + this.ttlMs) this._setHeld(new Map(), "expired");
+      }
+      const rest = asked + this.renewMs - Date.now();
+      if (rest > 0 && this._renewing) await new Promise((resolve) => { this._renewTimer = setTimeout(resolve, rest); this._renewSleep = resolve; });
+      this._renewSleep = null;
+    }
+    clearTimeout(this._dropTimer);
+    if (c) this._drop(c);
+  },
+
+  /**
+   * claim_leases(..., max => 0): every slot given back, the holder out of
+   * the live set; tried until `deadline` (ms since the epoch).
+   */
+  async _leave(deadline) {
+    if (this._renewSleep) { clearTimeout(this._renewTimer); this._renewSleep(); }
+    for (let attempt = 1; ; attempt++) {
+      let c = null;
+      const left = deadline - Date.now();
+      try {
+        c = await this._connect({ ...this.connection, connectionTimeoutMillis: Math.max(100, Math.min(this._connectMs, left)) });
+        await c.query({ text: "SELECT count(*) FROM claim_leases($1, $2, $3, max => 0)",
+          values: [this.name, this.n, this.holder], query_timeout: Math.max(100, Math.min(this._connectMs, deadline - Date.now())) });
+        this._emit("left", { slots: [...this.held.keys()] });
+        return;
+      } catch (e) {
+        if (attempt >= 3 || Date.now() + 200 >= deadline) {
+          this._emit("leave failed", { error: errorText(e) }); // the leases expire after ttl
+          return;
+        }
+        await new Promise((r) => setTimeout(r, 200));
+      } finally {
+        if (c) this._drop(c);
+      }
+    }
+  },
+
+  /** LISTEN on the channels of the held slots on the direct notify connection (lease mode). */
+  async _listenLoop() {
+    let pause = 0;
+    while (this._renewing) {
+      let c = null;
+      try {
+        c = await this._connect(this.notifyConnection, "_listenClient");
+        pause = 0;
+        c.on("notification", () => this._wake("notify"));
+        let broken = null;
+        c.on("error", (e) => { broken = e; this._wake("listener"); });
+        const listening = new Set();
+        while (this._renewing && broken === null) {
+          await this._syncListen(c, listening, [...this.held.keys()]);
+          await new Promise((resolve) => { this._onHeld = resolve; setTimeout(resolve, 1000); });
+          this._onHeld = null;
+        }
+        if (broken) throw broken;
+      } catch (e) {
+        pause = this._nextPause(pause);
+        this._emit("listen failed", { error: errorText(e), pauseMs: pause });
+        await this._pauseFor(pause);
+      } finally {
+        if (c) this._drop(c);
+      }
+    }
+  },
+
+  async _syncListen(c, listening, slots) {
+    for (const s of slots) {
+      if (listening.has(s)) continue;
+      const ch = (await c.query("SELECT slot_channel($1, $2) AS c", [this.name, s])).rows[0].c;
+      await c.query(`LISTEN ${c.escapeIdentifier(ch)}`);
+      listening.add(s);
+    }
+    for (const s of [...listening]) {
+      if (slots.includes(s)) continue;
+      const ch = (await c.query("SELECT slot_channel($1, $2) AS c", [this.name, s])).rows[0].c;
+      await c.query(`UNLISTEN ${c.escapeIdentifier(ch)}`);
+      listening.delete(s);
+    }
+  },
+};
+
+module.exports = { methods };
