@@ -389,3 +389,22 @@ def test_readme_quick_start_runs_as_written(db, tmp_path):
     finally:
         with connect("postgres") as c:
             c.execute("DROP DATABASE IF EXISTS py_lib_quick WITH (FORCE)")
+
+
+@pytest.mark.parametrize("table", ["box", "app.point"])
+def test_a_table_named_like_a_builtin_type(db, table):
+    """`box` and `point` are also geometric types of pg_catalog: the fetch's
+    row type is the table's, by its schema-qualified name (`NULL::box` is the
+    type, whose column t.id does not exist)."""
+    db.execute("CREATE SCHEMA IF NOT EXISTS app")
+    make_table(db, table, 40)
+    tbl = table.split(".")[-1]
+    r = Run(conninfo=dsn() + " options='-c search_path=app,public'", name=f"builtin_{tbl}", table=tbl, n=2,
+            pending="done", batch=10, ttl=3, handler=handler_for(table), poll_interval=0.2)
+    try:
+        wait_for(lambda: db.execute(f"SELECT bool_and(done) FROM {table}").fetchone()[0] or r.error,
+                 what="drain")
+    finally:
+        r.stop()
+    assert r.error is None, r.error
+    assert db.execute("SELECT count(*) FROM log WHERE tbl = %s", (table,)).fetchone()[0] == 40

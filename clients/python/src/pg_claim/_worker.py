@@ -383,11 +383,15 @@ class Worker:
             self._ready = True
 
     def _read_table(self, conn: psycopg.Connection) -> None:
+        # the row type by the table's schema-qualified name: a table named like a
+        # built-in type (box, point, ...) is not that type in NULL::box
         cur = conn.execute(
-            "SELECT %s::regclass::oid, %s::regclass::text,"
-            " extract(epoch FROM %s::interval)::float8, extract(epoch FROM %s::interval)::float8",
-            (self.table, self.table, _interval_param(self.ttl), _interval_param(self.backoff)))
-        oid, self._table_text, ttl_s, backoff_s = cur.fetchone()  # type: ignore[misc]
+            "SELECT c.oid, c.oid::regclass::text, pg_catalog.format('%%I.%%I', n.nspname, c.relname),"
+            " extract(epoch FROM %s::interval)::float8, extract(epoch FROM %s::interval)::float8"
+            " FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE c.oid = %s::regclass",
+            (_interval_param(self.ttl), _interval_param(self.backoff), self.table))
+        oid, self._table_text, rowtype, ttl_s, backoff_s = cur.fetchone()  # type: ignore[misc]
         if ttl_s <= 0 or backoff_s < 0:
             raise Error(f"ttl must be positive and backoff not negative, got {self.ttl!r}, {self.backoff!r}")
         self._ttl_s = ttl_s
@@ -419,7 +423,7 @@ class Worker:
                     raise
                 log.info("%s is hash-partitioned but not with modulus %d: reading and writing it"
                          " through the table (%s)", self._table_text, self.n, e)
-        args = [sql.SQL("NULL::{}").format(sql.SQL(self._table_text)), sql.SQL("%(slot)s"), sql.SQL("%(n)s")]
+        args = [sql.SQL("NULL::{}").format(sql.SQL(rowtype)), sql.SQL("%(slot)s"), sql.SQL("%(n)s")]
         args.append(sql.SQL("key => %(key)s"))
         if self._method is not None:
             args.append(sql.SQL("method => %(method)s"))
