@@ -185,6 +185,9 @@ class Worker:
     metrics_port
         serve Prometheus metrics on this port (/metrics): needs
         prometheus_client (pip install 'pg-claim[metrics]').
+    metrics_host
+        the address the metrics server listens on ("127.0.0.1": this
+        machine only; "0.0.0.0" or "::" for every interface).
     on_event
         on_event(event, fields) for logging and metrics, called from the
         worker's threads; see README.md for the events.
@@ -196,7 +199,8 @@ class Worker:
                  max_slots: Optional[int] = None, holder: Optional[str] = None,
                  notify_conninfo: Optional[str] = None, poll_interval: Optional[float] = None,
                  max_attempts: int = 5, backoff: Interval = "10 seconds",
-                 metrics_port: Optional[int] = None, on_event: Optional[EventHook] = None) -> None:
+                 metrics_port: Optional[int] = None, metrics_host: str = "127.0.0.1",
+                 on_event: Optional[EventHook] = None) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError("name must be a non-empty text")
         if not isinstance(n, int) or not 1 <= n <= 1048576:
@@ -231,7 +235,7 @@ class Worker:
         self.holder = holder or make_holder()
         self.notify_conninfo, self.poll_interval = notify_conninfo, poll_interval
         self.max_attempts, self.backoff = max_attempts, backoff
-        self.metrics_port, self.on_event = metrics_port, on_event
+        self.metrics_port, self.metrics_host, self.on_event = metrics_port, metrics_host, on_event
         self.stats = Stats()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -258,7 +262,7 @@ class Worker:
         server = None
         try:
             if self.metrics_port is not None:
-                server = serve(self.metrics_port, self.name, self.stats)
+                server = serve(self.metrics_port, self.name, self.stats, self.metrics_host)
             self._setup()
             self._emit("started", mode=self.running_mode, holder=self.holder, n=self.n,
                        table=self._table_text, method=self._method, partitioned=self._partitioned)
