@@ -294,6 +294,10 @@ class Batches:
                 finally:
                     ended = self._ended(conn)  # before any other statement
                     idle = ended is not None and conn.info.transaction_status == _IDLE
+                if error is None and (conn.closed or conn.broken):
+                    if not forced:
+                        raise psycopg.OperationalError(f"the connection was closed in the handler of item {item}")
+                    error = "the connection was closed in the handler"
                 if error is None and ended is None:
                     if state is not None:
                         conn.execute("SELECT clear_failure(%s, %s)", (self.name, item))

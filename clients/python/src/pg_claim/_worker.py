@@ -253,7 +253,7 @@ class Worker(Batches):
             extra["application_name"] = f"pg_claim {self.name}"[:63]
         conn = Conn.connect(conninfo, autocommit=True, prepare_threshold=None, **extra)
         conn.deadline_s = max(1.5, deadline * ttl_s)
-        conn.stop, conn.stop_grace_s = self._stop, max(1.0, ttl_s / 3)
+        conn.stop, conn.stop_grace_s = self._stop, self._grace()
         return conn
 
     def _pause_cap(self) -> float:
@@ -624,23 +624,40 @@ class Worker(Batches):
             raise self._fatal
 
     def _leave(self) -> None:
-        """Give every slot back and leave the live set: claim_leases(..., max => 0)."""
-        end = time.monotonic() + max(1.0, self._ttl_s / 3)  # then the leases expire by themselves
-        for attempt in range(3):
-            try:
-                with self._connect(self.conninfo, deadline=1 / 3) as conn:
-                    self._claim(conn, max_=0)
-                break
-            except psycopg.Error as e:
-                if attempt == 2 or not transient(e, own=True) or time.monotonic() + 0.2 >= end:
-                    log.warning("could not give the slots back (they expire after the ttl): %s", e)
-                    self._emit("leave_failed", error=str(e).strip())
+        """Give every slot back and leave the live set: claim_leases(...,
+        max => 0), for at most ttl/4 (then the leases expire by themselves:
+        a path that does not answer never holds up stop())."""
+        end = time.monotonic() + self._grace()
+        failed: List[BaseException] = []
+
+        def give_back() -> None:
+            for attempt in range(3):
+                try:
+                    with self._connect(self.conninfo, deadline=1 / 4) as conn:
+                        self._claim(conn, max_=0)
                     return
-                time.sleep(0.2)
+                except psycopg.Error as e:
+                    if attempt == 2 or not transient(e, own=True) or time.monotonic() + 0.2 >= end:
+                        failed.append(e)
+                        return
+                    time.sleep(0.2)
+        t = threading.Thread(target=give_back, daemon=True, name=f"pg_claim leave {self.name}")
+        t.start()
+        t.join(max(0.0, end - time.monotonic()))
+        if t.is_alive() or failed:
+            e = failed[0] if failed else TimeoutError(f"no reply within {self._grace():g} s")
+            log.warning("could not give the slots back (they expire after the ttl): %s", e)
+            self._emit("leave_failed", error=str(e).strip())
+            return
         gave = sorted(self._held.snapshot())
         self._held.replace([], time.monotonic())
         self.stats.slots(0, len(gave), 0)
         self._emit("left", slots=gave)
+
+    def _grace(self) -> float:
+        """How long after stop() a wait for the server may go on, and how
+        long the slots are given back for: ttl/4 (at least 0.5 s)."""
+        return max(0.5, (self._ttl_s or 30.0) / 4)
 
     def _work_loop(self, session: bool, conn: Optional[psycopg.Connection] = None,
                    claim: Optional[Callable[[psycopg.Connection], None]] = None) -> None:
