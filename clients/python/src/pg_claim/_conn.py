@@ -126,12 +126,17 @@ class _Watchdog:
         self._thread: Optional[threading.Thread] = None
 
     def guard(self, conn: Conn) -> int:
+        """Registers a wait of `conn` (0: none, the connection has no socket)."""
         now = time.monotonic()
+        try:
+            fd = conn.pgconn.socket
+        except psycopg.Error:
+            return 0
         with self._cond:
             self._next += 1
             key = self._next
             assert conn.deadline_s is not None
-            self._waits[key] = (conn, now, now + conn.deadline_s, conn.pgconn.socket)
+            self._waits[key] = (conn, now, now + conn.deadline_s, fd)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, daemon=True, name="pg_claim watchdog")
                 self._thread.start()

@@ -82,7 +82,11 @@ class Worker(Batches):
         timedelta). Lease mode claims every ttl/3 on a thread and a connection
         of its own. In both modes a batch's transaction may stay idle at most
         ttl at a time (SET LOCAL idle_in_transaction_session_timeout), so a
-        worker paused in a batch loses its session and its slots.
+        worker paused in a batch loses its session and its slots, and each
+        of its statements runs at most ttl (SET LOCAL statement_timeout).
+        Every wait for the server is bounded by the ttl (TCP keepalives,
+        tcp_user_timeout, connect_timeout, a deadline on each reply; see
+        README.md), so that a half-open connection never wedges a worker.
     key, route, method
         as in my_items: the key column (default: the primary key), the column
         mapped to the slot (default: the key), the mapping (default 'auto';
@@ -102,7 +106,13 @@ class Worker(Batches):
         (the fallback poll).
     max_attempts, backoff
         record_failure's: a failing item is retried after backoff (doubled at
-        each attempt) and set aside (dead) after max_attempts attempts.
+        each attempt), at its time, and set aside (dead) after max_attempts
+        attempts. The handler must leave the batch's transaction open (no
+        COMMIT or ROLLBACK): one that ends it fails the batch. A batch that
+        fails with a transient error is tried again after a back-off
+        (_conn.PAUSE_FIRST doubled up to PAUSE_MAX, ttl/3 in lease mode),
+        and goes item by item through record_failure after TRANSIENT_LIMIT
+        such failures in a row with the same first item.
     metrics_port
         serve Prometheus metrics on this port (/metrics): needs
         prometheus_client (pip install 'pg-claim[metrics]').
