@@ -91,9 +91,9 @@ class NoReply(psycopg.OperationalError):
 
 class Conn(psycopg.Connection):  # type: ignore[type-arg]
     """A psycopg connection whose every wait for the server (each statement,
-    COMMIT, ROLLBACK) is bounded by `deadline_s`: past it the socket is shut
-    down, the wait ends with NoReply and the connection is broken. After
-    `stop` is set, a wait has at most `stop_grace_s` more."""
+    COMMIT, ROLLBACK) is bounded by `deadline_s` (inf: none): past it the
+    socket is shut down, the wait ends with NoReply and the connection is
+    broken. After `stop` is set, a wait has at most `stop_grace_s` more."""
 
     deadline_s: Optional[float] = None
     stop: Optional[threading.Event] = None

@@ -84,9 +84,10 @@ class Worker(Batches):
         ttl at a time (SET LOCAL idle_in_transaction_session_timeout), so a
         worker paused in a batch loses its session and its slots, and each
         of its statements runs at most ttl (SET LOCAL statement_timeout).
-        Every wait for the server is bounded by the ttl (TCP keepalives,
-        tcp_user_timeout, connect_timeout, a deadline on each reply; see
-        README.md), so that a half-open connection never wedges a worker.
+        In lease mode every wait for the server is bounded by the ttl (TCP
+        keepalives, tcp_user_timeout, connect_timeout, a deadline on each
+        reply; see README.md), so that a half-open connection never wedges
+        a worker; in both modes stop() cuts a wait after ttl/4.
     key, route, method
         as in my_items: the key column (default: the primary key), the column
         mapped to the slot (default: the key), the mapping (default 'auto';
@@ -253,16 +254,22 @@ class Worker(Batches):
 
     def _connect(self, conninfo: str, deadline: float = 4 / 3) -> Conn:
         """A connection in autocommit, without server-side prepared
-        statements (PgBouncer in transaction mode has none before 1.21),
-        whose waits are bounded by the ttl (_conn.tcp_params; each reply
-        within `deadline` x ttl, at least 1.5 s)."""
+        statements (PgBouncer in transaction mode has none before 1.21).
+        In lease mode its waits are bounded by the ttl (_conn.tcp_params;
+        each reply within `deadline` x ttl, at least 1.5 s). In session mode
+        the slots are the server session's, which a path that comes back
+        finds again: libpq's TCP settings (the connection string's) and no
+        deadline. In both, after stop() a wait has at most _grace() more."""
         params = conninfo_to_dict(conninfo)
         ttl_s = self._ttl_s or 30.0
-        extra = tcp_params(params, ttl_s)
+        session = self.running_mode == "session"
+        extra = {} if session else tcp_params(params, ttl_s)
+        if session and "connect_timeout" not in params and not os.environ.get("PGCONNECT_TIMEOUT"):
+            extra["connect_timeout"] = 10
         if "application_name" not in params and "PGAPPNAME" not in os.environ:
             extra["application_name"] = f"pg_claim {self.name}"[:63]
         conn = Conn.connect(conninfo, autocommit=True, prepare_threshold=None, **extra)
-        conn.deadline_s = max(1.5, deadline * ttl_s)
+        conn.deadline_s = float("inf") if session else max(1.5, deadline * ttl_s)
         conn.stop, conn.stop_grace_s = self._stop, self._grace()
         return conn
 
