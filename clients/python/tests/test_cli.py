@@ -357,3 +357,89 @@ def test_top_ends_quietly_when_its_reader_goes(db, state):
             p.kill()
     err = p.stderr.read().decode()
     assert rc == 0 and err == "", err
+
+
+# --- names with control characters; the portable edition ---------------------
+
+EVIL = "py_cli_evil"
+PORTABLE = "py_cli_portable"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+
+
+@pytest.fixture(scope="module")
+def fresh():
+    """Databases made for one test each, dropped at the end."""
+    made = []
+
+    def make(name):
+        with connect("postgres") as c:
+            c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            c.execute(f"CREATE DATABASE {name}")
+        made.append(name)
+        return connect(name)
+    try:
+        connect("postgres").close()
+    except psycopg.OperationalError as e:
+        pytest.skip(f"no server: {e}")
+    yield make
+    with connect("postgres") as c:
+        for name in made:
+            c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def test_names_and_holders_are_escaped(fresh, state):
+    """A fleet named with ESC [2J (clear the screen) and a newline, on a table
+    with an ESC in its name, held by a holder text that recolours: every
+    output shows them escaped, never raw."""
+    c = fresh(EVIL)
+    c.execute("CREATE EXTENSION pg_claim")
+    c.execute('CREATE TABLE "tbl\x1b[2J" (id int PRIMARY KEY, done boolean NOT NULL DEFAULT false)')
+    c.execute('INSERT INTO "tbl\x1b[2J" SELECT g FROM generate_series(1, 10) g')
+    name = "evil\x1b[2J\nname\t\u202e"
+    c.execute("SELECT define_fleet(%s, %s, 2, pending => 'done')", (name, '"tbl\x1b[2J"'))
+    c.execute("SELECT count(*) FROM claim_leases(%s, 2, %s, ttl => '1 hour')", (name, "host\x1b[31m:1\r"))
+    shown = "evil\\x1b[2J\\nname\\t\\u202e"
+    dsn = f"dbname={EVIL}"
+    outs = [run("fleets", dsn), run("status", dsn, name, state=state), run("top", "--once", dsn, name, state=state),
+            run("status", dsn, name + "x")]
+    for p in outs:
+        assert "\x1b" not in p.stdout + p.stderr and "\u202e" not in p.stdout + p.stderr, p
+        assert "\r" not in p.stdout + p.stderr
+    assert outs[0].returncode == 0 and shown in outs[0].stdout and "tbl\\x1b[2J" in outs[0].stdout
+    assert len(outs[0].stdout.splitlines()) == 2  # the header and one line: the newline is escaped
+    for p in outs[1:3]:
+        assert p.returncode == 0, p.stderr
+        assert f"fleet {shown}: table " in p.stdout and "host\\x1b[31m:1\\r" in p.stdout
+    assert outs[3].returncode == 2 and f'fleet "{shown}x" is not defined' in outs[3].stderr
+    # JSON keeps the names as they are (JSON escapes them itself)
+    p = run("fleets", "--json", dsn)
+    assert json.loads(p.stdout)[0]["fleet"] == name and "\x1b" not in p.stdout
+
+
+def test_the_portable_edition_is_found(fresh, state, tmp_path):
+    """A database with the portable edition (scripts/portable's file run with
+    search_path = claim, no CREATE EXTENSION): fleets, status and top read its
+    views, whether or not the caller's search_path has its schema."""
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "portable"), "--out", str(tmp_path)],
+                         capture_output=True, text=True, check=True).stdout.split()[0]
+    c = fresh(PORTABLE)
+    c.execute("CREATE SCHEMA claim")
+    c.execute("SET search_path = claim")
+    c.execute(open(out, encoding="utf-8").read())
+    c.execute("SET search_path = public, claim")
+    assert c.execute("SELECT count(*) FROM pg_extension WHERE extname = 'pg_claim'").fetchone()[0] == 0
+    c.execute("CREATE TABLE jobs (id bigint PRIMARY KEY, done boolean NOT NULL DEFAULT false)")
+    c.execute("INSERT INTO jobs SELECT g FROM generate_series(1, 100) g")
+    c.execute("SELECT define_fleet('jobs', 'public.jobs', 4, pending => 'done')")
+    c.execute("SELECT count(*) FROM claim_leases('jobs', 4, 'w1', ttl => '1 hour')")
+    want = c.execute("SELECT slot, holder, pending FROM fleet_slots WHERE fleet = 'jobs' ORDER BY slot").fetchall()
+    assert sum(w[2] for w in want) == 100
+    for dsn in (f"dbname={PORTABLE}", f"dbname={PORTABLE} options='-c search_path=claim'"):
+        p = run("fleets", dsn)
+        assert p.returncode == 0, p.stderr
+        assert re.search(r"^jobs +(public\.)?jobs +4 +1 +0 +100 ", p.stdout, re.M), p.stdout
+        p = run("status", "--json", dsn, "jobs")
+        assert p.returncode == 0, p.stderr
+        assert [(o["slot"], o["holder"], o["pending"]) for o in json.loads(p.stdout)] == want
+        p = run("top", "--once", dsn, "jobs", state=state)
+        assert p.returncode == 0 and re.match(r"fleet jobs: table (public\.)?jobs, n 4", p.stdout), p.stderr

@@ -312,6 +312,9 @@ def test_metrics_endpoint(db):
     try:
         wait_for(lambda: db.execute("SELECT bool_and(done) FROM metered").fetchone()[0], what="drain")
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        # 127.0.0.1 only by default: another address of this machine is refused
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.2", port), timeout=5).close()
     finally:
         r.stop()
     total = sum(float(v) for v in re.findall(r'^pg_claim_items_total\{fleet="metered",slot="\d"\} (\S+)$', text, re.M))
@@ -320,6 +323,24 @@ def test_metrics_endpoint(db):
     assert re.search(r'^pg_claim_batch_duration_seconds_count\{fleet="metered"\} [1-9]', text, re.M)
     assert re.search(r'^pg_claim_handovers_total\{direction="gained",fleet="metered"\} [1-9]', text, re.M)
     assert re.search(r'^pg_claim_slots_held\{fleet="metered"\} ', text, re.M)
+
+
+def test_metrics_host_chooses_the_address(db):
+    pytest.importorskip("prometheus_client")
+    make_table(db, "metered_any", 10)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = Run(name="metered_any", table="metered_any", n=1, pending="done", ttl=3, handler=handler_for("metered_any"),
+            metrics_port=port, metrics_host="127.0.0.2", poll_interval=0.2)
+    try:
+        wait_for(lambda: r.said("started"), what="started")
+        text = urllib.request.urlopen(f"http://127.0.0.2:{port}/metrics", timeout=5).read().decode()
+        assert "pg_claim_slots_held" in text
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    finally:
+        r.stop()
 
 
 def test_a_missing_column_is_an_error_not_a_retry(db):
@@ -389,3 +410,22 @@ def test_readme_quick_start_runs_as_written(db, tmp_path):
     finally:
         with connect("postgres") as c:
             c.execute("DROP DATABASE IF EXISTS py_lib_quick WITH (FORCE)")
+
+
+@pytest.mark.parametrize("table", ["box", "app.point"])
+def test_a_table_named_like_a_builtin_type(db, table):
+    """`box` and `point` are also geometric types of pg_catalog: the fetch's
+    row type is the table's, by its schema-qualified name (`NULL::box` is the
+    type, whose column t.id does not exist)."""
+    db.execute("CREATE SCHEMA IF NOT EXISTS app")
+    make_table(db, table, 40)
+    tbl = table.split(".")[-1]
+    r = Run(conninfo=dsn() + " options='-c search_path=app,public'", name=f"builtin_{tbl}", table=tbl, n=2,
+            pending="done", batch=10, ttl=3, handler=handler_for(table), poll_interval=0.2)
+    try:
+        wait_for(lambda: db.execute(f"SELECT bool_and(done) FROM {table}").fetchone()[0] or r.error,
+                 what="drain")
+    finally:
+        r.stop()
+    assert r.error is None, r.error
+    assert db.execute("SELECT count(*) FROM log WHERE tbl = %s", (table,)).fetchone()[0] == 40

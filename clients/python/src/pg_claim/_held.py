@@ -96,6 +96,23 @@ class Held:
             self._last = slot
             return slot, self._tokens[slot], self._cursor.get(slot)
 
+    def valid_left(self, now: float) -> float:
+        """Seconds until the slots are dropped if no claim succeeds."""
+        with self._lock:
+            return self._valid_until - now
+
+    def pick(self, slot: Slot, cursor: Optional[str],
+             now: Optional[float] = None) -> Optional[Tuple[Slot, Token, Optional[str]]]:
+        """`slot` out of turn, its walk moved back to `cursor` (a retry due):
+        (slot, token, cursor), or None when it is not held or the claims are
+        too old to work on."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            if slot not in self._tokens or now >= self._valid_until - self.margin_s:
+                return None
+            self._cursor[slot] = cursor
+            return slot, self._tokens[slot], cursor
+
     def advance(self, slot: Slot, token: Token, cursor: Optional[str]) -> None:
         """The batch of `slot` up to key `cursor` is done (with `token`);
         None: the share was walked to its end, start again from its start."""

@@ -146,8 +146,8 @@ class Collector:
         yield h
 
 
-def serve(port: int, name: str, stats: Stats, addr: str = "0.0.0.0") -> Optional[Any]:
-    """Serve /metrics on `port` from a registry of its own; returns the
+def serve(port: int, name: str, stats: Stats, addr: str = "127.0.0.1") -> Optional[Any]:
+    """Serve /metrics on `addr`:`port` from a registry of its own; returns the
     server (with shutdown()) where prometheus_client returns it."""
     try:
         from prometheus_client import CollectorRegistry, start_http_server

@@ -10,67 +10,28 @@ import signal
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import dict_row
 
+from ._batch import _KEY, _RETRY, _STATE, Batch, Batches, Error, Handler, PoolerError, Row, _SlotLost
+from ._conn import PAUSE_MAX, Conn, Interval, next_pause, tcp_params, transient
+from ._conn import interval_param as _interval_param
+from ._conn import seconds as _seconds
 from ._held import Held
 from ._metrics import Stats, serve
 
 log = logging.getLogger("pg_claim")
 
-Interval = Union[str, int, float, datetime.timedelta]
-Row = Dict[str, Any]
 EventHook = Callable[[str, Dict[str, Any]], None]
 
 MODES = ("lease", "session", "auto")
-# the columns the fetch adds to the table's own (taken off before the handler sees a row)
-_KEY, _STATE, _RETRY = "__pg_claim_key", "__pg_claim_state", "__pg_claim_retry_in"
+# slot -> cursor of the batch a held-back item was in -> when its retry is due
+Due = Dict[int, Dict[Optional[str], float]]
 # The most slots claim_leases serves (its error 22023 above that).
 MAX_LEASE_SLOTS = 1024
-
-
-class Error(Exception):
-    """An error of the worker's set-up or configuration (not of an item)."""
-
-
-class PoolerError(Error):
-    """Session mode on a connection that is not one server session: a
-    transaction-mode pooler is in between."""
-
-
-class Batch(List[Row]):
-    """The rows of one batch (a list of dicts, one per row, the table's
-    columns), with where they come from:
-
-    - `name`, `slot`, `token`: the fleet, the slot whose share they are, and
-      the fencing token that passed in this transaction (None in session
-      mode, where the session's own lock holds the slot);
-    - `table`: an SQL fragment (psycopg.sql.Composable) naming the table to
-      write them in: the slot's own partition (slot_partition) when the table
-      is hash-partitioned with modulus n by the key (or route) column, else
-      the table itself. `sql.SQL("UPDATE {} SET ...").format(rows.table)`.
-    """
-
-    name: str
-    slot: int
-    token: Optional[int]
-    table: sql.Composable
-
-    def __init__(self, rows: Sequence[Row], name: str, slot: int, token: Optional[int],
-                 table: sql.Composable) -> None:
-        super().__init__(rows)
-        self.name, self.slot, self.token, self.table = name, slot, token, table
-
-
-Handler = Callable[[psycopg.Connection, Batch], Any]
-
-
-class _SlotLost(Exception):
-    """The fence refused the slot's token (PC001), or session mode lost it."""
 
 
 def make_holder() -> str:
@@ -78,47 +39,7 @@ def make_holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(8)}"
 
 
-def transient(e: BaseException, conn: Optional[psycopg.Connection] = None,
-              own: bool = False) -> bool:
-    """Whether an error is the connection's or the server's state, not the
-    work's: a lost connection, a server shutting down or restarting, a
-    serialization failure or deadlock, resources exhausted. Such errors are
-    never recorded as an item's failure: the worker reconnects (or tries the
-    batch again). `own`: the error came from one of the Worker's own
-    statements (claim, fetch, fence, commit), never from the handler, so a
-    cancel (57014) is transient too."""
-    if not isinstance(e, psycopg.Error):
-        return False
-    if conn is not None and (conn.broken or conn.closed):
-        return True
-    state = e.sqlstate
-    if state is None:
-        return isinstance(e, (psycopg.OperationalError, psycopg.InterfaceError))
-    if state == "57014":
-        # query_canceled: a statement_timeout in the handler is the item's;
-        # a cancel of the Worker's own statement is not
-        return own
-    return state[:2] in ("08", "40", "53", "57", "58")
-
-
-def _seconds(v: Interval) -> Optional[float]:
-    """An interval given as a number of seconds or a timedelta, in seconds;
-    None for text (the server reads it)."""
-    if isinstance(v, datetime.timedelta):
-        return v.total_seconds()
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return float(v)
-    if isinstance(v, str):
-        return None
-    raise TypeError(f"an interval must be text ('5 seconds'), seconds or a timedelta, got {v!r}")
-
-
-def _interval_param(v: Interval) -> Union[str, datetime.timedelta]:
-    s = _seconds(v)
-    return datetime.timedelta(seconds=s) if s is not None else str(v)
-
-
-class Worker:
+class Worker(Batches):
     """A worker of the fleet `name`: it serves slots of `n`, walks each slot's
     share of `table` in batches of `batch` rows still to do (`pending`), and
     calls `handler(tx, rows)` once per batch inside one transaction that has
@@ -161,7 +82,12 @@ class Worker:
         timedelta). Lease mode claims every ttl/3 on a thread and a connection
         of its own. In both modes a batch's transaction may stay idle at most
         ttl at a time (SET LOCAL idle_in_transaction_session_timeout), so a
-        worker paused in a batch loses its session and its slots.
+        worker paused in a batch loses its session and its slots, and each
+        of its statements runs at most ttl (SET LOCAL statement_timeout).
+        In lease mode every wait for the server is bounded by the ttl (TCP
+        keepalives, tcp_user_timeout, connect_timeout, a deadline on each
+        reply; see README.md), so that a half-open connection never wedges
+        a worker; in both modes stop() cuts a wait after ttl/4.
     key, route, method
         as in my_items: the key column (default: the primary key), the column
         mapped to the slot (default: the key), the mapping (default 'auto';
@@ -181,10 +107,19 @@ class Worker:
         (the fallback poll).
     max_attempts, backoff
         record_failure's: a failing item is retried after backoff (doubled at
-        each attempt) and set aside (dead) after max_attempts attempts.
+        each attempt), at its time, and set aside (dead) after max_attempts
+        attempts. The handler must leave the batch's transaction open (no
+        COMMIT or ROLLBACK): one that ends it fails the batch. A batch that
+        fails with a transient error is tried again after a back-off
+        (_conn.PAUSE_FIRST doubled up to PAUSE_MAX, ttl/3 in lease mode),
+        and goes item by item through record_failure after TRANSIENT_LIMIT
+        such failures in a row with the same first item.
     metrics_port
         serve Prometheus metrics on this port (/metrics): needs
         prometheus_client (pip install 'pg-claim[metrics]').
+    metrics_host
+        the address the metrics server listens on ("127.0.0.1": this
+        machine only; "0.0.0.0" or "::" for every interface).
     on_event
         on_event(event, fields) for logging and metrics, called from the
         worker's threads; see README.md for the events.
@@ -196,7 +131,8 @@ class Worker:
                  max_slots: Optional[int] = None, holder: Optional[str] = None,
                  notify_conninfo: Optional[str] = None, poll_interval: Optional[float] = None,
                  max_attempts: int = 5, backoff: Interval = "10 seconds",
-                 metrics_port: Optional[int] = None, on_event: Optional[EventHook] = None) -> None:
+                 metrics_port: Optional[int] = None, metrics_host: str = "127.0.0.1",
+                 on_event: Optional[EventHook] = None) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError("name must be a non-empty text")
         if not isinstance(n, int) or not 1 <= n <= 1048576:
@@ -231,7 +167,7 @@ class Worker:
         self.holder = holder or make_holder()
         self.notify_conninfo, self.poll_interval = notify_conninfo, poll_interval
         self.max_attempts, self.backoff = max_attempts, backoff
-        self.metrics_port, self.on_event = metrics_port, on_event
+        self.metrics_port, self.metrics_host, self.on_event = metrics_port, metrics_host, on_event
         self.stats = Stats()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -241,6 +177,10 @@ class Worker:
         self._ttl_s = ttl_s or 0.0
         self._ready = False
         self._partitions: Dict[int, sql.Composable] = {}
+        self._strikes: Dict[int, Tuple[str, int]] = {}
+        self._forced: Dict[int, bool] = {}
+        self._owed: Dict[int, Dict[str, str]] = {}
+        self._claim_failing = False
         self._threads: List[threading.Thread] = []
         self.running_mode: Optional[str] = None
 
@@ -258,7 +198,7 @@ class Worker:
         server = None
         try:
             if self.metrics_port is not None:
-                server = serve(self.metrics_port, self.name, self.stats)
+                server = serve(self.metrics_port, self.name, self.stats, self.metrics_host)
             self._setup()
             self._emit("started", mode=self.running_mode, holder=self.holder, n=self.n,
                        table=self._table_text, method=self._method, partitioned=self._partitioned)
@@ -312,16 +252,32 @@ class Worker:
                 signal.signal(sig, h)
         return restore
 
-    def _connect(self, conninfo: str) -> psycopg.Connection:
+    def _connect(self, conninfo: str, deadline: float = 4 / 3) -> Conn:
         """A connection in autocommit, without server-side prepared
-        statements (PgBouncer in transaction mode has none before 1.21)."""
+        statements (PgBouncer in transaction mode has none before 1.21).
+        In lease mode its waits are bounded by the ttl (_conn.tcp_params;
+        each reply within `deadline` x ttl, at least 1.5 s). In session mode
+        the slots are the server session's, which a path that comes back
+        finds again: libpq's TCP settings (the connection string's) and no
+        deadline. In both, after stop() a wait has at most _grace() more."""
         params = conninfo_to_dict(conninfo)
-        extra: Dict[str, Any] = {}
+        ttl_s = self._ttl_s or 30.0
+        session = self.running_mode == "session"
+        extra = {} if session else tcp_params(params, ttl_s)
+        if session and "connect_timeout" not in params and not os.environ.get("PGCONNECT_TIMEOUT"):
+            extra["connect_timeout"] = 10
         if "application_name" not in params and "PGAPPNAME" not in os.environ:
             extra["application_name"] = f"pg_claim {self.name}"[:63]
-        if "connect_timeout" not in params and "PGCONNECT_TIMEOUT" not in os.environ:
-            extra["connect_timeout"] = 10
-        return psycopg.connect(conninfo, autocommit=True, prepare_threshold=None, **extra)
+        conn = Conn.connect(conninfo, autocommit=True, prepare_threshold=None, **extra)
+        conn.deadline_s = float("inf") if session else max(1.5, deadline * ttl_s)
+        conn.stop, conn.stop_grace_s = self._stop, self._grace()
+        return conn
+
+    def _pause_cap(self) -> float:
+        """The longest back-off: PAUSE_MAX, at most ttl/3 in lease mode."""
+        if self.running_mode == "lease" and self._ttl_s:
+            return max(0.1, min(PAUSE_MAX, self._ttl_s / 3))
+        return PAUSE_MAX
 
     @staticmethod
     def session_check(conn: psycopg.Connection) -> int:
@@ -345,15 +301,15 @@ class Worker:
     def _retrying(self, what: Callable[[], Any]) -> Any:
         """what(), tried again after transient errors (with back-off) until
         it succeeds or the worker is stopped (None)."""
-        pause = 0.1
+        pause = None
         while not self._stop.is_set():
             try:
                 return what()
             except psycopg.Error as e:
                 if not transient(e):
                     raise
+                pause = next_pause(pause, self._pause_cap())
                 self._reconnecting(e, pause)
-                pause = min(pause * 2, 5.0)
         return None
 
     def _reconnecting(self, e: BaseException, pause: float) -> None:
@@ -383,11 +339,15 @@ class Worker:
             self._ready = True
 
     def _read_table(self, conn: psycopg.Connection) -> None:
+        # the row type by the table's schema-qualified name: a table named like a
+        # built-in type (box, point, ...) is not that type in NULL::box
         cur = conn.execute(
-            "SELECT %s::regclass::oid, %s::regclass::text,"
-            " extract(epoch FROM %s::interval)::float8, extract(epoch FROM %s::interval)::float8",
-            (self.table, self.table, _interval_param(self.ttl), _interval_param(self.backoff)))
-        oid, self._table_text, ttl_s, backoff_s = cur.fetchone()  # type: ignore[misc]
+            "SELECT c.oid, c.oid::regclass::text, pg_catalog.format('%%I.%%I', n.nspname, c.relname),"
+            " extract(epoch FROM %s::interval)::float8, extract(epoch FROM %s::interval)::float8"
+            " FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE c.oid = %s::regclass",
+            (_interval_param(self.ttl), _interval_param(self.backoff), self.table))
+        oid, self._table_text, rowtype, ttl_s, backoff_s = cur.fetchone()  # type: ignore[misc]
         if ttl_s <= 0 or backoff_s < 0:
             raise Error(f"ttl must be positive and backoff not negative, got {self.ttl!r}, {self.backoff!r}")
         self._ttl_s = ttl_s
@@ -402,6 +362,10 @@ class Worker:
                             " null column)")
             key = cols[0]
         self._key = key
+        boolean = conn.execute("SELECT atttypid = 'boolean'::regtype FROM pg_attribute WHERE attrelid = %s"
+                               " AND attname = %s AND NOT attisdropped", (oid, self.pending)).fetchone()
+        p = sql.Identifier(self.pending)
+        self._pending_sql = sql.SQL("NOT {}").format(p) if boolean and boolean[0] else sql.SQL("{} IS NULL").format(p)
         self._method = self.method
         self._partitioned = False
         mapped = self.route or key
@@ -419,7 +383,7 @@ class Worker:
                     raise
                 log.info("%s is hash-partitioned but not with modulus %d: reading and writing it"
                          " through the table (%s)", self._table_text, self.n, e)
-        args = [sql.SQL("NULL::{}").format(sql.SQL(self._table_text)), sql.SQL("%(slot)s"), sql.SQL("%(n)s")]
+        args = [sql.SQL("NULL::{}").format(sql.SQL(rowtype)), sql.SQL("%(slot)s"), sql.SQL("%(n)s")]
         args.append(sql.SQL("key => %(key)s"))
         if self._method is not None:
             args.append(sql.SQL("method => %(method)s"))
@@ -456,184 +420,30 @@ class Worker:
 
     # ------------------------------------------------------------ one batch
 
-    def _begin(self, conn: psycopg.Connection, slot: int, token: Optional[int],
-               fetch: Optional[Dict[str, Any]] = None) -> List[Row]:
-        """Opens the batch's transaction in one message (one round trip):
-        BEGIN; the guard, its first statement (lease: fence, which keeps the
-        slot until the transaction ends; session: the session's own lock),
-        which also lets the transaction stay idle at most ttl at a time;
-        then, with `fetch` (the fetch's parameters), the slot's next rows,
-        returned. One simple-protocol message, not a pipeline: a worker
-        stopped while sending it leaves no transaction open, and one
-        stopped after it leaves one that the server ends after ttl. Raises
-        _SlotLost (rolled back) when the slot is no longer this worker's;
-        on success the transaction is open: end it with _commit or
-        _rollback."""
-        params = {"slot": slot, "name": self.name, "token": token,
-                  "idle": str(max(1, int(self._ttl_s * 1000)))}
-        if token is None:
-            q = "BEGIN; SELECT %(slot)s = ANY (my_slots(%(name)s)) AS mine"
-        else:
-            q = "BEGIN; SELECT fence(%(name)s, %(slot)s, %(token)s::bigint)"
-        q += ", set_config('idle_in_transaction_session_timeout', %(idle)s, true)"
-        if fetch is not None:
-            q += "; " + self._fetch
-            params.update(fetch)
-        cur = psycopg.ClientCursor(conn, row_factory=dict_row)
-        try:
-            cur.execute(q, params)
-            cur.nextset()
-            mine = cur.fetchone()
-            if token is None and not (mine and mine["mine"]):
-                raise _SlotLost()
-            rows: List[Row] = []
-            if fetch is not None:
-                cur.nextset()
-                rows = cur.fetchall()
-            return rows
-        except BaseException as e:
-            self._rollback(conn)
-            if isinstance(e, psycopg.Error) and e.sqlstate == "PC001":
-                raise _SlotLost() from None
-            raise
-        finally:
-            cur.close()
-
-    @staticmethod
-    def _rollback(conn: psycopg.Connection) -> None:
-        """Ends the batch's transaction without its work, if the connection
-        still has one (a lost connection: nothing to do)."""
-        if conn.closed or conn.broken or conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-            return
-        try:
-            conn.execute("ROLLBACK")
-        except psycopg.Error:
-            if not (conn.closed or conn.broken):
-                raise
-
-    @staticmethod
-    def _still_open(conn: psycopg.Connection) -> None:
-        """After the handler: raises Error if it ended the batch's
-        transaction itself (commit(), rollback()) or left it failed (an
-        error of a statement caught and ignored), so that the items go
-        through the failure path instead of a COMMIT that commits nothing."""
-        status = conn.info.transaction_status
-        if status == psycopg.pq.TransactionStatus.IDLE:
-            raise Error("the batch's transaction was ended inside the handler (commit() or rollback() on tx):"
-                        " leave that to the worker, which commits after the handler returns")
-        if status == psycopg.pq.TransactionStatus.INERROR:
-            raise Error("an error of a statement inside the handler was caught and ignored: the transaction"
-                        " is aborted, so nothing of the batch can commit")
-
-    @classmethod
-    def _commit(cls, conn: psycopg.Connection) -> None:
-        """Commits the batch's transaction (see _still_open)."""
-        cls._still_open(conn)
-        if conn.execute("COMMIT").statusmessage == "ROLLBACK":
-            raise Error("the batch's transaction was aborted (an error inside the handler was caught and"
-                        " ignored), so COMMIT rolled it back")
-
-    def _step(self, conn: psycopg.Connection, slot: int, token: Optional[int],
-              after: Optional[str]) -> Tuple[int, bool, Optional[float], Optional[str]]:
-        """One batch of the slot's share after `after`: (items handled,
-        whether the share was walked to its end, seconds until the first
-        held-back item of the batch is due, the cursor to go on from)."""
-        table = self._table_for(conn, slot)
-        t0 = time.monotonic()
-        rows = self._begin(conn, slot, token, self._params(slot, after))
-        try:
-            end = len(rows) < self.batch
-            cursor = None if end else rows[-1][_KEY]
-            retry_in = None
-            todo: List[Row] = []
-            keys: Dict[int, Tuple[str, Optional[str]]] = {}
-            for r in rows:
-                k, state, due_in = r.pop(_KEY), r.pop(_STATE), r.pop(_RETRY)
-                if state in (None, "due"):
-                    keys[id(r)] = (k, state)
-                    todo.append(r)
-                elif state == "retry" and due_in is not None:
-                    retry_in = due_in if retry_in is None else min(retry_in, due_in)
-            if not todo:  # nothing to do here: the transaction ends
-                self._commit(conn)
-                return 0, end, retry_in, cursor
-            self.handler(conn, Batch(todo, self.name, slot, token, table))
-            cleared = [keys[id(r)][0] for r in todo if keys[id(r)][1] is not None]
-            if cleared:
-                conn.execute("SELECT clear_failure(%s, VARIADIC %s::text[])", (self.name, cleared))
-            self._commit(conn)
-            done, failed = len(todo), 0
-        except BaseException as e:
-            self._rollback(conn)
-            if not isinstance(e, Exception) or transient(e, conn) or not todo:
-                raise
-            log.debug("batch of slot %d failed (%s): retrying item by item", slot, e)
-            done, failed, retry = self._one_by_one(conn, slot, token, todo, keys, table)
-            if retry is not None:
-                retry_in = retry if retry_in is None else min(retry_in, retry)
-        seconds = time.monotonic() - t0
-        if done:
-            self.stats.batch(slot, done, seconds)
-        self._emit("batch", slot=slot, token=token, items=done, failed=failed, seconds=seconds)
-        return done, end, retry_in, cursor
-
-    def _one_by_one(self, conn: psycopg.Connection, slot: int, token: Optional[int], todo: List[Row],
-                    keys: Dict[int, Tuple[str, Optional[str]]],
-                    table: sql.Composable) -> Tuple[int, int, Optional[float]]:
-        """The batch again, one item per savepoint: the failing items are
-        recorded (record_failure), the others commit. (done, failed, seconds
-        until the first recorded retry)."""
-        done = failed = 0
-        retry_in = None
-        # reported once the transaction has committed: a failure record that
-        # a lost connection rolled back is no attempt
-        outcomes: List[Tuple[bool, Dict[str, Any]]] = []
-        self._begin(conn, slot, token)
-        try:
-            for r in todo:
-                item, state = keys[id(r)]
-                try:
-                    with conn.transaction():
-                        self.handler(conn, Batch([r], self.name, slot, token, table))
-                        self._still_open(conn)  # a caught error: back to the savepoint, a failure
-                    if state is not None:
-                        conn.execute("SELECT clear_failure(%s, %s)", (self.name, item))
-                    done += 1
-                except Exception as e:
-                    if transient(e, conn) or isinstance(e, (KeyboardInterrupt, SystemExit)):
-                        raise
-                    failed += 1
-                    error = str(e) or type(e).__name__
-                    (outcome,) = conn.execute(
-                        "SELECT record_failure(%s, %s, %s, %s, %s)",
-                        (self.name, item, error, self.max_attempts,
-                         _interval_param(self.backoff))).fetchone()  # type: ignore[misc]
-                    attempts, due_in = conn.execute(
-                        "SELECT f.attempts, extract(epoch FROM f.retry_at - clock_timestamp())::float8"
-                        " FROM item_failures(%s, %s) f",
-                        (self.name, item)).fetchone() or (None, None)  # type: ignore[misc]
-                    dead = outcome == "dead"
-                    if not dead and due_in is not None:
-                        retry_in = due_in if retry_in is None else min(retry_in, due_in)
-                    outcomes.append((dead, {"slot": slot, "item": item, "error": error,
-                                            "attempts": attempts}))
-            self._commit(conn)
-        except BaseException:
-            self._rollback(conn)
-            raise
-        for dead, fields in outcomes:
-            self.stats.failure(slot, dead)
-            self._emit("dead" if dead else "failed", **fields)
-        return done, failed, retry_in
-
     # ---------------------------------------------------------- the loops
 
     def _walk(self, conn: psycopg.Connection, quiet: Dict[Tuple[int, int], bool], busy: Dict[int, bool],
-              due: Dict[int, float], session: bool) -> bool:
-        """One batch of the next held slot. Returns False when there is no
-        slot to work on."""
-        nxt = self._held.next()
+              due: Due, session: bool) -> bool:
+        """One batch of the next held slot: of a slot with a retry due, from
+        where the batch of the retried item started (so the retry runs at
+        its time, not when the walk comes round), else of the next slot in
+        turn. Returns False when there is no slot to work on."""
+        now = time.monotonic()
+        held = self._held.snapshot()
+        for s in [s for s in due if s not in held]:
+            del due[s]
+        ready = [(t, s, a) for s, d in due.items() for a, t in d.items() if t <= now]
+        nxt = None
+        if ready:
+            _, s, a = min(ready, key=lambda x: x[0])
+            del due[s][a]
+            nxt = self._held.pick(s, a)
+        nxt = nxt or self._held.next()
         if nxt is None:
+            if not session:  # no good claim for a ttl: drop the slots, whatever the claimer does
+                lost = self._held.failed(now)
+                if lost:
+                    self._changed([], lost)
             return False
         slot, token, after = nxt
         try:
@@ -645,7 +455,8 @@ class Worker:
             self._emit("rejected", slot=slot, token=None if session else token)
             return True
         if retry_in is not None:
-            due[slot] = min(due.get(slot, float("inf")), time.monotonic() + max(retry_in, 0.0))
+            d = due.setdefault(slot, {})
+            d[after] = min(d.get(after, float("inf")), time.monotonic() + max(retry_in, 0.0))
         if done:
             busy[slot] = True
             quiet[(slot, token)] = False
@@ -658,13 +469,16 @@ class Worker:
         held = self._held.snapshot()
         return bool(held) and all(quiet.get(st, False) for st in held.items())
 
-    def _idle_timeout(self, due: Dict[int, float]) -> Tuple[float, Optional[float]]:
+    def _idle_timeout(self, due: Due) -> Tuple[float, Optional[float]]:
         """(seconds to wait, seconds until the first retry of a held slot's
-        item or None)."""
+        item or None). While the claims fail, at most until the slots are
+        to be dropped."""
         default = self.poll_interval or (30.0 if self._listening() else 1.0)
         held = self._held.snapshot()
         now = time.monotonic()
-        nexts = [t for s, t in due.items() if s in held]
+        if held and self._claim_failing:
+            default = min(default, max(0.05, self._held.valid_left(now)))
+        nexts = [t for s, d in due.items() if s in held for t in d.values()]
         retry = max(min(nexts) - now, 0.0) if nexts else None
         # at least 0.1 s: an item due now is fetched by the next pass, never by a busy loop
         return (min(default, max(retry, 0.1)) if retry is not None else default), retry
@@ -695,11 +509,11 @@ class Worker:
         while True:
             asked = time.monotonic()
             try:
-                conn = conn or self._connect(self.conninfo)
+                conn = conn or self._connect(self.conninfo, deadline=1 / 3)
                 rows = self._claim(conn)
                 gained, lost = self._held.replace(rows, asked)
                 if failing:
-                    failing = False
+                    failing = self._claim_failing = False
                     self._wake.set()
             except psycopg.Error as e:
                 if conn is not None:
@@ -709,9 +523,10 @@ class Worker:
                     self._fatal = e
                     self.stop()
                     return
-                failing = True
+                failing = self._claim_failing = True
                 gained, lost = [], self._held.failed(time.monotonic())
                 self._emit("claim_failed", error=(str(e).strip().splitlines() or [type(e).__name__])[0])
+                self._wake.set()  # an idle work loop waits at most until the slots are to be dropped
             if gained or lost:
                 self._changed(gained, lost)
             if self._stop.wait(max(0.0, asked + period - time.monotonic())):
@@ -725,11 +540,11 @@ class Worker:
         assert self.notify_conninfo is not None
         conn: Optional[psycopg.Connection] = None
         channels: Dict[int, str] = {}
-        pause = 0.1
+        pause: Optional[float] = None
         while not self._stop.is_set():
             try:
                 if conn is None:
-                    conn = self._connect(self.notify_conninfo)
+                    conn = self._connect(self.notify_conninfo, deadline=1 / 3)
                     self.session_check(conn)
                     conn.add_notify_handler(lambda _n: self._notify())
                     channels = {}
@@ -740,7 +555,7 @@ class Worker:
                     channels[s] = ch
                 for s in sorted(set(channels) - want):
                     conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(channels.pop(s))))
-                pause = 0.1
+                pause = None
                 if select.select([conn.fileno()], [], [], 0.5)[0]:
                     conn.execute("SELECT 1")  # reads the notifications: the handler runs
             except PoolerError as e:
@@ -755,9 +570,9 @@ class Worker:
                     self._fatal = e
                     self.stop()
                     break
+                pause = next_pause(pause, self._pause_cap())
                 self._emit("listen_failed", error=(str(e).strip().splitlines() or [type(e).__name__])[0])
                 self._stop.wait(pause)
-                pause = min(pause * 2, 5.0)
         if conn is not None:
             conn.close()
 
@@ -765,7 +580,7 @@ class Worker:
         self._notified = True
         self._wake.set()
 
-    def _idle(self, due: Dict[int, float], on_slice: Optional[Callable[[float], bool]] = None,
+    def _idle(self, due: Due, on_slice: Optional[Callable[[float], bool]] = None,
               announce: bool = True) -> None:
         """Wait for a notification, a change of the held slots, the fallback
         poll or the first retry due, whichever comes first."""
@@ -793,7 +608,7 @@ class Worker:
 
         def claim_first() -> None:
             nonlocal first
-            first = self._connect(self.conninfo)
+            first = self._connect(self.conninfo, deadline=1 / 3)
             asked = time.monotonic()
             try:
                 gained, lost = self._held.replace(self._claim(first), asked)
@@ -826,38 +641,59 @@ class Worker:
             raise self._fatal
 
     def _leave(self) -> None:
-        """Give every slot back and leave the live set: claim_leases(..., max => 0)."""
-        for attempt in range(3):
-            try:
-                with self._connect(self.conninfo) as conn:
-                    self._claim(conn, max_=0)
-                break
-            except psycopg.Error as e:
-                if attempt == 2 or not transient(e, own=True):
-                    log.warning("could not give the slots back (they expire after the ttl): %s", e)
-                    self._emit("leave_failed", error=str(e).strip())
+        """Give every slot back and leave the live set: claim_leases(...,
+        max => 0), for at most ttl/4 (then the leases expire by themselves:
+        a path that does not answer never holds up stop())."""
+        end = time.monotonic() + self._grace()
+        failed: List[BaseException] = []
+
+        def give_back() -> None:
+            for attempt in range(3):
+                try:
+                    with self._connect(self.conninfo, deadline=1 / 4) as conn:
+                        self._claim(conn, max_=0)
                     return
-                time.sleep(0.2)
+                except psycopg.Error as e:
+                    if attempt == 2 or not transient(e, own=True) or time.monotonic() + 0.2 >= end:
+                        failed.append(e)
+                        return
+                    time.sleep(0.2)
+        t = threading.Thread(target=give_back, daemon=True, name=f"pg_claim leave {self.name}")
+        t.start()
+        t.join(max(0.0, end - time.monotonic()))
+        if t.is_alive() or failed:
+            e = failed[0] if failed else TimeoutError(f"no reply within {self._grace():g} s")
+            log.warning("could not give the slots back (they expire after the ttl): %s", e)
+            self._emit("leave_failed", error=str(e).strip())
+            return
         gave = sorted(self._held.snapshot())
         self._held.replace([], time.monotonic())
         self.stats.slots(0, len(gave), 0)
         self._emit("left", slots=gave)
 
+    def _grace(self) -> float:
+        """How long after stop() a wait for the server may go on, and how
+        long the slots are given back for: ttl/4 (at least 0.5 s)."""
+        return max(0.5, (self._ttl_s or 30.0) / 4)
+
     def _work_loop(self, session: bool, conn: Optional[psycopg.Connection] = None,
                    claim: Optional[Callable[[psycopg.Connection], None]] = None) -> None:
         quiet: Dict[Tuple[int, int], bool] = {}
         busy: Dict[int, bool] = {}
-        due: Dict[int, float] = {}
-        pause = 0.1
+        due: Due = {}
+        # the back-off after transient failures in a row (reconnects and
+        # batches alike): none after a batch that went through
+        pause: Optional[float] = None
         try:
             while not self._stop.is_set():
                 try:
                     if conn is None:
                         conn = self._connect(self.conninfo)
-                    pause = 0.1
                     if claim is not None:
                         claim(conn)  # session mode: between batches (a new session: checked first)
-                    if not self._walk(conn, quiet, busy, due, session):
+                    walked = self._walk(conn, quiet, busy, due, session)
+                    pause = None
+                    if not walked:
                         if not session:  # no slot (yet): until the claimer's next change
                             self._idle({}, announce=False)
                         continue
@@ -866,18 +702,25 @@ class Worker:
                         self._idle(due, (lambda left: self._session_slice(c, claim, left)) if session else None)
                         quiet.clear()
                         busy.clear()
-                        due.clear()
                 except psycopg.Error as e:
                     if not transient(e, conn, own=True):
                         raise
+                    pause = next_pause(pause, self._pause_cap())
+                    quiet.clear()
+                    if conn is not None and not conn.broken and not conn.closed \
+                            and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                        # the connection works (a deadlock, a serialization failure,
+                        # resources exhausted): the batch again after the pause
+                        self._emit("retrying", error=(str(e).strip().splitlines() or [type(e).__name__])[0],
+                                   pause=pause)
+                        self._stop.wait(pause)
+                        continue
                     if conn is not None:
                         conn.close()
                     conn = None
                     if session:
                         self._held.replace([], time.monotonic())  # the claims died with the session
-                    quiet.clear()
                     self._reconnecting(e, pause)
-                    pause = min(pause * 2, 5.0)
                 if self._fatal is not None:
                     break
         finally:

@@ -7,8 +7,10 @@
 
 DSN is a libpq connection string or URI ("" for libpq's environment:
 PGHOST, PGDATABASE, ...). The command reads the views `fleets` and
-`fleet_slots` of the extension (a fleet is defined once with
-`define_fleet`); it writes nothing to the database.
+`fleet_slots` of the extension, or of the portable edition (found by its
+function pg_claim_portable_version(), on the search_path first); a fleet is
+defined once with `define_fleet`. It writes nothing to the database, and
+shows the control characters of names and holders escaped (\x1b, \n).
 
 `status` shows each slot's rate: the fall of its pending count per second
 since the previous `status` or `top` of the same fleet and database, kept in
@@ -30,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+import unicodedata
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 import psycopg
@@ -75,9 +78,27 @@ def _first_line(e: BaseException) -> str:
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
+# The schemas holding the portable edition (docs/portable.md): those with its
+# pg_claim_portable_version(), the caller's search_path first. A schema off
+# the search_path counts only when its owner is the database's owner or a
+# superuser, as is the function's: reading a look-alike's views would run
+# its owner's code with the caller's privileges.
+_PORTABLE = """
+SELECT n.nspname FROM pg_catalog.pg_proc p
+JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+JOIN pg_catalog.pg_roles r ON r.oid = n.nspowner
+JOIN pg_catalog.pg_database d ON d.datname = pg_catalog.current_database()
+WHERE p.proname = 'pg_claim_portable_version' AND p.pronargs = 0
+  AND (n.nspname = ANY (pg_catalog.current_schemas(false))
+       OR (p.proowner = n.nspowner AND (n.nspowner = d.datdba OR r.rolsuper)))
+ORDER BY pg_catalog.array_position(pg_catalog.current_schemas(false), n.nspname::text) NULLS LAST,
+         n.nspname LIMIT 1"""
+
+
 class Fleets:
-    """The extension's fleet views in one database, schema-qualified (so the
-    caller's search_path does not matter)."""
+    """The fleet views in one database, schema-qualified (so the caller's
+    search_path does not matter): the extension's, else the portable
+    edition's (see _PORTABLE)."""
 
     def __init__(self, conn: psycopg.Connection) -> None:
         self.conn = conn
@@ -87,19 +108,28 @@ class Fleets:
             " WHERE e.extname = 'pg_claim'").fetchone()
         db = row[2] if row else conn.execute("SELECT current_database()").fetchone()[0]
         self.database = db
+        self.edition = "pg_claim"
         if row is None:
-            raise CliError(f'pg_claim is not installed in database "{db}"',
-                           "CREATE EXTENSION pg_claim (in the database the workers use), "
-                           "or connect to that database")
+            portable = conn.execute(_PORTABLE).fetchone()
+            if portable is not None:
+                (version,) = conn.execute(sql.SQL("SELECT {}.pg_claim_portable_version()").format(
+                    sql.Identifier(portable[0]))).fetchone()  # type: ignore[misc]
+                row = (portable[0], version, db)
+                self.edition = "pg_claim (portable edition)"
+        if row is None:
+            raise CliError(f'pg_claim is not installed in database "{shown(db)}"',
+                           "CREATE EXTENSION pg_claim, or install the portable edition (docs/portable.md) in a "
+                           "schema of the search_path, in the database the workers use; or connect to that database")
         self.schema, self.version = row[0], row[1]
         missing = conn.execute(
             "SELECT v FROM unnest(ARRAY['fleets', 'fleet_slots']) v"
             " WHERE pg_catalog.to_regclass(pg_catalog.format('%%I.%%I', %s::text, v)) IS NULL",
             (self.schema,)).fetchall()
         if missing:
-            raise CliError(f'pg_claim {self.version} in database "{db}" has no view '
-                           f'{self.schema}.{missing[0][0]} (fleet views came with 0.5.0)',
-                           "ALTER EXTENSION pg_claim UPDATE")
+            raise CliError(f'{self.edition} {self.version} in database "{shown(db)}" has no view '
+                           f'{shown(self.schema)}.{missing[0][0]} (fleet views came with 0.5.0)',
+                           "ALTER EXTENSION pg_claim UPDATE" if self.edition == "pg_claim"
+                           else "run the portable edition's file of this version over it (docs/portable.md)")
 
     def _view(self, name: str) -> sql.Composable:
         return sql.SQL("{}.{}").format(sql.Identifier(self.schema), sql.Identifier(name))
@@ -120,8 +150,8 @@ class Fleets:
             row = cur.execute(q, (name,)).fetchone()
         if row is None:
             raise CliError(
-                f'fleet "{name}" is not defined in database "{self.database}"',
-                f"define it once with SELECT define_fleet({_literal(name)}, 'table', n, pending => 'column'), "
+                f'fleet "{shown(name)}" is not defined in database "{shown(self.database)}"',
+                f"define it once with SELECT define_fleet({shown(_literal(name))}, 'table', n, pending => 'column'), "
                 "the table, n and pending column its workers use; pg-claim fleets DSN lists the defined fleets",
                 status=2)
         return row
@@ -138,6 +168,31 @@ class Fleets:
 
 def _literal(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
+
+
+_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def shown(s: Optional[str]) -> str:
+    """A text from the database (a fleet's name, which any role may define,
+    a table's, a holder's) fit for a terminal: control characters (C0, DEL,
+    C1) and Unicode format and separator characters (bidirectional
+    overrides, U+2028) shown escaped, as \\x1b, \\n, \\t, \\u202e, so that
+    none moves the cursor, clears the screen or recolours a line."""
+    if s is None:
+        return ""
+    out = []
+    for ch in s:
+        o = ord(ch)
+        if ch in _NAMED:
+            out.append(_NAMED[ch])
+        elif o < 0x20 or 0x7f <= o < 0xa0:
+            out.append(f"\\x{o:02x}")
+        elif unicodedata.category(ch) in ("Cf", "Zl", "Zp", "Cs", "Co", "Cn"):
+            out.append(f"\\u{o:04x}" if o <= 0xffff else f"\\U{o:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 # --- the previous reading (rates) ---------------------------------------------
@@ -238,7 +293,7 @@ def holder_text(s: Row) -> str:
     if s["mode"] is None:
         return "unserved " + fmt_age(s["unserved_for"]) if s["unserved_for"] is not None else "unserved"
     # a lease of a role whose privileges the caller lacks: held, holder hidden
-    return s["holder"] or "(not visible)"
+    return shown(s["holder"]) or "(not visible)"
 
 
 def table(headers: Sequence[str], rows: List[Sequence[str]], right: Sequence[bool]) -> List[str]:
@@ -261,7 +316,7 @@ def summary(f: Row, slots: List[Row]) -> str:
     holders = len({s["holder"] for s in slots if s["mode"] is not None and s["holder"] is not None})
     unserved = sum(1 for s in slots if s["mode"] is None)
     ages = [s["oldest_age"] for s in slots if s["oldest_age"] is not None]
-    return (f"fleet {f['fleet']}: table {f['tbl']}, n {f['n']}, {holders} holder(s), "
+    return (f"fleet {shown(f['fleet'])}: table {shown(f['tbl'])}, n {f['n']}, {holders} holder(s), "
             f"{unserved} unserved, {fmt_int(_total(slots, 'pending'))} pending, "
             f"oldest {fmt_age(max(ages) if ages else None)}, "
             f"{fmt_int(_total(slots, 'failing'))} failing, {fmt_int(_total(slots, 'dead'))} dead")
@@ -317,7 +372,7 @@ def cmd_fleets(args: argparse.Namespace, out: TextIO) -> int:
     if not rows:
         out.write("no fleets defined (SELECT define_fleet(name, table, n, pending => column))\n")
         return 0
-    body = [[r["fleet"], r["tbl"], str(r["n"]), str(r["holders"]), str(r["unserved"]), fmt_int(r["pending"]),
+    body = [[shown(r["fleet"]), shown(r["tbl"]), str(r["n"]), str(r["holders"]), str(r["unserved"]), fmt_int(r["pending"]),
              fmt_age(r["oldest_age"]), fmt_int(r["failing"]), fmt_int(r["dead"])] for r in rows]
     for line in table(["fleet", "table", "n", "holders", "unserved", "pending", "oldest", "failing", "dead"],
                       body, [False, False, True, True, True, True, True, True, True]):
@@ -438,12 +493,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return int(args.run(args, sys.stdout))
     except CliError as e:
-        print(f"pg-claim: {e.message}", file=sys.stderr)
+        print(f"pg-claim: {shown(e.message)}", file=sys.stderr)
         if e.hint:
-            print(f"hint: {e.hint}", file=sys.stderr)
+            print(f"hint: {shown(e.hint)}", file=sys.stderr)
         return e.status
     except psycopg.Error as e:
-        print(f"pg-claim: {_first_line(e)}", file=sys.stderr)
+        print(f"pg-claim: {shown(_first_line(e))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
