@@ -171,8 +171,9 @@ DECLARE
     capped integer;
     ahead bigint;
     given integer;
-    holders_ text[];
+    cut_ record;
     maxes_ integer[];
+    live_ jsonb;
 BEGIN
     -- the same checks again: a superuser may call this function directly
     PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
@@ -190,12 +191,15 @@ BEGIN
 
     -- the members of the name that are no longer live are forgotten (a
     -- row that a claimer's open transaction holds waits for the next call)
+    -- (each statement that changes rows a locking subquery picks takes them
+    -- as an array, computed once: a join with the subquery could run it
+    -- again for every row of the name, when the planner estimates one row)
     DELETE FROM @extschema@.pg_claim_lease_members m
     WHERE m.name = pg_claim_leases_take.name
-      AND m.holder IN (SELECT o.holder FROM @extschema@.pg_claim_lease_members o
-                       WHERE o.name = pg_claim_leases_take.name AND o.expires_at <= now_
-                         AND o.holder <> pg_claim_leases_take.holder
-                       FOR UPDATE SKIP LOCKED);
+      AND m.holder = ANY (ARRAY(SELECT o.holder FROM @extschema@.pg_claim_lease_members o
+                                WHERE o.name = pg_claim_leases_take.name AND o.expires_at <= now_
+                                  AND o.holder <> pg_claim_leases_take.holder
+                                FOR UPDATE SKIP LOCKED));
     -- a live member of a role whose privileges this role lacks, this
     -- holder's own row included (its holder text is no key to it)
     SELECT m.owner INTO r FROM @extschema@.pg_claim_lease_members m
@@ -257,44 +261,65 @@ BEGIN
 
     -- 2. renew its live leases below n; those at or above n (n changed) are
     -- given back below
-    UPDATE @extschema@.pg_claim_leases l SET expires_at = now_ + ttl
+    -- earlier than it was (a shorter ttl, or the clock stepped back) only
+    -- when the slot's fence lock is free: the trigger of sql/leases_guard.sql
+    -- takes it, which would wait for the holder's own fenced transactions
+    -- with the mutex held; else the later expiry stays
+    UPDATE @extschema@.pg_claim_leases l
+    SET expires_at = CASE WHEN now_ + ttl >= l.expires_at THEN now_ + ttl
+                          WHEN pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + l.slot) THEN now_ + ttl
+                          ELSE l.expires_at END
     WHERE l.name = pg_claim_leases_take.name AND l.holder = pg_claim_leases_take.holder
       AND NOT l.session AND l.expires_at > now_ AND l.slot < n
       AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'));
     GET DIAGNOSTICS mine = ROW_COUNT;
 
-    -- 3. its target: members whose max is below the even share of what is
-    -- left get their max; the others share the rest, one more each for the
-    -- first (rest mod sharing) of them by (held desc, joined_at, holder),
-    -- from each member's count as of its own last call
-    SELECT pg_catalog.array_agg(m.holder ORDER BY m.max, m.holder),
-           pg_catalog.array_agg(m.max ORDER BY m.max, m.holder)
-    INTO holders_, maxes_
+    -- 3. its target: the slots the members share are n less those that
+    -- live leases of claim_lease's holders (not members) hold; members whose
+    -- max is below the even share of what is left get their max; the others
+    -- share the rest, one more each for the first (rest mod sharing) of them
+    -- by (held desc, joined_at, holder), from each member's count as of its
+    -- own last call. Each step reads the members once, with no join whose
+    -- plan could read them again per row: their maxes as an integer array
+    -- (read by position in constant time), their holders as the keys of a
+    -- jsonb object (a look-up is a binary search).
+    SELECT pg_catalog.array_agg(m.max ORDER BY m.max, m.holder),
+           pg_catalog.jsonb_object_agg(m.holder, true)
+    INTO maxes_, live_
     FROM @extschema@.pg_claim_lease_members m
     WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_;
-    sharing := coalesce(pg_catalog.cardinality(holders_), 0);
-    rest := n;
+    sharing := coalesce(pg_catalog.cardinality(maxes_), 0);
+    SELECT n - count(*) INTO rest FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_leases_take.name AND NOT l.session AND l.holder IS NOT NULL
+      AND l.expires_at > now_ AND l.slot < n
+      AND NOT coalesce(live_ OPERATOR(pg_catalog.?) l.holder, false);
     capped := 0;
-    WHILE capped < pg_catalog.cardinality(holders_)
-          AND maxes_[capped + 1]::bigint * sharing <= rest LOOP
+    WHILE sharing > 0 AND maxes_[capped + 1]::bigint * sharing <= rest LOOP
         capped := capped + 1;
-        IF holders_[capped] = holder THEN
-            target := maxes_[capped];
-        END IF;
         rest := rest - maxes_[capped];
         sharing := sharing - 1;
     END LOOP;
     IF max = 0 THEN
         target := 0;
-    ELSIF target IS NULL AND sharing > 0 THEN
+    ELSIF capped > 0 AND (SELECT count(*) FROM @extschema@.pg_claim_lease_members m
+                          WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
+                            AND (m.max, m.holder) < (max, holder)) < capped THEN
+        -- this holder is among the first `capped` by (max, holder)
+        target := max;
+    ELSIF sharing > 0 THEN
         target := rest / sharing;
         IF rest % sharing > 0 THEN
             SELECT m.held, m.joined_at INTO r FROM @extschema@.pg_claim_lease_members m
             WHERE m.name = pg_claim_leases_take.name AND m.holder = pg_claim_leases_take.holder;
+            -- the first sharing member by (max, holder)
+            SELECT m.max, m.holder INTO cut_ FROM @extschema@.pg_claim_lease_members m
+            WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
+            ORDER BY m.max, m.holder OFFSET capped LIMIT 1;
             -- the sharing members ranked before this holder
             SELECT count(*) INTO ahead FROM @extschema@.pg_claim_lease_members m
             WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
-              AND m.holder <> ALL (holders_[1:capped]) AND m.holder <> pg_claim_leases_take.holder
+              AND (m.max, m.holder) >= (cut_.max, cut_.holder)
+              AND m.holder <> pg_claim_leases_take.holder
               AND (m.held > r.held
                    OR (m.held = r.held AND (m.joined_at, m.holder) < (r.joined_at, pg_claim_leases_take.holder)));
             IF ahead < rest % sharing THEN
@@ -310,25 +335,25 @@ BEGIN
     -- transaction ends
     UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
     WHERE l.name = pg_claim_leases_take.name
-      AND l.slot IN (SELECT o.slot FROM @extschema@.pg_claim_leases o
-                     WHERE o.name = pg_claim_leases_take.name
-                       AND o.holder = pg_claim_leases_take.holder AND NOT o.session
-                       AND o.expires_at > now_ AND o.slot >= n
-                       AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
-                     FOR UPDATE SKIP LOCKED);
+      AND l.slot = ANY (ARRAY(SELECT o.slot FROM @extschema@.pg_claim_leases o
+                              WHERE o.name = pg_claim_leases_take.name
+                                AND o.holder = pg_claim_leases_take.holder AND NOT o.session
+                                AND o.expires_at > now_ AND o.slot >= n
+                                AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
+                              FOR UPDATE SKIP LOCKED));
     IF mine > target THEN
         UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
         WHERE l.name = pg_claim_leases_take.name
-          AND l.slot IN (SELECT o.slot FROM @extschema@.pg_claim_leases o
-                         WHERE o.name = pg_claim_leases_take.name
-                           AND o.holder = pg_claim_leases_take.holder AND NOT o.session
-                           AND o.expires_at > now_ AND o.slot < n
-                           AND (o.owner IS NULL OR o.owner = role
-                                OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
-                           AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
-                         ORDER BY o.slot DESC
-                         LIMIT mine - target
-                         FOR UPDATE SKIP LOCKED);
+          AND l.slot = ANY (ARRAY(SELECT o.slot FROM @extschema@.pg_claim_leases o
+                                  WHERE o.name = pg_claim_leases_take.name
+                                    AND o.holder = pg_claim_leases_take.holder AND NOT o.session
+                                    AND o.expires_at > now_ AND o.slot < n
+                                    AND (o.owner IS NULL OR o.owner = role
+                                         OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
+                                    AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
+                                  ORDER BY o.slot DESC
+                                  LIMIT mine - target
+                                  FOR UPDATE SKIP LOCKED));
         GET DIAGNOSTICS given = ROW_COUNT;
         mine := mine - given;
     END IF;
@@ -340,9 +365,10 @@ BEGIN
     -- found by index, so the cost follows the slots taken, not n
     IF mine < target THEN
         -- the name's rows 0 .. n-1 exist (made once, when they do not)
-        IF coalesce((SELECT l.slot FROM @extschema@.pg_claim_leases l
-                     WHERE l.name = pg_claim_leases_take.name
-                     ORDER BY l.slot DESC LIMIT 1), -1) < n - 1 THEN
+        -- (counted: rows of a few slots, such as those session claims'
+        -- my_token recorded, leave the others missing)
+        IF (SELECT count(*) FROM @extschema@.pg_claim_leases l
+            WHERE l.name = pg_claim_leases_take.name AND l.slot < n) < n THEN
             INSERT INTO @extschema@.pg_claim_leases AS l (name, slot, n, token, expires_at)
             SELECT name, g, n, 0, '-infinity' FROM pg_catalog.generate_series(0, n - 1) g
             WHERE NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases o

@@ -15,6 +15,469 @@
 -- (the bodies are those of sql/leases.sql, sql/leases_fleet.sql and
 -- sql/slot_partition.sql)
 
+CREATE OR REPLACE FUNCTION @extschema@.pg_claim_lease_take(
+    role oid, name text, n integer, holder text, ttl interval, crc_ bigint, key_ integer,
+    OUT slot integer, OUT token bigint, OUT expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    now_ timestamptz := pg_catalog.clock_timestamp();
+    r record;
+    lo integer := 0;
+    g integer;
+    tries integer := 0;
+    -- slots whose fence lock a fenced transaction holds, left this time
+    fenced_ integer[] := '{}';
+BEGIN
+    -- the same checks again: a superuser may call this function directly
+    PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
+    IF crc_ IS DISTINCT FROM @extschema@.crc32(name) OR key_ IS DISTINCT FROM (crc_::bit(32))::integer THEN
+        RAISE EXCEPTION 'crc_ and key_ must be crc32(name) and its int4 form, got % and %', crc_, key_
+            USING ERRCODE = '22023',
+            HINT = 'This is claim_lease''s internal function: call claim_lease.';
+    END IF;
+    -- a name in session mode: claim_slot holds a slot of it
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_locks k
+               WHERE k.locktype = 'advisory' AND k.objsubid = 2 AND k.granted
+                 AND k.mode = 'ExclusiveLock'
+                 AND k.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                   WHERE d.datname = pg_catalog.current_database())
+                 AND k.classid = crc_::oid AND k.objid::bigint <= 1048575) THEN
+        RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+            USING ERRCODE = '55000',
+            HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease. The sessions that hold its slots: SELECT * FROM slot_status(name, n).';
+    END IF;
+    -- a name is leased by one role at a time
+    SELECT l.owner INTO r FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_lease_take.name AND NOT l.session AND l.holder IS NOT NULL
+      AND l.expires_at > now_ AND l.owner IS NOT NULL AND l.owner <> role
+      AND NOT pg_catalog.pg_has_role(role, l.owner, 'USAGE')
+    LIMIT 1;
+    IF FOUND THEN
+        PERFORM @extschema@.pg_claim_lease_refuse_role(name, r.owner, role);
+    END IF;
+    -- live leases of another n
+    SELECT l.n, l.holder INTO r FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_lease_take.name AND NOT l.session AND l.holder IS NOT NULL
+      AND l.expires_at > now_ AND l.n <> pg_claim_lease_take.n
+    LIMIT 1;
+    IF FOUND THEN
+        PERFORM @extschema@.pg_claim_lease_refuse_n(name, pg_claim_lease_take.n, r.n, r.holder);
+    END IF;
+
+    -- the same holder again: the same slot and token, the expiry extended;
+    -- one holder holds at most one slot of a name
+    SELECT l.slot INTO r FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_lease_take.name AND l.holder = pg_claim_lease_take.holder
+      AND NOT l.session AND l.slot < pg_claim_lease_take.n AND l.expires_at > now_
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
+    ORDER BY l.slot
+    LIMIT 1
+    FOR NO KEY UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(key_, r.slot) THEN
+            RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+                USING ERRCODE = '55000',
+                HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease.';
+        END IF;
+        -- earlier than it was only when the slot's fence lock is free (the
+        -- trigger of sql/leases_guard.sql takes it: it would wait for the
+        -- holder's own fenced transactions, the mutex held)
+        UPDATE @extschema@.pg_claim_leases l
+        SET expires_at = CASE WHEN now_ + ttl >= l.expires_at THEN now_ + ttl
+                              WHEN pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + l.slot) THEN now_ + ttl
+                              ELSE l.expires_at END,
+            n = pg_claim_lease_take.n
+        WHERE l.name = pg_claim_lease_take.name AND l.slot = r.slot
+        RETURNING l.slot, l.token, l.expires_at
+        INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at;
+    ELSE
+        -- a new acquisition: first the slot this holder had, when its lease
+        -- expired (or was released) and no one took it meanwhile (a new token)
+        SELECT l.slot INTO r FROM @extschema@.pg_claim_leases l
+        WHERE l.name = pg_claim_lease_take.name AND l.holder = pg_claim_lease_take.holder
+          AND NOT l.session AND l.slot < pg_claim_lease_take.n AND l.expires_at <= now_
+        ORDER BY l.slot
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            SELECT h.slot, h.token, h.expires_at
+            INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at
+            FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h;
+            IF pg_claim_lease_take.slot IS NULL THEN
+                fenced_ := fenced_ || r.slot;
+            END IF;
+        END IF;
+        LOOP
+            EXIT WHEN pg_claim_lease_take.slot IS NOT NULL;
+            tries := tries + 1;
+            EXIT WHEN tries > 1000;
+            -- the lowest slot >= lo without a row: found from the rows of
+            -- the name, whatever n is
+            SELECT CASE WHEN lo < pg_claim_lease_take.n AND NOT EXISTS (
+                             SELECT 1 FROM @extschema@.pg_claim_leases l
+                             WHERE l.name = pg_claim_lease_take.name AND l.slot = lo)
+                        THEN lo
+                        ELSE (SELECT min(l.slot) + 1 FROM @extschema@.pg_claim_leases l
+                              WHERE l.name = pg_claim_lease_take.name AND l.slot >= lo
+                                AND l.slot < pg_claim_lease_take.n - 1
+                                AND NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases m
+                                                WHERE m.name = pg_claim_lease_take.name
+                                                  AND m.slot = l.slot + 1)) END
+            INTO g;
+            -- a lower slot whose lease expired or was released, or whose
+            -- session record's session is gone (no session holds a slot of
+            -- the name: checked above); a slot whose row a fenced
+            -- transaction holds is skipped, never waited for
+            SELECT l.slot INTO r FROM @extschema@.pg_claim_leases l
+            WHERE l.name = pg_claim_lease_take.name
+              AND l.slot < coalesce(g, pg_claim_lease_take.n)
+              AND (l.holder IS NULL OR l.session OR l.expires_at <= now_)
+              AND l.slot <> ALL (fenced_)
+            ORDER BY l.slot
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED;
+            IF FOUND THEN
+                SELECT h.slot, h.token, h.expires_at
+                INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at
+                FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h;
+                EXIT WHEN pg_claim_lease_take.slot IS NOT NULL;
+                fenced_ := fenced_ || r.slot;
+                CONTINUE;
+            END IF;
+            EXIT WHEN g IS NULL;
+            -- the slot's first row; another claim_lease that is inserting it
+            -- in a transaction not yet committed holds the reservation
+            IF pg_catalog.pg_try_advisory_xact_lock(key_, 270532608 + g) THEN
+                IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(key_, g) THEN
+                    RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+                        USING ERRCODE = '55000',
+                        HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease.';
+                END IF;
+                INSERT INTO @extschema@.pg_claim_leases AS l
+                    (name, slot, n, holder, token, acquired_at, expires_at, owner)
+                VALUES (pg_claim_lease_take.name, g, pg_claim_lease_take.n, pg_claim_lease_take.holder,
+                        @extschema@.next_token(NULL::bigint), now_, now_ + ttl, role)
+                ON CONFLICT ON CONSTRAINT pg_claim_leases_pkey DO NOTHING
+                RETURNING l.slot, l.token, l.expires_at
+                INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at;
+                EXIT WHEN FOUND;
+            END IF;
+            lo := g + 1;
+        END LOOP;
+        -- the holder's other slots (after a change of n) are given back
+        IF pg_claim_lease_take.slot IS NOT NULL THEN
+            UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
+            WHERE l.name = pg_claim_lease_take.name
+              -- an array computed once, not a join that could run the
+              -- locking subquery again for every row of the name
+              AND l.slot = ANY (ARRAY(SELECT o.slot FROM @extschema@.pg_claim_leases o
+                                      WHERE o.name = pg_claim_lease_take.name
+                                        AND o.holder = pg_claim_lease_take.holder AND NOT o.session
+                                        AND o.slot <> pg_claim_lease_take.slot
+                                        AND (o.owner IS NULL OR o.owner = role
+                                             OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
+                                        AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
+                                      FOR UPDATE SKIP LOCKED));
+        END IF;
+        -- else: every slot is leased (or fenced): a standby
+    END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION @extschema@.pg_claim_lease_renew(
+    role oid, name text, slot integer, token bigint, ttl interval)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    until_ timestamptz;
+BEGIN
+    PERFORM @extschema@.pg_claim_need_read_committed('renew_lease'::text);
+    PERFORM @extschema@.lease_check(name, slot, token, ttl);
+    -- earlier than it was (a shorter ttl, or the clock stepped back) only
+    -- when the slot's fence lock is free: the trigger of
+    -- sql/leases_guard.sql takes it, which would wait for the holder's own
+    -- fenced transactions; else the later expiry stays
+    UPDATE @extschema@.pg_claim_leases l
+    SET expires_at = CASE WHEN pg_catalog.clock_timestamp() + ttl >= l.expires_at
+                          THEN pg_catalog.clock_timestamp() + ttl
+                          WHEN pg_catalog.pg_try_advisory_xact_lock(
+                                   (@extschema@.crc32(l.name)::bit(32))::integer, 271581184 + l.slot)
+                          THEN pg_catalog.clock_timestamp() + ttl
+                          ELSE l.expires_at END
+    WHERE l.name = pg_claim_lease_renew.name AND l.slot = pg_claim_lease_renew.slot
+      AND l.token = pg_claim_lease_renew.token AND l.holder IS NOT NULL AND NOT l.session
+      AND l.expires_at > pg_catalog.clock_timestamp()
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
+    RETURNING l.expires_at INTO until_;
+    RETURN until_;
+END $$;
+
+CREATE OR REPLACE FUNCTION @extschema@.pg_claim_leases_take(
+    role oid, name text, n integer, holder text, max integer, ttl interval,
+    crc_ bigint, key_ integer,
+    OUT slots integer[], OUT tokens bigint[], OUT expires timestamptz[])
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+-- every column is qualified: a bare name is one of the arguments
+#variable_conflict use_variable
+DECLARE
+    now_ timestamptz := pg_catalog.clock_timestamp();
+    joining boolean;
+    r record;
+    mine integer;
+    target integer;
+    rest integer;
+    sharing integer;
+    capped integer;
+    ahead bigint;
+    given integer;
+    cut_ record;
+    maxes_ integer[];
+    live_ jsonb;
+BEGIN
+    -- the same checks again: a superuser may call this function directly
+    PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
+    PERFORM @extschema@.pg_claim_leases_check(n, max);
+    IF role IS NULL THEN
+        RAISE EXCEPTION 'role must not be null' USING ERRCODE = '22004',
+            HINT = 'This is claim_leases''s internal function: call claim_leases.';
+    END IF;
+    max := coalesce(max, n);
+    IF crc_ IS DISTINCT FROM @extschema@.crc32(name) OR key_ IS DISTINCT FROM (crc_::bit(32))::integer THEN
+        RAISE EXCEPTION 'crc_ and key_ must be crc32(name) and its int4 form, got % and %', crc_, key_
+            USING ERRCODE = '22023',
+            HINT = 'This is claim_leases''s internal function: call claim_leases.';
+    END IF;
+
+    -- the members of the name that are no longer live are forgotten (a
+    -- row that a claimer's open transaction holds waits for the next call)
+    -- (each statement that changes rows a locking subquery picks takes them
+    -- as an array, computed once: a join with the subquery could run it
+    -- again for every row of the name, when the planner estimates one row)
+    DELETE FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_take.name
+      AND m.holder = ANY (ARRAY(SELECT o.holder FROM @extschema@.pg_claim_lease_members o
+                                WHERE o.name = pg_claim_leases_take.name AND o.expires_at <= now_
+                                  AND o.holder <> pg_claim_leases_take.holder
+                                FOR UPDATE SKIP LOCKED));
+    -- a live member of a role whose privileges this role lacks, this
+    -- holder's own row included (its holder text is no key to it)
+    SELECT m.owner INTO r FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
+      AND m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE')
+    LIMIT 1;
+    IF FOUND THEN
+        PERFORM @extschema@.pg_claim_lease_refuse_role(name, r.owner, role);
+    END IF;
+    -- a live member of another n
+    SELECT m.n, m.holder INTO r FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
+      AND m.holder <> pg_claim_leases_take.holder AND m.n <> pg_claim_leases_take.n
+    LIMIT 1;
+    IF FOUND THEN
+        PERFORM @extschema@.pg_claim_lease_refuse_n(name, n, r.n, r.holder);
+    END IF;
+
+    SELECT m.expires_at <= now_ AS gone INTO r FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_take.name AND m.holder = pg_claim_leases_take.holder;
+    joining := NOT FOUND OR r.gone;
+    IF joining THEN
+        -- a joiner checks what the members do not show: the name's other
+        -- leases (claim_lease's holders) and its session claims
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_locks k
+                   WHERE k.locktype = 'advisory' AND k.objsubid = 2 AND k.granted
+                     AND k.mode = 'ExclusiveLock'
+                     AND k.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                       WHERE d.datname = pg_catalog.current_database())
+                     AND k.classid = crc_::oid AND k.objid::bigint <= 1048575) THEN
+            RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+                USING ERRCODE = '55000',
+                HINT = 'Use one mode per name: claim_slots on direct connections, or claim_leases. The sessions that hold its slots: SELECT * FROM slot_status(name, n).';
+        END IF;
+        SELECT l.owner, l.n, l.holder INTO r FROM @extschema@.pg_claim_leases l
+        WHERE l.name = pg_claim_leases_take.name AND NOT l.session AND l.holder IS NOT NULL
+          AND l.expires_at > now_
+          AND (l.n <> pg_claim_leases_take.n
+               OR (l.owner IS NOT NULL AND l.owner <> role
+                   AND NOT pg_catalog.pg_has_role(role, l.owner, 'USAGE')))
+        LIMIT 1;
+        IF FOUND AND r.n <> n THEN
+            PERFORM @extschema@.pg_claim_lease_refuse_n(name, n, r.n, r.holder);
+        ELSIF FOUND THEN
+            PERFORM @extschema@.pg_claim_lease_refuse_role(name, r.owner, role);
+        END IF;
+    END IF;
+
+    -- 1. the holder is a live member until ttl from now (max => 0: it leaves)
+    INSERT INTO @extschema@.pg_claim_lease_members AS m
+        (name, holder, owner, n, max, held, joined_at, seen_at, expires_at)
+    VALUES (name, holder, role, n, max, 0, now_, now_,
+            CASE WHEN max = 0 THEN now_ ELSE now_ + ttl END)
+    ON CONFLICT ON CONSTRAINT pg_claim_lease_members_pkey DO UPDATE
+        SET owner = excluded.owner, n = excluded.n, max = excluded.max,
+            joined_at = CASE WHEN joining THEN excluded.joined_at ELSE m.joined_at END,
+            held = CASE WHEN joining THEN 0 ELSE m.held END,
+            seen_at = excluded.seen_at, expires_at = excluded.expires_at;
+
+    -- 2. renew its live leases below n; those at or above n (n changed) are
+    -- given back below
+    -- earlier than it was (a shorter ttl, or the clock stepped back) only
+    -- when the slot's fence lock is free: the trigger of sql/leases_guard.sql
+    -- takes it, which would wait for the holder's own fenced transactions
+    -- with the mutex held; else the later expiry stays
+    UPDATE @extschema@.pg_claim_leases l
+    SET expires_at = CASE WHEN now_ + ttl >= l.expires_at THEN now_ + ttl
+                          WHEN pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + l.slot) THEN now_ + ttl
+                          ELSE l.expires_at END
+    WHERE l.name = pg_claim_leases_take.name AND l.holder = pg_claim_leases_take.holder
+      AND NOT l.session AND l.expires_at > now_ AND l.slot < n
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'));
+    GET DIAGNOSTICS mine = ROW_COUNT;
+
+    -- 3. its target: the slots the members share are n less those that
+    -- live leases of claim_lease's holders (not members) hold; members whose
+    -- max is below the even share of what is left get their max; the others
+    -- share the rest, one more each for the first (rest mod sharing) of them
+    -- by (held desc, joined_at, holder), from each member's count as of its
+    -- own last call. Each step reads the members once, with no join whose
+    -- plan could read them again per row: their maxes as an integer array
+    -- (read by position in constant time), their holders as the keys of a
+    -- jsonb object (a look-up is a binary search).
+    SELECT pg_catalog.array_agg(m.max ORDER BY m.max, m.holder),
+           pg_catalog.jsonb_object_agg(m.holder, true)
+    INTO maxes_, live_
+    FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_;
+    sharing := coalesce(pg_catalog.cardinality(maxes_), 0);
+    SELECT n - count(*) INTO rest FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_leases_take.name AND NOT l.session AND l.holder IS NOT NULL
+      AND l.expires_at > now_ AND l.slot < n
+      AND NOT coalesce(live_ OPERATOR(pg_catalog.?) l.holder, false);
+    capped := 0;
+    WHILE sharing > 0 AND maxes_[capped + 1]::bigint * sharing <= rest LOOP
+        capped := capped + 1;
+        rest := rest - maxes_[capped];
+        sharing := sharing - 1;
+    END LOOP;
+    IF max = 0 THEN
+        target := 0;
+    ELSIF capped > 0 AND (SELECT count(*) FROM @extschema@.pg_claim_lease_members m
+                          WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
+                            AND (m.max, m.holder) < (max, holder)) < capped THEN
+        -- this holder is among the first `capped` by (max, holder)
+        target := max;
+    ELSIF sharing > 0 THEN
+        target := rest / sharing;
+        IF rest % sharing > 0 THEN
+            SELECT m.held, m.joined_at INTO r FROM @extschema@.pg_claim_lease_members m
+            WHERE m.name = pg_claim_leases_take.name AND m.holder = pg_claim_leases_take.holder;
+            -- the first sharing member by (max, holder)
+            SELECT m.max, m.holder INTO cut_ FROM @extschema@.pg_claim_lease_members m
+            WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
+            ORDER BY m.max, m.holder OFFSET capped LIMIT 1;
+            -- the sharing members ranked before this holder
+            SELECT count(*) INTO ahead FROM @extschema@.pg_claim_lease_members m
+            WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
+              AND (m.max, m.holder) >= (cut_.max, cut_.holder)
+              AND m.holder <> pg_claim_leases_take.holder
+              AND (m.held > r.held
+                   OR (m.held = r.held AND (m.joined_at, m.holder) < (r.joined_at, pg_claim_leases_take.holder)));
+            IF ahead < rest % sharing THEN
+                target := target + 1;
+            END IF;
+        END IF;
+    END IF;
+    target := least(coalesce(target, 0), max);
+
+    -- 4a. give back every live lease at or above n (n changed), and what it
+    -- holds beyond the target (its highest slots); a slot that a fenced
+    -- transaction holds (its row, or its fence lock) stays until that
+    -- transaction ends
+    UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
+    WHERE l.name = pg_claim_leases_take.name
+      AND l.slot = ANY (ARRAY(SELECT o.slot FROM @extschema@.pg_claim_leases o
+                              WHERE o.name = pg_claim_leases_take.name
+                                AND o.holder = pg_claim_leases_take.holder AND NOT o.session
+                                AND o.expires_at > now_ AND o.slot >= n
+                                AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
+                              FOR UPDATE SKIP LOCKED));
+    IF mine > target THEN
+        UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
+        WHERE l.name = pg_claim_leases_take.name
+          AND l.slot = ANY (ARRAY(SELECT o.slot FROM @extschema@.pg_claim_leases o
+                                  WHERE o.name = pg_claim_leases_take.name
+                                    AND o.holder = pg_claim_leases_take.holder AND NOT o.session
+                                    AND o.expires_at > now_ AND o.slot < n
+                                    AND (o.owner IS NULL OR o.owner = role
+                                         OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
+                                    AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
+                                  ORDER BY o.slot DESC
+                                  LIMIT mine - target
+                                  FOR UPDATE SKIP LOCKED));
+        GET DIAGNOSTICS given = ROW_COUNT;
+        mine := mine - given;
+    END IF;
+
+    -- 4b. take unserved slots up to the target: first its own slots whose
+    -- lease expired (or was given back), then the longest unserved (never
+    -- leased: expiry -infinity; then by expiry), then those with no expiry
+    -- (released before 0.5.0, and records of sessions that left); each
+    -- found by index, so the cost follows the slots taken, not n
+    IF mine < target THEN
+        -- the name's rows 0 .. n-1 exist (made once, when they do not)
+        -- (counted: rows of a few slots, such as those session claims'
+        -- my_token recorded, leave the others missing)
+        IF (SELECT count(*) FROM @extschema@.pg_claim_leases l
+            WHERE l.name = pg_claim_leases_take.name AND l.slot < n) < n THEN
+            INSERT INTO @extschema@.pg_claim_leases AS l (name, slot, n, token, expires_at)
+            SELECT name, g, n, 0, '-infinity' FROM pg_catalog.generate_series(0, n - 1) g
+            WHERE NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases o
+                              WHERE o.name = pg_claim_leases_take.name AND o.slot = g)
+            ON CONFLICT ON CONSTRAINT pg_claim_leases_pkey DO NOTHING;
+        END IF;
+        FOR r IN SELECT l.slot FROM @extschema@.pg_claim_leases l
+                 WHERE l.name = pg_claim_leases_take.name AND l.holder = pg_claim_leases_take.holder
+                   AND NOT l.session AND l.slot < n AND l.expires_at <= now_
+                 ORDER BY l.slot LIMIT target - mine
+                 FOR UPDATE SKIP LOCKED LOOP
+            IF (SELECT h.slot FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h)
+               IS NOT NULL THEN
+                mine := mine + 1;
+            END IF;
+        END LOOP;
+        FOR r IN SELECT l.slot FROM @extschema@.pg_claim_leases l
+                 WHERE l.name = pg_claim_leases_take.name AND l.expires_at <= now_ AND l.slot < n
+                 ORDER BY l.expires_at LIMIT target - mine
+                 FOR UPDATE SKIP LOCKED LOOP
+            IF (SELECT h.slot FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h)
+               IS NOT NULL THEN
+                mine := mine + 1;
+            END IF;
+        END LOOP;
+        FOR r IN SELECT l.slot FROM @extschema@.pg_claim_leases l
+                 WHERE l.name = pg_claim_leases_take.name AND l.expires_at IS NULL AND l.slot < n
+                 ORDER BY l.slot LIMIT target - mine
+                 FOR UPDATE SKIP LOCKED LOOP
+            IF (SELECT h.slot FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h)
+               IS NOT NULL THEN
+                mine := mine + 1;
+            END IF;
+        END LOOP;
+    END IF;
+
+    UPDATE @extschema@.pg_claim_lease_members m SET held = mine
+    WHERE m.name = pg_claim_leases_take.name AND m.holder = pg_claim_leases_take.holder;
+
+    SELECT pg_catalog.array_agg(l.slot ORDER BY l.slot), pg_catalog.array_agg(l.token ORDER BY l.slot),
+           pg_catalog.array_agg(l.expires_at ORDER BY l.slot)
+    INTO slots, tokens, expires
+    FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_leases_take.name AND l.holder = pg_claim_leases_take.holder
+      AND NOT l.session AND l.expires_at > now_ AND l.slot < n
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'));
+END $$;
+
 CREATE OR REPLACE FUNCTION @extschema@.slot_partition(tbl regclass, slot integer, n integer)
 RETURNS regclass
 LANGUAGE plpgsql STABLE PARALLEL SAFE
