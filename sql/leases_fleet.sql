@@ -171,9 +171,7 @@ DECLARE
     capped integer;
     ahead bigint;
     given integer;
-    cut_ record;
     maxes_ integer[];
-    live_ jsonb;
 BEGIN
     -- the same checks again: a superuser may call this function directly
     PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
@@ -201,20 +199,19 @@ BEGIN
                                   AND o.holder <> pg_claim_leases_take.holder
                                 FOR UPDATE SKIP LOCKED));
     -- a live member of a role whose privileges this role lacks, this
-    -- holder's own row included (its holder text is no key to it)
-    SELECT m.owner INTO r FROM @extschema@.pg_claim_lease_members m
+    -- holder's own row included (its holder text is no key to it); else a
+    -- live member of another n (one read of the members for both)
+    SELECT m.owner, m.n, m.holder,
+           (m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE')) AS other_role
+    INTO r FROM @extschema@.pg_claim_lease_members m
     WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
-      AND m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE')
+      AND ((m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE'))
+           OR (m.holder <> pg_claim_leases_take.holder AND m.n <> pg_claim_leases_take.n))
+    ORDER BY 4 DESC
     LIMIT 1;
-    IF FOUND THEN
+    IF FOUND AND r.other_role THEN
         PERFORM @extschema@.pg_claim_lease_refuse_role(name, r.owner, role);
-    END IF;
-    -- a live member of another n
-    SELECT m.n, m.holder INTO r FROM @extschema@.pg_claim_lease_members m
-    WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
-      AND m.holder <> pg_claim_leases_take.holder AND m.n <> pg_claim_leases_take.n
-    LIMIT 1;
-    IF FOUND THEN
+    ELSIF FOUND THEN
         PERFORM @extschema@.pg_claim_lease_refuse_n(name, n, r.n, r.holder);
     END IF;
 
@@ -279,21 +276,26 @@ BEGIN
     -- max is below the even share of what is left get their max; the others
     -- share the rest, one more each for the first (rest mod sharing) of them
     -- by (held desc, joined_at, holder), from each member's count as of its
-    -- own last call. Each step reads the members once, with no join whose
-    -- plan could read them again per row: their maxes as an integer array
-    -- (read by position in constant time), their holders as the keys of a
-    -- jsonb object (a look-up is a binary search).
-    SELECT pg_catalog.array_agg(m.max ORDER BY m.max, m.holder),
-           pg_catalog.jsonb_object_agg(m.holder, true)
-    INTO maxes_, live_
-    FROM @extschema@.pg_claim_lease_members m
-    WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_;
+    -- own last call. Each step reads the rows of the name once, with no
+    -- join whose plan could read them again per row: the members' maxes
+    -- (ordered, as an integer array: read by position in constant time) and
+    -- the non-members' live leases come from one grouping by holder.
+    SELECT pg_catalog.array_agg(g.mx ORDER BY g.mx) FILTER (WHERE g.mx IS NOT NULL),
+           n - coalesce(pg_catalog.sum(g.leases) FILTER (WHERE g.mx IS NULL), 0)
+    INTO maxes_, rest
+    FROM (SELECT pg_catalog.max(u.mx) AS mx, pg_catalog.sum(u.lease) AS leases
+          FROM (SELECT m.holder, m.max AS mx, 0 AS lease
+                FROM @extschema@.pg_claim_lease_members m
+                WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
+                UNION ALL
+                SELECT l.holder, NULL::integer, 1 FROM @extschema@.pg_claim_leases l
+                WHERE l.name = pg_claim_leases_take.name AND NOT l.session AND l.holder IS NOT NULL
+                  AND l.expires_at > now_ AND l.slot < n) u
+          GROUP BY u.holder COLLATE "C") g;
     sharing := coalesce(pg_catalog.cardinality(maxes_), 0);
-    SELECT n - count(*) INTO rest FROM @extschema@.pg_claim_leases l
-    WHERE l.name = pg_claim_leases_take.name AND NOT l.session AND l.holder IS NOT NULL
-      AND l.expires_at > now_ AND l.slot < n
-      AND NOT coalesce(live_ OPERATOR(pg_catalog.?) l.holder, false);
     capped := 0;
+    -- members of equal max are capped together: the capped ones are those
+    -- whose max is at most maxes_[capped]
     WHILE sharing > 0 AND maxes_[capped + 1]::bigint * sharing <= rest LOOP
         capped := capped + 1;
         rest := rest - maxes_[capped];
@@ -301,24 +303,17 @@ BEGIN
     END LOOP;
     IF max = 0 THEN
         target := 0;
-    ELSIF capped > 0 AND (SELECT count(*) FROM @extschema@.pg_claim_lease_members m
-                          WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
-                            AND (m.max, m.holder) < (max, holder)) < capped THEN
-        -- this holder is among the first `capped` by (max, holder)
+    ELSIF capped > 0 AND max <= maxes_[capped] THEN
         target := max;
     ELSIF sharing > 0 THEN
         target := rest / sharing;
         IF rest % sharing > 0 THEN
             SELECT m.held, m.joined_at INTO r FROM @extschema@.pg_claim_lease_members m
             WHERE m.name = pg_claim_leases_take.name AND m.holder = pg_claim_leases_take.holder;
-            -- the first sharing member by (max, holder)
-            SELECT m.max, m.holder INTO cut_ FROM @extschema@.pg_claim_lease_members m
-            WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
-            ORDER BY m.max, m.holder OFFSET capped LIMIT 1;
             -- the sharing members ranked before this holder
             SELECT count(*) INTO ahead FROM @extschema@.pg_claim_lease_members m
             WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
-              AND (m.max, m.holder) >= (cut_.max, cut_.holder)
+              AND m.max > coalesce(maxes_[capped], -1)
               AND m.holder <> pg_claim_leases_take.holder
               AND (m.held > r.held
                    OR (m.held = r.held AND (m.joined_at, m.holder) < (r.joined_at, pg_claim_leases_take.holder)));
