@@ -18,9 +18,11 @@
 --
 -- Targets are computed from each member's count of leases as of its own last
 -- call (pg_claim_lease_members.held), so a call reads the members of the name
--- and its own leases, never every slot: its cost grows with the number of
--- live holders and the slots that change hands, not with n. (The first call
--- that finds the name's rows below n creates the missing rows, once.)
+-- and its live leases (at most n) a fixed number of times: its cost grows
+-- linearly with the number of live holders, whatever the planner's
+-- statistics (no statement is a join that could read them again per row).
+-- (The first call that finds fewer than n rows of the name's slots 0 .. n-1
+-- creates the missing ones, once.)
 --
 -- A slot's hand-over takes its fence lock with a try and its row FOR UPDATE
 -- SKIP LOCKED, so a slot that a fenced transaction holds (fence /
