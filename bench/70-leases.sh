@@ -94,15 +94,7 @@ done
 reset 8
 bench_psql -At -c "SELECT token FROM claim_lease('bench', 8, 'cost')" >"$BENCH_TMP/token"
 token=$(cat "$BENCH_TMP/token")
-percall() { # NAME SQL: microseconds per transaction of SQL
-    local runs=() i
-    printf '%s\n' "$2" >"$BENCH_TMP/percall.sql"
-    for i in 1 2 3; do
-        runs+=("$("$pgbench" -n -M simple -c 1 -T 2 -D token="$token" -f "$BENCH_TMP/percall.sql" postgres 2>/dev/null |
-            sed -n 's/^latency average = \([0-9.]*\) ms/\1/p')")
-    done
-    printf '%s\n' "${runs[@]}" | sort -n | sed -n 2p | python3 -c "import sys; print(round(float(sys.stdin.read()) * 1000, 1))"
-}
+percall() { bench_percall "$1" "$2" -D token="$token"; } # NAME SQL: us per transaction
 claim=$(percall claim_lease "SELECT * FROM claim_lease('bench', 8, 'cost');")
 renew=$(percall renew_lease "SELECT renew_lease('bench', 0, :token);")
 fence=$(percall fence "BEGIN; SELECT fence('bench', 0, :token); COMMIT;")

@@ -62,3 +62,21 @@ bench_report() {
 t = [float(l) for l in open(sys.argv.pop(1)) if l.strip()]
 $(cat)" "$BENCH_TMP/times" "$@"
 }
+
+# bench_percall NAME SQL [PGBENCH OPTION...]: the microseconds per
+# transaction of the pgbench script SQL, one client on a direct connection,
+# simple protocol: the median of 3 runs of ${BENCH_PERCALL_SECONDS:-2} s.
+# NAME only labels the call in the caller's output.
+bench_percall() {
+    local sql="$2" runs=() i pgbench
+    # beside the psql the benchmarks run (scripts/bench's installation)
+    pgbench="${PGC_BIN:-$(dirname "$(command -v psql)")}/pgbench"
+    shift 2
+    printf '%s\n' "$sql" >"$BENCH_TMP/percall.sql"
+    for i in 1 2 3; do
+        runs+=("$("$pgbench" -n -M simple -c 1 -T "${BENCH_PERCALL_SECONDS:-2}" "$@" \
+            -f "$BENCH_TMP/percall.sql" postgres 2>/dev/null |
+            sed -n 's/^latency average = \([0-9.]*\) ms/\1/p')")
+    done
+    printf '%s\n' "${runs[@]}" | sort -n | sed -n 2p | python3 -c "import sys; print(round(float(sys.stdin.read()) * 1000, 1))"
+}

@@ -34,8 +34,12 @@
 -- by the trigger of sql/leases_guard.sql, the fence lock exclusive (which
 -- conflicts with shared). A hand-over tries both first and skips a slot a
 -- fenced transaction holds; release_lease, my_token and a leaving
--- claim_leases wait for it. renew_lease only extends expires_at (an UPDATE
--- that takes neither lock in a conflicting mode). So a slot cannot change
+-- claim_leases wait for it. A renewal (renew_lease, and claim_lease's and
+-- claim_leases' own) that extends expires_at is an UPDATE that takes neither
+-- lock in a conflicting mode; one that would move it earlier (a shorter ttl,
+-- or the clock stepped back) tries the fence lock first and, when a fenced
+-- transaction holds it, keeps the later expiry: a renewal never waits for
+-- the holder's own fenced transactions. So a slot cannot change
 -- hands while a transaction that passed fence with the slot's token is open.
 --
 -- Advisory locks (two-int4 keys, key1 = crc32(name) as int4; src/locks.rs):
@@ -341,8 +345,14 @@ BEGIN
                 USING ERRCODE = '55000',
                 HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease.';
         END IF;
+        -- earlier than it was only when the slot's fence lock is free (the
+        -- trigger of sql/leases_guard.sql takes it: it would wait for the
+        -- holder's own fenced transactions, the mutex held)
         UPDATE @extschema@.pg_claim_leases l
-        SET expires_at = now_ + ttl, n = pg_claim_lease_take.n
+        SET expires_at = CASE WHEN now_ + ttl >= l.expires_at THEN now_ + ttl
+                              WHEN pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + l.slot) THEN now_ + ttl
+                              ELSE l.expires_at END,
+            n = pg_claim_lease_take.n
         WHERE l.name = pg_claim_lease_take.name AND l.slot = r.slot
         RETURNING l.slot, l.token, l.expires_at
         INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at;
@@ -424,14 +434,16 @@ BEGIN
         IF pg_claim_lease_take.slot IS NOT NULL THEN
             UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
             WHERE l.name = pg_claim_lease_take.name
-              AND l.slot IN (SELECT o.slot FROM @extschema@.pg_claim_leases o
-                             WHERE o.name = pg_claim_lease_take.name
-                               AND o.holder = pg_claim_lease_take.holder AND NOT o.session
-                               AND o.slot <> pg_claim_lease_take.slot
-                               AND (o.owner IS NULL OR o.owner = role
-                                    OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
-                               AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
-                             FOR UPDATE SKIP LOCKED);
+              -- an array computed once, not a join that could run the
+              -- locking subquery again for every row of the name
+              AND l.slot = ANY (ARRAY(SELECT o.slot FROM @extschema@.pg_claim_leases o
+                                      WHERE o.name = pg_claim_lease_take.name
+                                        AND o.holder = pg_claim_lease_take.holder AND NOT o.session
+                                        AND o.slot <> pg_claim_lease_take.slot
+                                        AND (o.owner IS NULL OR o.owner = role
+                                             OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
+                                        AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
+                                      FOR UPDATE SKIP LOCKED));
         END IF;
         -- else: every slot is leased (or fenced): a standby
     END IF;
@@ -448,7 +460,17 @@ DECLARE
 BEGIN
     PERFORM @extschema@.pg_claim_need_read_committed('renew_lease'::text);
     PERFORM @extschema@.lease_check(name, slot, token, ttl);
-    UPDATE @extschema@.pg_claim_leases l SET expires_at = pg_catalog.clock_timestamp() + ttl
+    -- earlier than it was (a shorter ttl, or the clock stepped back) only
+    -- when the slot's fence lock is free: the trigger of
+    -- sql/leases_guard.sql takes it, which would wait for the holder's own
+    -- fenced transactions; else the later expiry stays
+    UPDATE @extschema@.pg_claim_leases l
+    SET expires_at = CASE WHEN pg_catalog.clock_timestamp() + ttl >= l.expires_at
+                          THEN pg_catalog.clock_timestamp() + ttl
+                          WHEN pg_catalog.pg_try_advisory_xact_lock(
+                                   (@extschema@.crc32(l.name)::bit(32))::integer, 271581184 + l.slot)
+                          THEN pg_catalog.clock_timestamp() + ttl
+                          ELSE l.expires_at END
     WHERE l.name = pg_claim_lease_renew.name AND l.slot = pg_claim_lease_renew.slot
       AND l.token = pg_claim_lease_renew.token AND l.holder IS NOT NULL AND NOT l.session
       AND l.expires_at > pg_catalog.clock_timestamp()

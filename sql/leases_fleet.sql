@@ -18,9 +18,11 @@
 --
 -- Targets are computed from each member's count of leases as of its own last
 -- call (pg_claim_lease_members.held), so a call reads the members of the name
--- and its own leases, never every slot: its cost grows with the number of
--- live holders and the slots that change hands, not with n. (The first call
--- that finds the name's rows below n creates the missing rows, once.)
+-- and its live leases (at most n) a fixed number of times: its cost grows
+-- linearly with the number of live holders, whatever the planner's
+-- statistics (no statement is a join that could read them again per row).
+-- (The first call that finds fewer than n rows of the name's slots 0 .. n-1
+-- creates the missing ones, once.)
 --
 -- A slot's hand-over takes its fence lock with a try and its row FOR UPDATE
 -- SKIP LOCKED, so a slot that a fenced transaction holds (fence /
@@ -171,7 +173,6 @@ DECLARE
     capped integer;
     ahead bigint;
     given integer;
-    holders_ text[];
     maxes_ integer[];
 BEGIN
     -- the same checks again: a superuser may call this function directly
@@ -190,27 +191,29 @@ BEGIN
 
     -- the members of the name that are no longer live are forgotten (a
     -- row that a claimer's open transaction holds waits for the next call)
+    -- (each statement that changes rows a locking subquery picks takes them
+    -- as an array, computed once: a join with the subquery could run it
+    -- again for every row of the name, when the planner estimates one row)
     DELETE FROM @extschema@.pg_claim_lease_members m
     WHERE m.name = pg_claim_leases_take.name
-      AND m.holder IN (SELECT o.holder FROM @extschema@.pg_claim_lease_members o
-                       WHERE o.name = pg_claim_leases_take.name AND o.expires_at <= now_
-                         AND o.holder <> pg_claim_leases_take.holder
-                       FOR UPDATE SKIP LOCKED);
+      AND m.holder = ANY (ARRAY(SELECT o.holder FROM @extschema@.pg_claim_lease_members o
+                                WHERE o.name = pg_claim_leases_take.name AND o.expires_at <= now_
+                                  AND o.holder <> pg_claim_leases_take.holder
+                                FOR UPDATE SKIP LOCKED));
     -- a live member of a role whose privileges this role lacks, this
-    -- holder's own row included (its holder text is no key to it)
-    SELECT m.owner INTO r FROM @extschema@.pg_claim_lease_members m
+    -- holder's own row included (its holder text is no key to it); else a
+    -- live member of another n (one read of the members for both)
+    SELECT m.owner, m.n, m.holder,
+           (m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE')) AS other_role
+    INTO r FROM @extschema@.pg_claim_lease_members m
     WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
-      AND m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE')
+      AND ((m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE'))
+           OR (m.holder <> pg_claim_leases_take.holder AND m.n <> pg_claim_leases_take.n))
+    ORDER BY 4 DESC
     LIMIT 1;
-    IF FOUND THEN
+    IF FOUND AND r.other_role THEN
         PERFORM @extschema@.pg_claim_lease_refuse_role(name, r.owner, role);
-    END IF;
-    -- a live member of another n
-    SELECT m.n, m.holder INTO r FROM @extschema@.pg_claim_lease_members m
-    WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
-      AND m.holder <> pg_claim_leases_take.holder AND m.n <> pg_claim_leases_take.n
-    LIMIT 1;
-    IF FOUND THEN
+    ELSIF FOUND THEN
         PERFORM @extschema@.pg_claim_lease_refuse_n(name, n, r.n, r.holder);
     END IF;
 
@@ -257,36 +260,54 @@ BEGIN
 
     -- 2. renew its live leases below n; those at or above n (n changed) are
     -- given back below
-    UPDATE @extschema@.pg_claim_leases l SET expires_at = now_ + ttl
+    -- earlier than it was (a shorter ttl, or the clock stepped back) only
+    -- when the slot's fence lock is free: the trigger of sql/leases_guard.sql
+    -- takes it, which would wait for the holder's own fenced transactions
+    -- with the mutex held; else the later expiry stays
+    UPDATE @extschema@.pg_claim_leases l
+    SET expires_at = CASE WHEN now_ + ttl >= l.expires_at THEN now_ + ttl
+                          WHEN pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + l.slot) THEN now_ + ttl
+                          ELSE l.expires_at END
     WHERE l.name = pg_claim_leases_take.name AND l.holder = pg_claim_leases_take.holder
       AND NOT l.session AND l.expires_at > now_ AND l.slot < n
       AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'));
     GET DIAGNOSTICS mine = ROW_COUNT;
 
-    -- 3. its target: members whose max is below the even share of what is
-    -- left get their max; the others share the rest, one more each for the
-    -- first (rest mod sharing) of them by (held desc, joined_at, holder),
-    -- from each member's count as of its own last call
-    SELECT pg_catalog.array_agg(m.holder ORDER BY m.max, m.holder),
-           pg_catalog.array_agg(m.max ORDER BY m.max, m.holder)
-    INTO holders_, maxes_
-    FROM @extschema@.pg_claim_lease_members m
-    WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_;
-    sharing := coalesce(pg_catalog.cardinality(holders_), 0);
-    rest := n;
+    -- 3. its target: the slots the members share are n less those that
+    -- live leases of claim_lease's holders (not members) hold; members whose
+    -- max is below the even share of what is left get their max; the others
+    -- share the rest, one more each for the first (rest mod sharing) of them
+    -- by (held desc, joined_at, holder), from each member's count as of its
+    -- own last call. Each step reads the rows of the name once, with no
+    -- join whose plan could read them again per row: the members' maxes
+    -- (ordered, as an integer array: read by position in constant time) and
+    -- the non-members' live leases come from one grouping by holder.
+    SELECT pg_catalog.array_agg(g.mx ORDER BY g.mx) FILTER (WHERE g.mx IS NOT NULL),
+           n - coalesce(pg_catalog.sum(g.leases) FILTER (WHERE g.mx IS NULL), 0)
+    INTO maxes_, rest
+    FROM (SELECT pg_catalog.max(u.mx) AS mx, pg_catalog.sum(u.lease) AS leases
+          FROM (SELECT m.holder, m.max AS mx, 0 AS lease
+                FROM @extschema@.pg_claim_lease_members m
+                WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
+                UNION ALL
+                SELECT l.holder, NULL::integer, 1 FROM @extschema@.pg_claim_leases l
+                WHERE l.name = pg_claim_leases_take.name AND NOT l.session AND l.holder IS NOT NULL
+                  AND l.expires_at > now_ AND l.slot < n) u
+          GROUP BY u.holder COLLATE "C") g;
+    sharing := coalesce(pg_catalog.cardinality(maxes_), 0);
     capped := 0;
-    WHILE capped < pg_catalog.cardinality(holders_)
-          AND maxes_[capped + 1]::bigint * sharing <= rest LOOP
+    -- members of equal max are capped together: the capped ones are those
+    -- whose max is at most maxes_[capped]
+    WHILE sharing > 0 AND maxes_[capped + 1]::bigint * sharing <= rest LOOP
         capped := capped + 1;
-        IF holders_[capped] = holder THEN
-            target := maxes_[capped];
-        END IF;
         rest := rest - maxes_[capped];
         sharing := sharing - 1;
     END LOOP;
     IF max = 0 THEN
         target := 0;
-    ELSIF target IS NULL AND sharing > 0 THEN
+    ELSIF capped > 0 AND max <= maxes_[capped] THEN
+        target := max;
+    ELSIF sharing > 0 THEN
         target := rest / sharing;
         IF rest % sharing > 0 THEN
             SELECT m.held, m.joined_at INTO r FROM @extschema@.pg_claim_lease_members m
@@ -294,7 +315,8 @@ BEGIN
             -- the sharing members ranked before this holder
             SELECT count(*) INTO ahead FROM @extschema@.pg_claim_lease_members m
             WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
-              AND m.holder <> ALL (holders_[1:capped]) AND m.holder <> pg_claim_leases_take.holder
+              AND m.max > coalesce(maxes_[capped], -1)
+              AND m.holder <> pg_claim_leases_take.holder
               AND (m.held > r.held
                    OR (m.held = r.held AND (m.joined_at, m.holder) < (r.joined_at, pg_claim_leases_take.holder)));
             IF ahead < rest % sharing THEN
@@ -310,25 +332,25 @@ BEGIN
     -- transaction ends
     UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
     WHERE l.name = pg_claim_leases_take.name
-      AND l.slot IN (SELECT o.slot FROM @extschema@.pg_claim_leases o
-                     WHERE o.name = pg_claim_leases_take.name
-                       AND o.holder = pg_claim_leases_take.holder AND NOT o.session
-                       AND o.expires_at > now_ AND o.slot >= n
-                       AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
-                     FOR UPDATE SKIP LOCKED);
+      AND l.slot = ANY (ARRAY(SELECT o.slot FROM @extschema@.pg_claim_leases o
+                              WHERE o.name = pg_claim_leases_take.name
+                                AND o.holder = pg_claim_leases_take.holder AND NOT o.session
+                                AND o.expires_at > now_ AND o.slot >= n
+                                AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
+                              FOR UPDATE SKIP LOCKED));
     IF mine > target THEN
         UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
         WHERE l.name = pg_claim_leases_take.name
-          AND l.slot IN (SELECT o.slot FROM @extschema@.pg_claim_leases o
-                         WHERE o.name = pg_claim_leases_take.name
-                           AND o.holder = pg_claim_leases_take.holder AND NOT o.session
-                           AND o.expires_at > now_ AND o.slot < n
-                           AND (o.owner IS NULL OR o.owner = role
-                                OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
-                           AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
-                         ORDER BY o.slot DESC
-                         LIMIT mine - target
-                         FOR UPDATE SKIP LOCKED);
+          AND l.slot = ANY (ARRAY(SELECT o.slot FROM @extschema@.pg_claim_leases o
+                                  WHERE o.name = pg_claim_leases_take.name
+                                    AND o.holder = pg_claim_leases_take.holder AND NOT o.session
+                                    AND o.expires_at > now_ AND o.slot < n
+                                    AND (o.owner IS NULL OR o.owner = role
+                                         OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
+                                    AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
+                                  ORDER BY o.slot DESC
+                                  LIMIT mine - target
+                                  FOR UPDATE SKIP LOCKED));
         GET DIAGNOSTICS given = ROW_COUNT;
         mine := mine - given;
     END IF;
@@ -340,9 +362,10 @@ BEGIN
     -- found by index, so the cost follows the slots taken, not n
     IF mine < target THEN
         -- the name's rows 0 .. n-1 exist (made once, when they do not)
-        IF coalesce((SELECT l.slot FROM @extschema@.pg_claim_leases l
-                     WHERE l.name = pg_claim_leases_take.name
-                     ORDER BY l.slot DESC LIMIT 1), -1) < n - 1 THEN
+        -- (counted: rows of a few slots, such as those session claims'
+        -- my_token recorded, leave the others missing)
+        IF (SELECT count(*) FROM @extschema@.pg_claim_leases l
+            WHERE l.name = pg_claim_leases_take.name AND l.slot < n) < n THEN
             INSERT INTO @extschema@.pg_claim_leases AS l (name, slot, n, token, expires_at)
             SELECT name, g, n, 0, '-infinity' FROM pg_catalog.generate_series(0, n - 1) g
             WHERE NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases o

@@ -7,7 +7,9 @@
 -- in READ COMMITTED; and, when it commits, tells every session to forget
 -- what it knew of the leases (src/leases/check.rs keeps, per session, the
 -- rows that passed, so that the next check of the same token reads nothing).
--- A renewal only extends expires_at: it fires nothing.
+-- A renewal that extends expires_at fires nothing; one that would move it
+-- earlier first takes the fence lock with a try, and keeps the later expiry
+-- when it cannot (sql/leases.sql), so the trigger does not wait.
 --
 -- The triggers fire ALWAYS, also with session_replication_role = replica.
 

@@ -304,6 +304,560 @@ GRANT SELECT ON @extschema@.fleets TO PUBLIC;
 -- (the bodies are those of sql/leases.sql, sql/leases_fleet.sql and
 -- sql/slot_partition.sql)
 
+CREATE OR REPLACE FUNCTION @extschema@.pg_claim_lease_take(
+    role oid, name text, n integer, holder text, ttl interval, crc_ bigint, key_ integer,
+    OUT slot integer, OUT token bigint, OUT expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    now_ timestamptz := pg_catalog.clock_timestamp();
+    r record;
+    lo integer := 0;
+    g integer;
+    tries integer := 0;
+    -- slots whose fence lock a fenced transaction holds, left this time
+    fenced_ integer[] := '{}';
+BEGIN
+    -- the same checks again: a superuser may call this function directly
+    PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
+    IF crc_ IS DISTINCT FROM @extschema@.crc32(name) OR key_ IS DISTINCT FROM (crc_::bit(32))::integer THEN
+        RAISE EXCEPTION 'crc_ and key_ must be crc32(name) and its int4 form, got % and %', crc_, key_
+            USING ERRCODE = '22023',
+            HINT = 'This is claim_lease''s internal function: call claim_lease.';
+    END IF;
+    -- a name in session mode: claim_slot holds a slot of it
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_locks k
+               WHERE k.locktype = 'advisory' AND k.objsubid = 2 AND k.granted
+                 AND k.mode = 'ExclusiveLock'
+                 AND k.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                   WHERE d.datname = pg_catalog.current_database())
+                 AND k.classid = crc_::oid AND k.objid::bigint <= 1048575) THEN
+        RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+            USING ERRCODE = '55000',
+            HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease. The sessions that hold its slots: SELECT * FROM slot_status(name, n).';
+    END IF;
+    -- a name is leased by one role at a time
+    SELECT l.owner INTO r FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_lease_take.name AND NOT l.session AND l.holder IS NOT NULL
+      AND l.expires_at > now_ AND l.owner IS NOT NULL AND l.owner <> role
+      AND NOT pg_catalog.pg_has_role(role, l.owner, 'USAGE')
+    LIMIT 1;
+    IF FOUND THEN
+        PERFORM @extschema@.pg_claim_lease_refuse_role(name, r.owner, role);
+    END IF;
+    -- live leases of another n
+    SELECT l.n, l.holder INTO r FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_lease_take.name AND NOT l.session AND l.holder IS NOT NULL
+      AND l.expires_at > now_ AND l.n <> pg_claim_lease_take.n
+    LIMIT 1;
+    IF FOUND THEN
+        PERFORM @extschema@.pg_claim_lease_refuse_n(name, pg_claim_lease_take.n, r.n, r.holder);
+    END IF;
 
+    -- the same holder again: the same slot and token, the expiry extended;
+    -- one holder holds at most one slot of a name
+    SELECT l.slot INTO r FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_lease_take.name AND l.holder = pg_claim_lease_take.holder
+      AND NOT l.session AND l.slot < pg_claim_lease_take.n AND l.expires_at > now_
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
+    ORDER BY l.slot
+    LIMIT 1
+    FOR NO KEY UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(key_, r.slot) THEN
+            RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+                USING ERRCODE = '55000',
+                HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease.';
+        END IF;
+        -- earlier than it was only when the slot's fence lock is free (the
+        -- trigger of sql/leases_guard.sql takes it: it would wait for the
+        -- holder's own fenced transactions, the mutex held)
+        UPDATE @extschema@.pg_claim_leases l
+        SET expires_at = CASE WHEN now_ + ttl >= l.expires_at THEN now_ + ttl
+                              WHEN pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + l.slot) THEN now_ + ttl
+                              ELSE l.expires_at END,
+            n = pg_claim_lease_take.n
+        WHERE l.name = pg_claim_lease_take.name AND l.slot = r.slot
+        RETURNING l.slot, l.token, l.expires_at
+        INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at;
+    ELSE
+        -- a new acquisition: first the slot this holder had, when its lease
+        -- expired (or was released) and no one took it meanwhile (a new token)
+        SELECT l.slot INTO r FROM @extschema@.pg_claim_leases l
+        WHERE l.name = pg_claim_lease_take.name AND l.holder = pg_claim_lease_take.holder
+          AND NOT l.session AND l.slot < pg_claim_lease_take.n AND l.expires_at <= now_
+        ORDER BY l.slot
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            SELECT h.slot, h.token, h.expires_at
+            INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at
+            FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h;
+            IF pg_claim_lease_take.slot IS NULL THEN
+                fenced_ := fenced_ || r.slot;
+            END IF;
+        END IF;
+        LOOP
+            EXIT WHEN pg_claim_lease_take.slot IS NOT NULL;
+            tries := tries + 1;
+            EXIT WHEN tries > 1000;
+            -- the lowest slot >= lo without a row: found from the rows of
+            -- the name, whatever n is
+            SELECT CASE WHEN lo < pg_claim_lease_take.n AND NOT EXISTS (
+                             SELECT 1 FROM @extschema@.pg_claim_leases l
+                             WHERE l.name = pg_claim_lease_take.name AND l.slot = lo)
+                        THEN lo
+                        ELSE (SELECT min(l.slot) + 1 FROM @extschema@.pg_claim_leases l
+                              WHERE l.name = pg_claim_lease_take.name AND l.slot >= lo
+                                AND l.slot < pg_claim_lease_take.n - 1
+                                AND NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases m
+                                                WHERE m.name = pg_claim_lease_take.name
+                                                  AND m.slot = l.slot + 1)) END
+            INTO g;
+            -- a lower slot whose lease expired or was released, or whose
+            -- session record's session is gone (no session holds a slot of
+            -- the name: checked above); a slot whose row a fenced
+            -- transaction holds is skipped, never waited for
+            SELECT l.slot INTO r FROM @extschema@.pg_claim_leases l
+            WHERE l.name = pg_claim_lease_take.name
+              AND l.slot < coalesce(g, pg_claim_lease_take.n)
+              AND (l.holder IS NULL OR l.session OR l.expires_at <= now_)
+              AND l.slot <> ALL (fenced_)
+            ORDER BY l.slot
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED;
+            IF FOUND THEN
+                SELECT h.slot, h.token, h.expires_at
+                INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at
+                FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h;
+                EXIT WHEN pg_claim_lease_take.slot IS NOT NULL;
+                fenced_ := fenced_ || r.slot;
+                CONTINUE;
+            END IF;
+            EXIT WHEN g IS NULL;
+            -- the slot's first row; another claim_lease that is inserting it
+            -- in a transaction not yet committed holds the reservation
+            IF pg_catalog.pg_try_advisory_xact_lock(key_, 270532608 + g) THEN
+                IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(key_, g) THEN
+                    RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+                        USING ERRCODE = '55000',
+                        HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease.';
+                END IF;
+                INSERT INTO @extschema@.pg_claim_leases AS l
+                    (name, slot, n, holder, token, acquired_at, expires_at, owner)
+                VALUES (pg_claim_lease_take.name, g, pg_claim_lease_take.n, pg_claim_lease_take.holder,
+                        @extschema@.next_token(NULL::bigint), now_, now_ + ttl, role)
+                ON CONFLICT ON CONSTRAINT pg_claim_leases_pkey DO NOTHING
+                RETURNING l.slot, l.token, l.expires_at
+                INTO pg_claim_lease_take.slot, pg_claim_lease_take.token, pg_claim_lease_take.expires_at;
+                EXIT WHEN FOUND;
+            END IF;
+            lo := g + 1;
+        END LOOP;
+        -- the holder's other slots (after a change of n) are given back
+        IF pg_claim_lease_take.slot IS NOT NULL THEN
+            UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
+            WHERE l.name = pg_claim_lease_take.name
+              -- an array computed once, not a join that could run the
+              -- locking subquery again for every row of the name
+              AND l.slot = ANY (ARRAY(SELECT o.slot FROM @extschema@.pg_claim_leases o
+                                      WHERE o.name = pg_claim_lease_take.name
+                                        AND o.holder = pg_claim_lease_take.holder AND NOT o.session
+                                        AND o.slot <> pg_claim_lease_take.slot
+                                        AND (o.owner IS NULL OR o.owner = role
+                                             OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
+                                        AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
+                                      FOR UPDATE SKIP LOCKED));
+        END IF;
+        -- else: every slot is leased (or fenced): a standby
+    END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION @extschema@.pg_claim_lease_renew(
+    role oid, name text, slot integer, token bigint, ttl interval)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    until_ timestamptz;
+BEGIN
+    PERFORM @extschema@.pg_claim_need_read_committed('renew_lease'::text);
+    PERFORM @extschema@.lease_check(name, slot, token, ttl);
+    -- earlier than it was (a shorter ttl, or the clock stepped back) only
+    -- when the slot's fence lock is free: the trigger of
+    -- sql/leases_guard.sql takes it, which would wait for the holder's own
+    -- fenced transactions; else the later expiry stays
+    UPDATE @extschema@.pg_claim_leases l
+    SET expires_at = CASE WHEN pg_catalog.clock_timestamp() + ttl >= l.expires_at
+                          THEN pg_catalog.clock_timestamp() + ttl
+                          WHEN pg_catalog.pg_try_advisory_xact_lock(
+                                   (@extschema@.crc32(l.name)::bit(32))::integer, 271581184 + l.slot)
+                          THEN pg_catalog.clock_timestamp() + ttl
+                          ELSE l.expires_at END
+    WHERE l.name = pg_claim_lease_renew.name AND l.slot = pg_claim_lease_renew.slot
+      AND l.token = pg_claim_lease_renew.token AND l.holder IS NOT NULL AND NOT l.session
+      AND l.expires_at > pg_catalog.clock_timestamp()
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
+    RETURNING l.expires_at INTO until_;
+    RETURN until_;
+END $$;
+
+CREATE OR REPLACE FUNCTION @extschema@.pg_claim_leases_take(
+    role oid, name text, n integer, holder text, max integer, ttl interval,
+    crc_ bigint, key_ integer,
+    OUT slots integer[], OUT tokens bigint[], OUT expires timestamptz[])
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+-- every column is qualified: a bare name is one of the arguments
+#variable_conflict use_variable
+DECLARE
+    now_ timestamptz := pg_catalog.clock_timestamp();
+    joining boolean;
+    r record;
+    mine integer;
+    target integer;
+    rest integer;
+    sharing integer;
+    capped integer;
+    ahead bigint;
+    given integer;
+    maxes_ integer[];
+BEGIN
+    -- the same checks again: a superuser may call this function directly
+    PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
+    PERFORM @extschema@.pg_claim_leases_check(n, max);
+    IF role IS NULL THEN
+        RAISE EXCEPTION 'role must not be null' USING ERRCODE = '22004',
+            HINT = 'This is claim_leases''s internal function: call claim_leases.';
+    END IF;
+    max := coalesce(max, n);
+    IF crc_ IS DISTINCT FROM @extschema@.crc32(name) OR key_ IS DISTINCT FROM (crc_::bit(32))::integer THEN
+        RAISE EXCEPTION 'crc_ and key_ must be crc32(name) and its int4 form, got % and %', crc_, key_
+            USING ERRCODE = '22023',
+            HINT = 'This is claim_leases''s internal function: call claim_leases.';
+    END IF;
+
+    -- the members of the name that are no longer live are forgotten (a
+    -- row that a claimer's open transaction holds waits for the next call)
+    -- (each statement that changes rows a locking subquery picks takes them
+    -- as an array, computed once: a join with the subquery could run it
+    -- again for every row of the name, when the planner estimates one row)
+    DELETE FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_take.name
+      AND m.holder = ANY (ARRAY(SELECT o.holder FROM @extschema@.pg_claim_lease_members o
+                                WHERE o.name = pg_claim_leases_take.name AND o.expires_at <= now_
+                                  AND o.holder <> pg_claim_leases_take.holder
+                                FOR UPDATE SKIP LOCKED));
+    -- a live member of a role whose privileges this role lacks, this
+    -- holder's own row included (its holder text is no key to it); else a
+    -- live member of another n (one read of the members for both)
+    SELECT m.owner, m.n, m.holder,
+           (m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE')) AS other_role
+    INTO r FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
+      AND ((m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE'))
+           OR (m.holder <> pg_claim_leases_take.holder AND m.n <> pg_claim_leases_take.n))
+    ORDER BY 4 DESC
+    LIMIT 1;
+    IF FOUND AND r.other_role THEN
+        PERFORM @extschema@.pg_claim_lease_refuse_role(name, r.owner, role);
+    ELSIF FOUND THEN
+        PERFORM @extschema@.pg_claim_lease_refuse_n(name, n, r.n, r.holder);
+    END IF;
+
+    SELECT m.expires_at <= now_ AS gone INTO r FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_take.name AND m.holder = pg_claim_leases_take.holder;
+    joining := NOT FOUND OR r.gone;
+    IF joining THEN
+        -- a joiner checks what the members do not show: the name's other
+        -- leases (claim_lease's holders) and its session claims
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_locks k
+                   WHERE k.locktype = 'advisory' AND k.objsubid = 2 AND k.granted
+                     AND k.mode = 'ExclusiveLock'
+                     AND k.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                       WHERE d.datname = pg_catalog.current_database())
+                     AND k.classid = crc_::oid AND k.objid::bigint <= 1048575) THEN
+            RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+                USING ERRCODE = '55000',
+                HINT = 'Use one mode per name: claim_slots on direct connections, or claim_leases. The sessions that hold its slots: SELECT * FROM slot_status(name, n).';
+        END IF;
+        SELECT l.owner, l.n, l.holder INTO r FROM @extschema@.pg_claim_leases l
+        WHERE l.name = pg_claim_leases_take.name AND NOT l.session AND l.holder IS NOT NULL
+          AND l.expires_at > now_
+          AND (l.n <> pg_claim_leases_take.n
+               OR (l.owner IS NOT NULL AND l.owner <> role
+                   AND NOT pg_catalog.pg_has_role(role, l.owner, 'USAGE')))
+        LIMIT 1;
+        IF FOUND AND r.n <> n THEN
+            PERFORM @extschema@.pg_claim_lease_refuse_n(name, n, r.n, r.holder);
+        ELSIF FOUND THEN
+            PERFORM @extschema@.pg_claim_lease_refuse_role(name, r.owner, role);
+        END IF;
+    END IF;
+
+    -- 1. the holder is a live member until ttl from now (max => 0: it leaves)
+    INSERT INTO @extschema@.pg_claim_lease_members AS m
+        (name, holder, owner, n, max, held, joined_at, seen_at, expires_at)
+    VALUES (name, holder, role, n, max, 0, now_, now_,
+            CASE WHEN max = 0 THEN now_ ELSE now_ + ttl END)
+    ON CONFLICT ON CONSTRAINT pg_claim_lease_members_pkey DO UPDATE
+        SET owner = excluded.owner, n = excluded.n, max = excluded.max,
+            joined_at = CASE WHEN joining THEN excluded.joined_at ELSE m.joined_at END,
+            held = CASE WHEN joining THEN 0 ELSE m.held END,
+            seen_at = excluded.seen_at, expires_at = excluded.expires_at;
+
+    -- 2. renew its live leases below n; those at or above n (n changed) are
+    -- given back below
+    -- earlier than it was (a shorter ttl, or the clock stepped back) only
+    -- when the slot's fence lock is free: the trigger of sql/leases_guard.sql
+    -- takes it, which would wait for the holder's own fenced transactions
+    -- with the mutex held; else the later expiry stays
+    UPDATE @extschema@.pg_claim_leases l
+    SET expires_at = CASE WHEN now_ + ttl >= l.expires_at THEN now_ + ttl
+                          WHEN pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + l.slot) THEN now_ + ttl
+                          ELSE l.expires_at END
+    WHERE l.name = pg_claim_leases_take.name AND l.holder = pg_claim_leases_take.holder
+      AND NOT l.session AND l.expires_at > now_ AND l.slot < n
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'));
+    GET DIAGNOSTICS mine = ROW_COUNT;
+
+    -- 3. its target: the slots the members share are n less those that
+    -- live leases of claim_lease's holders (not members) hold; members whose
+    -- max is below the even share of what is left get their max; the others
+    -- share the rest, one more each for the first (rest mod sharing) of them
+    -- by (held desc, joined_at, holder), from each member's count as of its
+    -- own last call. Each step reads the rows of the name once, with no
+    -- join whose plan could read them again per row: the members' maxes
+    -- (ordered, as an integer array: read by position in constant time) and
+    -- the non-members' live leases come from one grouping by holder.
+    SELECT pg_catalog.array_agg(g.mx ORDER BY g.mx) FILTER (WHERE g.mx IS NOT NULL),
+           n - coalesce(pg_catalog.sum(g.leases) FILTER (WHERE g.mx IS NULL), 0)
+    INTO maxes_, rest
+    FROM (SELECT pg_catalog.max(u.mx) AS mx, pg_catalog.sum(u.lease) AS leases
+          FROM (SELECT m.holder, m.max AS mx, 0 AS lease
+                FROM @extschema@.pg_claim_lease_members m
+                WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
+                UNION ALL
+                SELECT l.holder, NULL::integer, 1 FROM @extschema@.pg_claim_leases l
+                WHERE l.name = pg_claim_leases_take.name AND NOT l.session AND l.holder IS NOT NULL
+                  AND l.expires_at > now_ AND l.slot < n) u
+          GROUP BY u.holder COLLATE "C") g;
+    sharing := coalesce(pg_catalog.cardinality(maxes_), 0);
+    capped := 0;
+    -- members of equal max are capped together: the capped ones are those
+    -- whose max is at most maxes_[capped]
+    WHILE sharing > 0 AND maxes_[capped + 1]::bigint * sharing <= rest LOOP
+        capped := capped + 1;
+        rest := rest - maxes_[capped];
+        sharing := sharing - 1;
+    END LOOP;
+    IF max = 0 THEN
+        target := 0;
+    ELSIF capped > 0 AND max <= maxes_[capped] THEN
+        target := max;
+    ELSIF sharing > 0 THEN
+        target := rest / sharing;
+        IF rest % sharing > 0 THEN
+            SELECT m.held, m.joined_at INTO r FROM @extschema@.pg_claim_lease_members m
+            WHERE m.name = pg_claim_leases_take.name AND m.holder = pg_claim_leases_take.holder;
+            -- the sharing members ranked before this holder
+            SELECT count(*) INTO ahead FROM @extschema@.pg_claim_lease_members m
+            WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
+              AND m.max > coalesce(maxes_[capped], -1)
+              AND m.holder <> pg_claim_leases_take.holder
+              AND (m.held > r.held
+                   OR (m.held = r.held AND (m.joined_at, m.holder) < (r.joined_at, pg_claim_leases_take.holder)));
+            IF ahead < rest % sharing THEN
+                target := target + 1;
+            END IF;
+        END IF;
+    END IF;
+    target := least(coalesce(target, 0), max);
+
+    -- 4a. give back every live lease at or above n (n changed), and what it
+    -- holds beyond the target (its highest slots); a slot that a fenced
+    -- transaction holds (its row, or its fence lock) stays until that
+    -- transaction ends
+    UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
+    WHERE l.name = pg_claim_leases_take.name
+      AND l.slot = ANY (ARRAY(SELECT o.slot FROM @extschema@.pg_claim_leases o
+                              WHERE o.name = pg_claim_leases_take.name
+                                AND o.holder = pg_claim_leases_take.holder AND NOT o.session
+                                AND o.expires_at > now_ AND o.slot >= n
+                                AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
+                              FOR UPDATE SKIP LOCKED));
+    IF mine > target THEN
+        UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
+        WHERE l.name = pg_claim_leases_take.name
+          AND l.slot = ANY (ARRAY(SELECT o.slot FROM @extschema@.pg_claim_leases o
+                                  WHERE o.name = pg_claim_leases_take.name
+                                    AND o.holder = pg_claim_leases_take.holder AND NOT o.session
+                                    AND o.expires_at > now_ AND o.slot < n
+                                    AND (o.owner IS NULL OR o.owner = role
+                                         OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
+                                    AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
+                                  ORDER BY o.slot DESC
+                                  LIMIT mine - target
+                                  FOR UPDATE SKIP LOCKED));
+        GET DIAGNOSTICS given = ROW_COUNT;
+        mine := mine - given;
+    END IF;
+
+    -- 4b. take unserved slots up to the target: first its own slots whose
+    -- lease expired (or was given back), then the longest unserved (never
+    -- leased: expiry -infinity; then by expiry), then those with no expiry
+    -- (released before 0.5.0, and records of sessions that left); each
+    -- found by index, so the cost follows the slots taken, not n
+    IF mine < target THEN
+        -- the name's rows 0 .. n-1 exist (made once, when they do not)
+        -- (counted: rows of a few slots, such as those session claims'
+        -- my_token recorded, leave the others missing)
+        IF (SELECT count(*) FROM @extschema@.pg_claim_leases l
+            WHERE l.name = pg_claim_leases_take.name AND l.slot < n) < n THEN
+            INSERT INTO @extschema@.pg_claim_leases AS l (name, slot, n, token, expires_at)
+            SELECT name, g, n, 0, '-infinity' FROM pg_catalog.generate_series(0, n - 1) g
+            WHERE NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases o
+                              WHERE o.name = pg_claim_leases_take.name AND o.slot = g)
+            ON CONFLICT ON CONSTRAINT pg_claim_leases_pkey DO NOTHING;
+        END IF;
+        FOR r IN SELECT l.slot FROM @extschema@.pg_claim_leases l
+                 WHERE l.name = pg_claim_leases_take.name AND l.holder = pg_claim_leases_take.holder
+                   AND NOT l.session AND l.slot < n AND l.expires_at <= now_
+                 ORDER BY l.slot LIMIT target - mine
+                 FOR UPDATE SKIP LOCKED LOOP
+            IF (SELECT h.slot FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h)
+               IS NOT NULL THEN
+                mine := mine + 1;
+            END IF;
+        END LOOP;
+        FOR r IN SELECT l.slot FROM @extschema@.pg_claim_leases l
+                 WHERE l.name = pg_claim_leases_take.name AND l.expires_at <= now_ AND l.slot < n
+                 ORDER BY l.expires_at LIMIT target - mine
+                 FOR UPDATE SKIP LOCKED LOOP
+            IF (SELECT h.slot FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h)
+               IS NOT NULL THEN
+                mine := mine + 1;
+            END IF;
+        END LOOP;
+        FOR r IN SELECT l.slot FROM @extschema@.pg_claim_leases l
+                 WHERE l.name = pg_claim_leases_take.name AND l.expires_at IS NULL AND l.slot < n
+                 ORDER BY l.slot LIMIT target - mine
+                 FOR UPDATE SKIP LOCKED LOOP
+            IF (SELECT h.slot FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h)
+               IS NOT NULL THEN
+                mine := mine + 1;
+            END IF;
+        END LOOP;
+    END IF;
+
+    UPDATE @extschema@.pg_claim_lease_members m SET held = mine
+    WHERE m.name = pg_claim_leases_take.name AND m.holder = pg_claim_leases_take.holder;
+
+    SELECT pg_catalog.array_agg(l.slot ORDER BY l.slot), pg_catalog.array_agg(l.token ORDER BY l.slot),
+           pg_catalog.array_agg(l.expires_at ORDER BY l.slot)
+    INTO slots, tokens, expires
+    FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_leases_take.name AND l.holder = pg_claim_leases_take.holder
+      AND NOT l.session AND l.expires_at > now_ AND l.slot < n
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'));
+END $$;
+
+CREATE OR REPLACE FUNCTION @extschema@.slot_partition(tbl regclass, slot integer, n integer)
+RETURNS regclass
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    strat "char";
+    natts integer;
+    parent_rls boolean;
+    p record;
+    m text[];
+    expr_ text;
+    found_ regclass;
+BEGIN
+    IF tbl IS NULL OR slot IS NULL OR n IS NULL THEN
+        RAISE EXCEPTION '% must not be null',
+            CASE WHEN tbl IS NULL THEN 'tbl' WHEN slot IS NULL THEN 'slot' ELSE 'n' END
+            USING ERRCODE = '22004',
+            HINT = 'Pass the table, the slot and the n of the fleet, e.g. slot_partition(''events'', 3, 8).';
+    END IF;
+    IF n < 1 OR n > 1048576 THEN
+        RAISE EXCEPTION 'n must be between 1 and 1048576, got %', n USING ERRCODE = '22023',
+            HINT = 'n is the modulus of the table''s hash partitions and the number of slots of the fleet.';
+    END IF;
+    IF slot < 0 OR slot >= n THEN
+        RAISE EXCEPTION 'slot must be between 0 and n - 1 = %, got %', n - 1, slot USING ERRCODE = '22023',
+            HINT = 'Pass a slot the worker holds.';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) tbl) THEN
+        RAISE EXCEPTION 'relation with oid % does not exist', tbl::oid USING ERRCODE = '42P01',
+            HINT = 'Pass an existing table; if another session drops and re-creates it, call again.';
+    END IF;
+    SELECT pt.partstrat, pt.partnatts, c.relrowsecurity,
+           CASE WHEN pt.partexprs IS NOT NULL
+                THEN pg_catalog.pg_get_expr(pt.partexprs, pt.partrelid) END
+    INTO strat, natts, parent_rls, expr_
+    FROM pg_catalog.pg_partitioned_table pt
+    JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) pt.partrelid
+    WHERE pt.partrelid OPERATOR(pg_catalog.=) tbl;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'table % is not partitioned', tbl USING ERRCODE = '22023',
+            HINT = 'slot_partition needs a table PARTITION BY HASH (key) with n partitions FOR VALUES WITH (MODULUS n, REMAINDER 0 .. n-1); read other tables with my_items.';
+    END IF;
+    IF strat OPERATOR(pg_catalog.<>) 'h' THEN
+        RAISE EXCEPTION 'table % is partitioned by %, not by hash', tbl,
+            CASE strat WHEN 'r' THEN 'range' WHEN 'l' THEN 'list' ELSE strat::text END
+            USING ERRCODE = '22023',
+            HINT = 'slot_partition needs PARTITION BY HASH (key) with MODULUS n; read range and list partitioned tables with my_items.';
+    END IF;
+    IF natts OPERATOR(pg_catalog.<>) 1 THEN
+        RAISE EXCEPTION 'table % is partitioned by hash of % columns, not one', tbl, natts
+            USING ERRCODE = '22023',
+            HINT = 'A slot maps one key (pg_hash_slot(key, n)): partition by the hash of one column.';
+    END IF;
+    -- PARTITION BY HASH ((id + 1)) routes the hash of the expression's
+    -- value, not of a key the worker maps
+    IF expr_ IS NOT NULL THEN
+        RAISE EXCEPTION 'table % is partitioned by hash of the expression %, not of a column', tbl, expr_
+            USING ERRCODE = '22023',
+            HINT = 'A slot maps one key (pg_hash_slot(key, n)): partition by the hash of one column, e.g. a stored generated column holding the expression''s value.';
+    END IF;
+    FOR p IN SELECT c.oid, c.relkind, c.relrowsecurity, pg_catalog.pg_get_expr(c.relpartbound, c.oid) AS bound
+             FROM pg_catalog.pg_inherits i
+             JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
+             WHERE i.inhparent OPERATOR(pg_catalog.=) tbl AND NOT i.inhdetachpending
+             ORDER BY c.oid LOOP
+        m := pg_catalog.regexp_match(p.bound, '^FOR VALUES WITH \(modulus (\d+), remainder (\d+)\)$');
+        IF m IS NULL THEN
+            RAISE EXCEPTION 'partition % of % has the bound "%", not a hash bound', p.oid::regclass, tbl, p.bound
+                USING ERRCODE = '22023',
+                HINT = 'Every partition must be FOR VALUES WITH (MODULUS n, REMAINDER r).';
+        END IF;
+        IF m[1]::integer OPERATOR(pg_catalog.<>) n THEN
+            RAISE EXCEPTION 'partition % of % has modulus %, not n = %', p.oid::regclass, tbl, m[1], n
+                USING ERRCODE = '22023',
+                HINT = 'slot_partition needs every partition FOR VALUES WITH (MODULUS n, ...) with the fleet''s n; with other moduli, read the table with my_items(..., method => ''pg_hash'').';
+        END IF;
+        IF p.relkind OPERATOR(pg_catalog.=) 'p' THEN
+            RAISE EXCEPTION 'partition % of % is itself partitioned', p.oid::regclass, tbl
+                USING ERRCODE = '22023',
+                HINT = 'slot_partition needs one level of hash partitions; read multi-level tables with my_items.';
+        END IF;
+        IF m[2]::integer OPERATOR(pg_catalog.=) slot THEN
+            IF parent_rls AND NOT p.relrowsecurity THEN
+                RAISE EXCEPTION 'table % has row-level security, which its partition % does not apply', tbl, p.oid::regclass
+                    USING ERRCODE = '42501',
+                    HINT = 'A query on the partition applies the partition''s policies, not the table''s: enable row-level security with the same policies on each partition, or read through the table with my_items.';
+            END IF;
+            found_ := p.oid::regclass;
+        END IF;
+    END LOOP;
+    IF found_ IS NULL THEN
+        RAISE EXCEPTION 'table % has no partition with remainder % of modulus %', tbl, slot, n
+            USING ERRCODE = '22023',
+            HINT = 'Create it: CREATE TABLE ... PARTITION OF the table FOR VALUES WITH (MODULUS n, REMAINDER slot).';
+    END IF;
+    RETURN found_;
+END $$;
 
 -- ==== end ====

@@ -17,6 +17,7 @@ DECLARE
     parent_rls boolean;
     p record;
     m text[];
+    expr_ text;
     found_ regclass;
 BEGIN
     IF tbl IS NULL OR slot IS NULL OR n IS NULL THEN
@@ -37,7 +38,10 @@ BEGIN
         RAISE EXCEPTION 'relation with oid % does not exist', tbl::oid USING ERRCODE = '42P01',
             HINT = 'Pass an existing table; if another session drops and re-creates it, call again.';
     END IF;
-    SELECT pt.partstrat, pt.partnatts, c.relrowsecurity INTO strat, natts, parent_rls
+    SELECT pt.partstrat, pt.partnatts, c.relrowsecurity,
+           CASE WHEN pt.partexprs IS NOT NULL
+                THEN pg_catalog.pg_get_expr(pt.partexprs, pt.partrelid) END
+    INTO strat, natts, parent_rls, expr_
     FROM pg_catalog.pg_partitioned_table pt
     JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) pt.partrelid
     WHERE pt.partrelid OPERATOR(pg_catalog.=) tbl;
@@ -55,6 +59,13 @@ BEGIN
         RAISE EXCEPTION 'table % is partitioned by hash of % columns, not one', tbl, natts
             USING ERRCODE = '22023',
             HINT = 'A slot maps one key (pg_hash_slot(key, n)): partition by the hash of one column.';
+    END IF;
+    -- PARTITION BY HASH ((id + 1)) routes the hash of the expression's
+    -- value, not of a key the worker maps
+    IF expr_ IS NOT NULL THEN
+        RAISE EXCEPTION 'table % is partitioned by hash of the expression %, not of a column', tbl, expr_
+            USING ERRCODE = '22023',
+            HINT = 'A slot maps one key (pg_hash_slot(key, n)): partition by the hash of one column, e.g. a stored generated column holding the expression''s value.';
     END IF;
     FOR p IN SELECT c.oid, c.relkind, c.relrowsecurity, pg_catalog.pg_get_expr(c.relpartbound, c.oid) AS bound
              FROM pg_catalog.pg_inherits i

@@ -107,6 +107,36 @@ SELECT slot FROM claim_lease('lf_mix', 4, 'single');
 SELECT slot FROM claim_leases('lf_mix', 4, 'fleet1');
 SELECT lf_shares('lf_mix') AS mixed;
 
+-- With a claim_lease holder on the name, the members share the slots it
+-- does not hold, each within one of the others: 5 slots, one held by
+-- claim_lease, 4 members: one each (not 2, 1, 1 and 0).
+SELECT slot FROM claim_lease('lf_one', 5, 'single');
+SELECT lf_round('lf_one', 5, '{m1,m2,m3,m4}') FROM generate_series(1, 4);
+SELECT lf_shares('lf_one') AS four_of_five;
+-- and as the claim_lease holder comes and goes, still within one
+SELECT release_lease('lf_one', slot, token) FROM lease_holders('lf_one') WHERE holder = 'single';
+SELECT lf_round('lf_one', 5, '{m1,m2,m3,m4}') FROM generate_series(1, 3);
+SELECT lf_shares('lf_one') AS five_slots_four_members;
+
+-- A call reads the name's live holders a bounded number of times, whatever
+-- the statistics: 300 holders join a name that the statistics do not know
+-- (they estimate one row of it), then one call reads fewer than 20 member
+-- rows per live holder and 20 lease rows per slot (a join that runs a
+-- subquery again for every row read 300 times that).
+ANALYZE pg_claim_lease_members;
+ANALYZE pg_claim_leases;
+SELECT count(*) AS joined_slots
+FROM generate_series(1, 300) g, LATERAL claim_leases('lf_many', 64, 'h' || g, ttl => '1 hour') c;
+-- (the counts of earlier transactions not yet written out would add to
+-- those of this one: written out first)
+SELECT pg_stat_force_next_flush();
+BEGIN;
+SELECT count(*) AS h1_keeps FROM claim_leases('lf_many', 64, 'h1', ttl => '1 hour');
+SELECT relname, seq_tup_read + idx_tup_fetch < 20 * CASE relname WHEN 'pg_claim_leases' THEN 64 ELSE 300 END
+       AS bounded
+FROM pg_stat_xact_all_tables WHERE relname IN ('pg_claim_lease_members', 'pg_claim_leases') ORDER BY relname;
+COMMIT;
+
 -- A failure record of an item of a claim_leases fleet, as for any worker.
 SELECT record_failure('lf', '42', 'smtp timeout', 3, '1 second') AS failure_state;
 SELECT item, state, attempts FROM item_failures('lf');

@@ -34,9 +34,17 @@ CREATE TABLE sp_multi_0 PARTITION OF sp_multi FOR VALUES WITH (MODULUS 2, REMAIN
 CREATE TABLE sp_multi_1 PARTITION OF sp_multi FOR VALUES WITH (MODULUS 2, REMAINDER 1);
 CREATE TABLE sp_gap (id bigint) PARTITION BY HASH (id);
 CREATE TABLE sp_gap_0 PARTITION OF sp_gap FOR VALUES WITH (MODULUS 2, REMAINDER 0);
+-- hashed by an expression: its partitions do not hold pg_hash_slot(id, n)'s rows
+CREATE TABLE sp_expr (id bigint) PARTITION BY HASH ((id + 1));
+CREATE TABLE sp_expr_0 PARTITION OF sp_expr FOR VALUES WITH (MODULUS 2, REMAINDER 0);
+CREATE TABLE sp_expr_1 PARTITION OF sp_expr FOR VALUES WITH (MODULUS 2, REMAINDER 1);
+INSERT INTO sp_expr SELECT g FROM generate_series(1, 100) g;
+SELECT count(*) FILTER (WHERE pg_hash_slot(id, 2) <> (tableoid = 'sp_expr_1'::regclass)::int) AS rows_elsewhere
+FROM sp_expr;
 SELECT pc_try($$SELECT slot_partition('sp_plain', 0, 4)$$) AS not_partitioned;
 SELECT pc_try($$SELECT slot_partition('sp_range', 0, 4)$$) AS range_partitioned;
 SELECT pc_try($$SELECT slot_partition('sp_two', 0, 4)$$) AS two_columns;
+SELECT pc_try($$SELECT slot_partition('sp_expr', 0, 2)$$) AS expression;
 SELECT pc_try($$SELECT slot_partition('sp_mixed', 0, 2)$$) AS other_modulus;
 SELECT pc_try($$SELECT slot_partition('sp_events', 0, 8)$$) AS n_is_not_the_modulus;
 SELECT pc_try($$SELECT slot_partition('sp_multi', 1, 2)$$) AS multi_level;
