@@ -103,7 +103,10 @@ deb_package() { tests/package/deb.sh --pg "$PGC_PG_MAJOR" "$@"; }
 # The sql blocks of README.md and docs/*.md, each file's in order in a
 # database of its own with the fixtures of tests/docs/fixtures.sql; a block
 # marked <!-- not run: REASON --> is skipped and counted. Test names: files.
-docs_examples() { python3 tests/docs/run.py "$@"; }
+# Then the project layout of docs/architecture.md against the tree, the
+# relative links and #anchors between the pages, and the README's quick
+# start against the Python library's (tests/docs/layout.py, no server).
+docs_examples() { python3 tests/docs/run.py "$@" && python3 tests/docs/layout.py; }
 
 sessions() {
     PG_CLAIM_TEST_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=postgres" \

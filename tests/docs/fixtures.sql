@@ -29,7 +29,7 @@ CREATE TABLE processing_log (item_id bigint NOT NULL, slot integer NOT NULL,
                              worker_pid integer NOT NULL, processed_at timestamptz NOT NULL);
 
 -- A table the workers read, for the privilege examples.
--- for: docs/reliability.md
+-- for: docs/security.md
 CREATE TABLE jobs (id bigint PRIMARY KEY, payload text);
 
 -- docs/wake.md creates the example schema's trigger itself.

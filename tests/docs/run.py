@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Every ```sql example of README.md and docs/*.md runs as written.
+"""Every ```sql example of README.md, CHANGELOG.md and docs/*.md runs as written.
 
 Needs a running cluster with pg_claim installed (PGHOST/PGPORT, as
 scripts/test sets them). For each file, in a fresh database of its own
@@ -361,7 +361,7 @@ def main():
         if not os.path.isfile(os.path.join(ROOT, f)) or f.startswith(".."):
             sys.exit(f"docs: no file {f} in the repository")
     os.chdir(ROOT)
-    files = given or ["README.md"] + sorted(
+    files = given or ["README.md", "CHANGELOG.md"] + sorted(
         os.path.join("docs", f) for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md"))
     roles, leftover, fixtures = load_fixtures()
     with connect("postgres") as c:

@@ -92,8 +92,8 @@ def poll(fn, timeout, what):
 
 
 def check_docs():
-    """docs/workers.md shows the loop of each worker verbatim, and the README
-    the example schema's table and index."""
+    """docs/workers.md shows the loop of each worker verbatim, and
+    docs/claiming.md ("The example") the example schema's table and index."""
     doc = open(os.path.join(ROOT, "docs", "workers.md"), encoding="utf-8").read()
     for path, fence in (("python/worker.py", "python"), ("node/worker.js", "js"),
                         ("java/Worker.java", "java"), ("ruby/worker.rb", "ruby")):
@@ -104,10 +104,10 @@ def check_docs():
         check(f"```{fence}\n{m.group(1)}```" in doc,
               f"docs/workers.md does not show the loop of examples/{path} verbatim")
     schema = open(os.path.join(EXAMPLES, "schema.sql"), encoding="utf-8").read()
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    guide = open(os.path.join(ROOT, "docs", "claiming.md"), encoding="utf-8").read()
     for stmt in re.findall(r"^CREATE (?:TABLE outbox|INDEX outbox_pending) .*?;\n", schema, re.S | re.M):
-        check(stmt in readme, f"README.md does not show examples/schema.sql's {stmt.split('(')[0].strip()}")
-    log("docs/workers.md shows the loops of the four workers verbatim; README.md the example schema")
+        check(stmt in guide, f"docs/claiming.md does not show examples/schema.sql's {stmt.split('(')[0].strip()}")
+    log("docs/workers.md shows the loops of the four workers verbatim; docs/claiming.md the example schema")
 
 
 class Worker:
