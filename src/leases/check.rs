@@ -102,7 +102,7 @@ thread_local! {
 /// Forget the table and the known rows when the table is invalidated (a
 /// committed change of a lease's holder, token or expiry; DDL; a reset of
 /// the invalidation queue). No allocation, no ERROR.
-unsafe extern "C-unwind" fn leases_changed(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
+extern "C-unwind" fn leases_changed(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
     let mine = relid == pg_sys::InvalidOid
         || LEASES
             .try_with(|l| l.get().is_none_or(|l| l.table == relid))
