@@ -212,9 +212,10 @@ pub unsafe fn call(oid: pg_sys::Oid, args: &[Option<pg_sys::Datum>]) -> Option<p
         // Called as PostgreSQL calls a function: an ERROR it raises
         // propagates unchanged (its own SQLSTATE, such as PC001, its DETAIL
         // and CONTEXT), which pgrx's FFI guard would turn into XX000. The
-        // frames it unwinds through (this one, the callers in src/leases.rs
-        // and pgrx's wrapper) own nothing that needs dropping: their data
-        // is on the stack or palloc'd.
+        // frames it unwinds through (this one, `call_as_caller`, the
+        // shells of `role_shells!`, define_fleet and drop_fleet, and pgrx's
+        // wrapper) own nothing that needs dropping: their data is on the
+        // stack or palloc'd.
         let result = f(fcinfo);
         let isnull = (*fcinfo).isnull;
         pg_sys::pfree(fcinfo.cast());
