@@ -13,7 +13,8 @@
 
 mod check;
 
-use crate::backend::internal::{call, field, internal_fn};
+use crate::backend::internal::field;
+use crate::role_shells;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -29,61 +30,16 @@ pgrx::extension_sql_file!(
     requires = ["leases"]
 );
 
-const OID: pg_sys::Oid = pg_sys::OIDOID;
-const TEXT: pg_sys::Oid = pg_sys::TEXTOID;
-const INT4: pg_sys::Oid = pg_sys::INT4OID;
-const INT8: pg_sys::Oid = pg_sys::INT8OID;
-const INTERVAL: pg_sys::Oid = pg_sys::INTERVALOID;
+type Row = (i32, i64, TimestampWithTimeZone);
 
-/// The calling role, as a Datum.
-fn me() -> Option<pg_sys::Datum> {
-    // SAFETY: GetUserId reads the backend's current user
-    Some(pg_sys::Datum::from(unsafe { pg_sys::GetUserId() }))
-}
-
-fn d<T: IntoDatum>(v: Option<T>) -> Option<pg_sys::Datum> {
-    v.and_then(IntoDatum::into_datum)
-}
-
-/// Call internal function `name(oid, argtypes...)` with the caller's role first.
-fn invoke(
-    name: &str,
-    argtypes: &[pg_sys::Oid],
-    args: &[Option<pg_sys::Datum>],
-) -> Option<pg_sys::Datum> {
-    let oid = internal_fn(name, argtypes);
-    // on the stack: an ERROR of the call jumps over this frame
-    let mut all: [Option<pg_sys::Datum>; 6] = [None; 6];
-    all[0] = me();
-    all[1..=args.len()].copy_from_slice(args);
-    // SAFETY: the argument types are those of the signature looked up;
-    // nothing here needs dropping
-    unsafe { call(oid, &all[..=args.len()]) }
-}
-
-/// Claim the lowest free or expired slot of `name` in 0 .. n-1 for `holder`
-/// until `ttl` from now: one row, or none when all are leased (a standby).
-#[pg_extern(volatile, parallel_unsafe)]
-fn claim_lease(
-    name: Option<&str>,
-    n: Option<i32>,
-    holder: Option<&str>,
-    ttl: default!(Option<Interval>, "'30 seconds'"),
-) -> TableIterator<
-    'static,
-    (
-        name!(slot, i32),
-        name!(token, i64),
-        name!(expires_at, TimestampWithTimeZone),
-    ),
-> {
-    let row = invoke(
-        "pg_claim_lease_claim",
-        &[OID, TEXT, INT4, TEXT, INTERVAL],
-        &[d(name), d(n), d(holder), d(ttl)],
-    );
-    // SAFETY: the function's OUT parameters are (integer, bigint, timestamptz)
-    let got = row.and_then(|row| unsafe {
+/// claim_lease's row: the lease taken, if any.
+///
+/// # Safety
+/// `result` is NULL or a composite of `(integer, bigint, timestamptz)` (the
+/// OUT parameters of `pg_claim_lease_claim`).
+unsafe fn one_lease(result: Option<pg_sys::Datum>) -> TableIterator<'static, Row> {
+    // SAFETY: the caller's promise
+    let got = result.and_then(|row| unsafe {
         Some((
             field::<i32>(row, 1)?,
             field::<i64>(row, 2)?,
@@ -93,32 +49,15 @@ fn claim_lease(
     TableIterator::new(got)
 }
 
-/// Renew, take and give back leases of `name` so that the live holders share
-/// its `n` slots evenly (at most `max` for this holder; `max => 0`: leave):
-/// every slot `holder` holds after the call, ordered by slot.
-#[pg_extern(volatile, parallel_unsafe)]
-fn claim_leases(
-    name: Option<&str>,
-    n: Option<i32>,
-    holder: Option<&str>,
-    max: default!(Option<i32>, "NULL"),
-    ttl: default!(Option<Interval>, "'30 seconds'"),
-) -> TableIterator<
-    'static,
-    (
-        name!(slot, i32),
-        name!(token, i64),
-        name!(expires_at, TimestampWithTimeZone),
-    ),
-> {
-    let row = invoke(
-        "pg_claim_leases_claim",
-        &[OID, TEXT, INT4, TEXT, INT4, INTERVAL],
-        &[d(name), d(n), d(holder), d(max), d(ttl)],
-    );
+/// claim_leases' rows: one a lease, from arrays of the same length.
+///
+/// # Safety
+/// `result` is NULL or a composite of `(integer[], bigint[],
+/// timestamptz[])` (the OUT parameters of `pg_claim_leases_claim`).
+unsafe fn leases(result: Option<pg_sys::Datum>) -> TableIterator<'static, Row> {
     let mut rows = Vec::new();
-    if let Some(row) = row {
-        // SAFETY: the OUT parameters are arrays of these types, one element a lease
+    if let Some(row) = result {
+        // SAFETY: the caller's promise
         unsafe {
             let slots = field::<Vec<Option<i32>>>(row, 1).unwrap_or_default();
             let tokens = field::<Vec<Option<i64>>>(row, 2).unwrap_or_default();
@@ -133,58 +72,25 @@ fn claim_leases(
     TableIterator::new(rows)
 }
 
-/// Extend a lease to `ttl` from now: the new expiry, or NULL when the lease
-/// was lost (taken over, released, or not this role's).
-#[pg_extern(volatile, parallel_unsafe)]
-fn renew_lease(
-    name: Option<&str>,
-    slot: Option<i32>,
-    token: Option<i64>,
-    ttl: default!(Option<Interval>, "'30 seconds'"),
-) -> Option<TimestampWithTimeZone> {
-    let r = invoke(
-        "pg_claim_lease_renew",
-        &[OID, TEXT, INT4, INT8, INTERVAL],
-        &[d(name), d(slot), d(token), d(ttl)],
-    );
-    // SAFETY: a timestamptz
-    r.and_then(|r| unsafe { TimestampWithTimeZone::from_datum(r, false) })
-}
+type HolderRow = (
+    i32,
+    Option<String>,
+    Option<i64>,
+    Option<TimestampWithTimeZone>,
+    Option<TimestampWithTimeZone>,
+    Option<bool>,
+);
 
-/// Give a lease back; false when this token does not hold it (or the lease
-/// is not this role's).
-#[pg_extern(volatile, parallel_unsafe)]
-fn release_lease(name: Option<&str>, slot: Option<i32>, token: Option<i64>) -> Option<bool> {
-    let r = invoke(
-        "pg_claim_lease_release",
-        &[OID, TEXT, INT4, INT8],
-        &[d(name), d(slot), d(token)],
-    );
-    // SAFETY: a boolean
-    r.and_then(|r| unsafe { bool::from_datum(r, false) })
-}
-
-/// The leases and live session claims of `name`; holder and token only of
-/// those whose owner role the caller has the privileges of.
-#[pg_extern(stable, parallel_safe)]
-#[allow(clippy::type_complexity)]
-fn lease_holders(
-    name: Option<&str>,
-) -> TableIterator<
-    'static,
-    (
-        name!(slot, i32),
-        name!(holder, Option<String>),
-        name!(token, Option<i64>),
-        name!(acquired_at, Option<TimestampWithTimeZone>),
-        name!(expires_at, Option<TimestampWithTimeZone>),
-        name!(expired, Option<bool>),
-    ),
-> {
-    let row = invoke("pg_claim_lease_holders", &[OID, TEXT], &[d(name)]);
+/// lease_holders' rows, from arrays of the same length.
+///
+/// # Safety
+/// `result` is NULL or a composite of `(integer[], text[], bigint[],
+/// timestamptz[], timestamptz[], boolean[])` (the OUT parameters of
+/// `pg_claim_lease_holders`).
+unsafe fn holders(result: Option<pg_sys::Datum>) -> TableIterator<'static, HolderRow> {
     let mut rows = Vec::new();
-    if let Some(row) = row {
-        // SAFETY: the OUT parameters are arrays of these types, one element a row
+    if let Some(row) = result {
+        // SAFETY: the caller's promise
         unsafe {
             let slots = field::<Vec<Option<i32>>>(row, 1).unwrap_or_default();
             let holders = field::<Vec<Option<String>>>(row, 2).unwrap_or_default();
@@ -208,42 +114,129 @@ fn lease_holders(
     TableIterator::new(rows)
 }
 
-/// Whether `token` is the current token of `slot` of `name` (and the lease
-/// is this role's); when true, the slot cannot change hands before the
-/// calling transaction ends.
+/// A scalar result as `T`.
 ///
-/// STABLE, so that with constant arguments (or parameters) it is evaluated
-/// once per statement, before the first row (a one-time filter of the plan),
-/// whatever the number of rows the statement reads.
-#[pg_extern(stable, parallel_unsafe)]
-fn lease_valid(name: Option<&str>, slot: Option<i32>, token: Option<i64>) -> Option<bool> {
-    if let Some(valid) = check::valid_args(name, slot, token) {
-        return Some(valid);
-    }
-    // the argument checks and their errors
-    let r = invoke(
-        "pg_claim_lease_valid",
-        &[OID, TEXT, INT4, INT8],
-        &[d(name), d(slot), d(token)],
-    );
-    // SAFETY: a boolean
-    r.and_then(|r| unsafe { bool::from_datum(r, false) })
+/// # Safety
+/// `result` is NULL or a datum of `T`'s SQL type.
+unsafe fn scalar<T: FromDatum>(result: Option<pg_sys::Datum>) -> Option<T> {
+    // SAFETY: the caller's promise
+    result.and_then(|r| unsafe { T::from_datum(r, false) })
 }
 
-/// Raise PC001 unless `token` is the current token of `slot` of `name` (and
-/// the lease is this role's); when it passes, the slot cannot change hands
-/// before the calling transaction ends.
-#[pg_extern(volatile, parallel_unsafe)]
-fn fence(name: Option<&str>, slot: Option<i32>, token: Option<i64>) {
-    if check::valid_args(name, slot, token) == Some(true) {
-        return;
-    }
-    // the argument checks, and PC001 with what the slot's row says
-    invoke(
-        "pg_claim_lease_fence",
-        &[OID, TEXT, INT4, INT8],
-        &[d(name), d(slot), d(token)],
-    );
+/// fence's: the internal function returns void (PC001 is its ERROR).
+///
+/// # Safety
+/// Nothing is read.
+unsafe fn void(_result: Option<pg_sys::Datum>) {}
+
+role_shells! {
+    /// Claim the lowest free or expired slot of `name` in 0 .. n-1 for `holder`
+    /// until `ttl` from now: one row, or none when all are leased (a standby).
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn claim_lease(
+        name: Option<&str>,
+        n: Option<i32>,
+        holder: Option<&str>,
+        ttl: Option<Interval> = "'30 seconds'",
+    ) -> TableIterator<
+        'static,
+        (
+            name!(slot, i32),
+            name!(token, i64),
+            name!(expires_at, TimestampWithTimeZone),
+        ),
+    > = pg_claim_lease_claim via one_lease;
+
+    /// Renew, take and give back leases of `name` so that the live holders share
+    /// its `n` slots evenly (at most `max` for this holder; `max => 0`: leave):
+    /// every slot `holder` holds after the call, ordered by slot.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn claim_leases(
+        name: Option<&str>,
+        n: Option<i32>,
+        holder: Option<&str>,
+        max: Option<i32> = "NULL",
+        ttl: Option<Interval> = "'30 seconds'",
+    ) -> TableIterator<
+        'static,
+        (
+            name!(slot, i32),
+            name!(token, i64),
+            name!(expires_at, TimestampWithTimeZone),
+        ),
+    > = pg_claim_leases_claim via leases;
+
+    /// Extend a lease to `ttl` from now: the new expiry, or NULL when the lease
+    /// was lost (taken over, released, or not this role's).
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn renew_lease(
+        name: Option<&str>,
+        slot: Option<i32>,
+        token: Option<i64>,
+        ttl: Option<Interval> = "'30 seconds'",
+    ) -> Option<TimestampWithTimeZone> = pg_claim_lease_renew via scalar;
+
+    /// Give a lease back; false when this token does not hold it (or the lease
+    /// is not this role's).
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn release_lease(name: Option<&str>, slot: Option<i32>, token: Option<i64>) -> Option<bool>
+        = pg_claim_lease_release via scalar;
+
+    /// The leases and live session claims of `name`; holder and token only of
+    /// those whose owner role the caller has the privileges of.
+    #[pg_extern(stable, parallel_safe)]
+    #[allow(clippy::type_complexity)]
+    fn lease_holders(
+        name: Option<&str>,
+    ) -> TableIterator<
+        'static,
+        (
+            name!(slot, i32),
+            name!(holder, Option<String>),
+            name!(token, Option<i64>),
+            name!(acquired_at, Option<TimestampWithTimeZone>),
+            name!(expires_at, Option<TimestampWithTimeZone>),
+            name!(expired, Option<bool>),
+        ),
+    > = pg_claim_lease_holders via holders;
+
+    /// Whether `token` is the current token of `slot` of `name` (and the lease
+    /// is this role's); when true, the slot cannot change hands before the
+    /// calling transaction ends.
+    ///
+    /// STABLE, so that with constant arguments (or parameters) it is evaluated
+    /// once per statement, before the first row (a one-time filter of the plan),
+    /// whatever the number of rows the statement reads. The internal function
+    /// answers only for the arguments the check in Rust does not take (with
+    /// their errors).
+    #[pg_extern(stable, parallel_unsafe)]
+    fn lease_valid(name: Option<&str>, slot: Option<i32>, token: Option<i64>) -> Option<bool>
+    where {
+        if let Some(valid) = check::valid_args(name, slot, token) {
+            return Some(valid);
+        }
+    } = pg_claim_lease_valid via scalar;
+
+    /// Raise PC001 unless `token` is the current token of `slot` of `name` (and
+    /// the lease is this role's); when it passes, the slot cannot change hands
+    /// before the calling transaction ends. The internal function answers
+    /// for the arguments the check in Rust does not take (their errors) and
+    /// raises PC001 with what the slot's row says.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn fence(name: Option<&str>, slot: Option<i32>, token: Option<i64>)
+    where {
+        if check::valid_args(name, slot, token) == Some(true) {
+            return;
+        }
+    } = pg_claim_lease_fence via void;
+
+    /// The fencing token of this session's claim_slot claim of `name` (NULL
+    /// when it holds none), for fence and lease_valid.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn my_token(name: Option<&str>) -> Option<i64>
+    where {
+        name?;
+    } = pg_claim_lease_my_token via scalar;
 }
 
 /// The writer's half of the fence lock, called by the trigger of
@@ -263,36 +256,9 @@ pgrx::extension_sql_file!(
     requires = ["leases", pg_claim_lease_handover]
 );
 
-/// The fencing token of this session's claim_slot claim of `name` (NULL
-/// when it holds none), for fence and lease_valid.
-#[pg_extern(volatile, parallel_unsafe)]
-fn my_token(name: Option<&str>) -> Option<i64> {
-    name?;
-    let r = invoke("pg_claim_lease_my_token", &[OID, TEXT], &[d(name)]);
-    // SAFETY: a bigint
-    r.and_then(|r| unsafe { i64::from_datum(r, false) })
-}
-
 // The comments of the functions above, once they exist.
-pgrx::extension_sql!(
-    r#"
-COMMENT ON FUNCTION @extschema@.claim_lease(text, integer, text, interval) IS
-    'claim the lowest free or expired slot of name in 0 .. n-1 for holder until ttl from now: one row (slot, token, expires_at), or none when all are leased';
-COMMENT ON FUNCTION @extschema@.claim_leases(text, integer, text, integer, interval) IS
-    'renew, take and give back leases of name so that the live holders share its n slots evenly (at most max for this holder; max => 0: leave): every slot holder holds after the call';
-COMMENT ON FUNCTION @extschema@.renew_lease(text, integer, bigint, interval) IS
-    'extend a lease to ttl from now: the new expiry, or NULL when the lease was lost (taken over or released)';
-COMMENT ON FUNCTION @extschema@.release_lease(text, integer, bigint) IS
-    'give a lease back; false when this token does not hold it';
-COMMENT ON FUNCTION @extschema@.lease_holders(text) IS
-    'the leases and live session claims of name: slot, holder, token (NULL for leases of roles whose privileges the caller lacks), since when, until when, and whether the lease expired';
-COMMENT ON FUNCTION @extschema@.lease_valid(text, integer, bigint) IS
-    'whether token is the current token of slot of name; when true, the slot cannot change hands before the calling transaction ends';
-COMMENT ON FUNCTION @extschema@.fence(text, integer, bigint) IS
-    'raise PC001 unless token is the current token of slot of name; when it passes, the slot cannot change hands before the calling transaction ends';
-COMMENT ON FUNCTION @extschema@.my_token(text) IS
-    'the fencing token of this session''s claim_slot claim of name (NULL when it holds none), for fence and lease_valid';
-"#,
+pgrx::extension_sql_file!(
+    "../sql/lease_comments.sql",
     name = "lease_comments",
     requires = [
         claim_lease,

@@ -78,15 +78,26 @@ fn changed_argument(what: &str, first: String, now: String) -> ! {
     )
 }
 
+/// Argument `n` of the current call (None: NULL).
+///
+/// # Safety
+/// `fcinfo` is the current call's, with more than `n` arguments.
 unsafe fn arg(fcinfo: pg_sys::FunctionCallInfo, n: usize) -> Option<pg_sys::Datum> {
     pgrx::fcinfo::pg_getarg_datum(fcinfo, n)
 }
 
+/// The number of arguments of the current call.
+///
+/// # Safety
+/// `fcinfo` is the current call's.
 unsafe fn nargs(fcinfo: pg_sys::FunctionCallInfo) -> usize {
     (*fcinfo).nargs as usize
 }
 
 /// The aggregate memory context, or an ERROR when called outside an aggregate.
+///
+/// # Safety
+/// `fcinfo` is the current call's.
 unsafe fn agg_context(fcinfo: pg_sys::FunctionCallInfo, func: &str) -> pg_sys::MemoryContext {
     let mut cx: pg_sys::MemoryContext = std::ptr::null_mut();
     if pg_sys::AggCheckCallContext(fcinfo, &mut cx) == 0 || cx.is_null() {
@@ -100,6 +111,10 @@ unsafe fn agg_context(fcinfo: pg_sys::FunctionCallInfo, func: &str) -> pg_sys::M
 }
 
 /// Copy a by-reference job value into `cx` (varlena values detoasted).
+///
+/// # Safety
+/// `value` is a non-NULL by-reference datum of a type of length `typlen`,
+/// and `cx` a live memory context.
 unsafe fn copy_job(value: pg_sys::Datum, typlen: i16, cx: pg_sys::MemoryContext) -> pg_sys::Datum {
     PgMemoryContexts::For(cx).switch_to(|_| match typlen {
         -1 => pg_sys::Datum::from(pg_sys::pg_detoast_datum_copy(value.cast_mut_ptr())),

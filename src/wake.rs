@@ -70,7 +70,7 @@ thread_local! {
 /// Relcache invalidation: forget the set-ups of the relation (all of them
 /// for a full reset).
 #[pgrx::pg_guard]
-unsafe extern "C-unwind" fn forget_setups(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
+extern "C-unwind" fn forget_setups(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
     SETUPS.with(|s| {
         if let Ok(mut map) = s.try_borrow_mut() {
             if relid == pg_sys::InvalidOid {

@@ -8,7 +8,8 @@ use crate::config::{Config, NAME};
 use crate::display::Display;
 use crate::lease_fleet;
 use crate::state::{event, lock, SlotView, State};
-use crate::table::{print_holders, print_status, setup, slot_totals, unserved};
+use crate::table::{print_holders, print_status, setup, slot_totals};
+use crate::watch::{timeout, GapWatch};
 use crate::worker::worker;
 use pg_claim_support::{connect, describe, poll, thousands, wait_until};
 use postgres::Client;
@@ -194,67 +195,6 @@ fn watch(
     let elapsed = start.elapsed();
     display.draw(state, start, true);
     Ok((elapsed, timed_out))
-}
-
-/// Whether the run is past `--timeout` (recorded as an event).
-pub fn timeout(cfg: &Config, state: &State, start: Instant) -> bool {
-    if start.elapsed() <= cfg.timeout {
-        return false;
-    }
-    event(
-        state,
-        start,
-        format!(
-            "TIMEOUT after {:?}: not every share was finished",
-            cfg.timeout
-        ),
-    );
-    true
-}
-
-/// Watches `slot_status` once a second for slots nobody serves: a slot
-/// unserved (and unfinished) for `limit` has nobody left to take it, its
-/// items would never be done, and the run stops.
-pub struct GapWatch {
-    pub limit: Duration,
-    since: Option<Instant>,
-    last_check: Instant,
-}
-
-impl GapWatch {
-    pub fn new(cfg: &Config) -> GapWatch {
-        GapWatch {
-            limit: Duration::from_secs(3).max(2 * cfg.ttl),
-            since: None,
-            last_check: Instant::now(),
-        }
-    }
-
-    /// The unfinished slots unserved for longer than `limit`, if any.
-    pub fn check(
-        &mut self,
-        admin: &mut Client,
-        cfg: &Config,
-        state: &State,
-    ) -> Result<Option<Vec<i32>>, String> {
-        if self.last_check.elapsed() < Duration::from_secs(1) {
-            return Ok(None);
-        }
-        self.last_check = Instant::now();
-        let gap = unserved(admin, cfg)?;
-        let unfinished: Vec<i32> = {
-            let s = lock(state);
-            gap.into_iter()
-                .filter(|&g| s.slots.get(g as usize).is_some_and(|v| !v.finished))
-                .collect()
-        };
-        if unfinished.is_empty() {
-            self.since = None;
-        } else if self.since.get_or_insert_with(Instant::now).elapsed() >= self.limit {
-            return Ok(Some(unfinished));
-        }
-        Ok(None)
-    }
 }
 
 /// Terminates the victim's backend, as an operator or the OOM killer would.

@@ -8,10 +8,10 @@
 use crate::check::check;
 use crate::config::{Config, NAME};
 use crate::display::Display;
-use crate::fleet::{timeout, GapWatch};
 use crate::lease_worker::{self, Handle, END, LEAVE, RUN};
 use crate::state::{event, lock, State};
 use crate::table::{print_leases, print_status};
+use crate::watch::{timeout, GapWatch};
 use pg_claim_support::{describe, ms};
 use postgres::Client;
 use std::sync::atomic::Ordering;

@@ -1,5 +1,7 @@
 //! The lease-mode worker of an elastic fleet, the loop to copy behind a
-//! transaction-mode pooler (PgBouncer `pool_mode = transaction`). Each
+//! transaction-mode pooler (PgBouncer `pool_mode = transaction`). The loop
+//! is `pg_claim_support::elastic`'s (which the elastic benchmark runs too);
+//! this module gives it the demo's statements and its reporting. Each
 //! worker is two threads on two connections:
 //!
 //! - the lease thread calls `claim_leases` every third of the TTL and
@@ -42,10 +44,11 @@
 
 use crate::config::{Config, NAME};
 use crate::state::{lock, stamp, Pause, State};
+use pg_claim_support::elastic::{self, Lease, Map, Phase, Written};
 use pg_claim_support::{connect, describe, ms, sqlstate, thousands};
 use postgres::types::Type;
 use postgres::Client;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
@@ -64,15 +67,6 @@ pub struct Handle {
     pub thread: JoinHandle<()>,
 }
 
-/// One lease of the map: its token and, when it took a paused worker's
-/// lease over, that takeover (reported by the work loop once it knows where
-/// the share stands).
-#[derive(Clone)]
-struct Lease {
-    token: i64,
-    taken: Option<Taken>,
-}
-
 /// A slot taken from the paused worker: its token and expiry, when it
 /// paused, and when the taking call returned (`acquired`: on the server's
 /// clock, in seconds since the epoch).
@@ -86,31 +80,23 @@ struct Taken {
     acquired: f64,
 }
 
-/// The map the lease thread publishes: every slot the worker holds, and
-/// when the `claim_leases` call that returned it was sent (its leases last
-/// at least a TTL from then).
-#[derive(Default)]
-struct Held {
-    slots: BTreeMap<i32, Lease>,
-    sent: Option<Instant>,
-}
-
-/// What the two threads of a worker share.
+/// A worker, as the shared loop runs it.
 struct Worker<'a> {
     role: String,
     cfg: &'a Config,
     state: &'a State,
     start: Instant,
-    held: Mutex<Held>,
+    /// The takeovers of the paused worker's leases among the leases held,
+    /// by (slot, token): reported by the work loop once it knows where the
+    /// share stands.
+    taken: Mutex<HashMap<(i32, i64), Taken>>,
     /// The worker is paused (both threads stop) until then.
     paused: Mutex<Option<Instant>>,
-    /// The work loop has stopped: the lease thread gives the slots back.
-    work_done: std::sync::atomic::AtomicBool,
     stop: &'a AtomicU8,
 }
 
-fn held<'w>(w: &'w Worker) -> MutexGuard<'w, Held> {
-    w.held.lock().unwrap_or_else(|p| p.into_inner())
+fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Starts a worker of the elastic fleet as `role`; it runs until `stop`
@@ -118,413 +104,448 @@ fn held<'w>(w: &'w Worker) -> MutexGuard<'w, Held> {
 pub fn spawn(role: String, cfg: &Config, state: &State, start: Instant) -> Handle {
     let stop = Arc::new(AtomicU8::new(RUN));
     let (cfg, state, stop2, role2) = (cfg.clone(), state.clone(), stop.clone(), role.clone());
-    let thread = thread::spawn(move || lease_worker(role2, &cfg, &state, &stop2, start));
+    let thread = thread::spawn(move || {
+        let w = Worker {
+            role: role2,
+            cfg: &cfg,
+            state: &state,
+            start,
+            taken: Mutex::new(HashMap::new()),
+            paused: Mutex::new(None),
+            stop: &stop2,
+        };
+        elastic::run(&w, &Map::default());
+    });
     Handle { role, stop, thread }
 }
 
-fn lease_worker(role: String, cfg: &Config, state: &State, stop: &AtomicU8, start: Instant) {
-    let w = Worker {
-        role,
-        cfg,
-        state,
-        start,
-        held: Mutex::new(Held::default()),
-        paused: Mutex::new(None),
-        work_done: std::sync::atomic::AtomicBool::new(false),
-        stop,
-    };
-    let fail = |msg: String| {
-        let mut s = lock(state);
+impl Worker<'_> {
+    /// An error of this worker: an event and a failure of the run.
+    fn fail(&self, msg: &str) {
+        let mut s = lock(self.state);
         s.events
-            .push(stamp(start, &format!("ERROR {}: {msg}", w.role)));
-        s.failures.push(format!("{}: {msg}", w.role));
-    };
-    // Through a pooler these are client connections: the server connection
-    // under each changes from one transaction to the next.
-    let mut lc = match connect(&cfg.worker_dsn, &format!("demo-{}-leases", w.role)) {
-        Ok(c) => c,
-        Err(e) => return fail(format!("connect: {}", describe(&e))),
-    };
-    let mut wc = match connect(&cfg.worker_dsn, &format!("demo-{}", w.role)) {
-        Ok(c) => c,
-        Err(e) => return fail(format!("connect: {}", describe(&e))),
-    };
-    thread::scope(|sc| {
-        let lease_thread = sc.spawn(|| {
-            if let Err(msg) = lease_loop(&w, &mut lc) {
-                fail(msg);
-            }
-        });
-        if let Err(msg) = work_loop(&w, &mut wc) {
-            fail(msg);
-        }
-        w.work_done.store(true, Ordering::SeqCst);
-        let _ = lease_thread.join();
-    });
+            .push(stamp(self.start, &format!("ERROR {}: {msg}", self.role)));
+        s.failures.push(format!("{}: {msg}", self.role));
+    }
+
+    /// claim_leases' parameters: the name, n, the holder and the TTL.
+    fn claim_args(&self) -> (i32, f64) {
+        (self.cfg.slots as i32, self.cfg.ttl.as_secs_f64())
+    }
 }
 
-/// The lease thread: `claim_leases` every third of the TTL, the result
-/// published as the worker's map; once the work loop has stopped, every
-/// slot given back with `max => 0`.
-fn lease_loop(w: &Worker, c: &mut Client) -> Result<(), String> {
-    let every = w.cfg.ttl / 3;
-    let ttl = w.cfg.ttl.as_secs_f64();
-    let n = w.cfg.slots as i32;
-    let mut last_ok = Instant::now();
-    loop {
-        if w.work_done.load(Ordering::SeqCst) {
-            return leave(w, c);
+impl elastic::Member for Worker<'_> {
+    fn ttl(&self) -> Duration {
+        self.cfg.ttl
+    }
+
+    fn phase(&self) -> Phase {
+        match self.stop.load(Ordering::SeqCst) {
+            RUN => Phase::Run,
+            _ => Phase::Leave,
         }
-        // A paused worker calls nothing.
-        let paused = *w.paused.lock().unwrap_or_else(|p| p.into_inner());
-        if paused.is_some() {
-            thread::sleep(Duration::from_millis(5));
-            continue;
+    }
+
+    // Through a pooler these are client connections: the server connection
+    // under each changes from one transaction to the next.
+    fn connect(&self, what: &str) -> Result<Client, String> {
+        let name = match what {
+            "leases" => format!("demo-{}-leases", self.role),
+            _ => format!("demo-{}", self.role),
+        };
+        connect(&self.cfg.worker_dsn, &name).map_err(|e| format!("connect: {}", describe(&e)))
+    }
+
+    fn claim(&self, c: &mut Client, leave: bool) -> Result<Vec<Lease>, postgres::Error> {
+        let (n, ttl) = self.claim_args();
+        let args: [(&(dyn postgres::types::ToSql + Sync), Type); 4] = [
+            (&NAME, Type::TEXT),
+            (&n, Type::INT4),
+            (&self.role.as_str(), Type::TEXT),
+            (&ttl, Type::FLOAT8),
+        ];
+        if leave {
+            let rows = c.query_typed(
+                "SELECT slot FROM claim_leases($1, $2, $3, max => 0, ttl => make_interval(secs => $4))",
+                &args,
+            )?;
+            return Ok(rows
+                .iter()
+                .map(|r| Lease {
+                    slot: r.get(0),
+                    token: 0,
+                    expires: None,
+                })
+                .collect());
         }
-        let sent = Instant::now();
-        let r = c.query_typed(
+        let rows = c.query_typed(
             "SELECT slot, token, extract(epoch FROM expires_at)::float8
                FROM claim_leases($1, $2, $3, ttl => make_interval(secs => $4))",
-            &[
-                (&NAME, Type::TEXT),
-                (&n, Type::INT4),
-                (&w.role.as_str(), Type::TEXT),
-                (&ttl, Type::FLOAT8),
-            ],
-        );
-        match r {
-            Ok(rows) => {
-                last_ok = sent;
-                let got = rows
-                    .iter()
-                    .map(|r| (r.get(0), r.get(1), r.get(2)))
-                    .collect();
-                publish(w, got, sent);
+            &args,
+        )?;
+        Ok(rows
+            .iter()
+            .map(|r| Lease {
+                slot: r.get(0),
+                token: r.get(1),
+                expires: Some(r.get(2)),
+            })
+            .collect())
+    }
+
+    /// Shows the holders on the slots' lines; a slot taken from the paused
+    /// worker carries that takeover for the work loop to report.
+    fn claimed(&self, _sent: Instant, before: &[(i32, i64)], after: &[Lease]) {
+        let claimed = Instant::now();
+        let mut taken = guard(&self.taken);
+        let mut s = lock(self.state);
+        for l in after {
+            if !before.contains(&(l.slot, l.token)) {
+                // newly taken: was it the paused worker's lease?
+                let v = &s.slots[l.slot as usize];
+                let prior = (v.token, v.expires);
+                let victim = s.pause.as_ref().filter(|p| {
+                    p.role != self.role
+                        && p.held
+                            .iter()
+                            .any(|&(ps, pt)| ps == l.slot && Some(pt) == prior.0)
+                });
+                if let Some(p) = victim {
+                    let t = Taken {
+                        victim: p.role.clone(),
+                        token: prior.0.unwrap_or(0),
+                        expired: prior.1,
+                        paused: p.at,
+                        claimed,
+                        // claim_leases set expires_at = its clock_timestamp() + ttl
+                        acquired: l.expires.unwrap_or(0.0) - self.cfg.ttl.as_secs_f64(),
+                    };
+                    taken.insert((l.slot, l.token), t);
+                }
+                let v = &mut s.slots[l.slot as usize];
+                v.holder = Some((self.role.clone(), 0));
+                v.token = Some(l.token);
             }
-            Err(e) => {
-                // Keep the map until a TTL after the last success, then
-                // clear it: its leases may have expired by then.
-                let msg = format!("claim_leases: {}", describe(&e));
-                let mut s = lock(w.state);
-                s.events
-                    .push(stamp(w.start, &format!("ERROR {}: {msg}", w.role)));
-                s.failures.push(format!("{}: {msg}", w.role));
-                drop(s);
-                if last_ok.elapsed() >= w.cfg.ttl {
-                    held(w).slots.clear();
+            s.slots[l.slot as usize].expires = l.expires;
+        }
+        taken.retain(|k, _| after.iter().any(|l| (l.slot, l.token) == *k));
+        // Slots given back (or lost): their lines show no holder until the
+        // next holder takes them.
+        for &(slot, token) in before {
+            if !after.iter().any(|l| l.slot == slot) {
+                let v = &mut s.slots[slot as usize];
+                if v.token == Some(token) {
+                    v.holder = None;
                 }
             }
         }
-        let next = sent + every;
-        while Instant::now() < next && !w.work_done.load(Ordering::SeqCst) {
-            thread::sleep(Duration::from_millis(5));
-        }
     }
-}
 
-/// Replaces the worker's map with a `claim_leases` result and shows the
-/// holders on the slots' lines; a slot taken from the paused worker carries
-/// that takeover for the work loop to report.
-fn publish(w: &Worker, got: Vec<(i32, i64, f64)>, sent: Instant) {
-    let claimed = Instant::now();
-    let mut h = held(w);
-    let mut s = lock(w.state);
-    let mut slots = BTreeMap::new();
-    for (slot, token, expires) in got {
-        let old = h.slots.get(&slot).filter(|l| l.token == token);
-        let v = &mut s.slots[slot as usize];
-        let taken = match old {
-            Some(l) => l.taken.clone(),
-            None => {
-                // newly taken: was it the paused worker's lease?
-                let before = (v.token, v.expires);
-                let victim = s.pause.as_ref().filter(|p| {
-                    p.role != w.role
-                        && p.held
-                            .iter()
-                            .any(|&(ps, pt)| ps == slot && Some(pt) == before.0)
-                });
-                let taken = victim.map(|p| Taken {
-                    victim: p.role.clone(),
-                    token: before.0.unwrap_or(0),
-                    expired: before.1,
-                    paused: p.at,
-                    claimed,
-                    // claim_leases set expires_at = its clock_timestamp() + ttl
-                    acquired: expires - w.cfg.ttl.as_secs_f64(),
-                });
-                let v = &mut s.slots[slot as usize];
-                v.holder = Some((w.role.clone(), 0));
-                v.token = Some(token);
-                taken
-            }
-        };
-        s.slots[slot as usize].expires = Some(expires);
-        slots.insert(slot, Lease { token, taken });
+    /// Keeps the map until a TTL after the last success (the loop clears
+    /// it then: its leases may have expired).
+    fn claim_failed(&self, e: &postgres::Error) {
+        self.fail(&format!("claim_leases: {}", describe(e)));
     }
-    // Slots given back (or lost): their lines show no holder until the
-    // next holder takes them.
-    for (slot, l) in &h.slots {
-        if !slots.contains_key(slot) {
-            let v = &mut s.slots[*slot as usize];
-            if v.token == Some(l.token) {
+
+    /// `claim_leases(..., max => 0)` returns no row and takes the worker out
+    /// of the live set. A mid-run leave is reported.
+    fn gave_back(&self, had: &[(i32, i64)], result: Result<Vec<Lease>, postgres::Error>) {
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(e) => return self.fail(&format!("claim_leases(max => 0): {}", describe(&e))),
+        };
+        let (n, _) = self.claim_args();
+        let mut s = lock(self.state);
+        for &(slot, token) in had {
+            let v = &mut s.slots[slot as usize];
+            if v.token == Some(token) {
                 v.holder = None;
             }
         }
-    }
-    h.slots = slots;
-    h.sent = Some(sent);
-}
-
-/// Gives every slot back: `claim_leases(..., max => 0)` returns no row and
-/// takes the worker out of the live set. A mid-run leave is reported.
-fn leave(w: &Worker, c: &mut Client) -> Result<(), String> {
-    let n = w.cfg.slots as i32;
-    let ttl = w.cfg.ttl.as_secs_f64();
-    let had: Vec<i32> = held(w).slots.keys().copied().collect();
-    let rows = c
-        .query_typed(
-            "SELECT slot FROM claim_leases($1, $2, $3, max => 0, ttl => make_interval(secs => $4))",
-            &[
-                (&NAME, Type::TEXT),
-                (&n, Type::INT4),
-                (&w.role.as_str(), Type::TEXT),
-                (&ttl, Type::FLOAT8),
-            ],
-        )
-        .map_err(|e| format!("claim_leases(max => 0): {}", describe(&e)))?;
-    let old = std::mem::take(&mut held(w).slots);
-    let mut s = lock(w.state);
-    for (slot, l) in &old {
-        let v = &mut s.slots[*slot as usize];
-        if v.token == Some(l.token) {
-            v.holder = None;
+        if !rows.is_empty() {
+            let kept: Vec<i32> = rows.iter().map(|r| r.slot).collect();
+            let msg = format!("claim_leases(max => 0) returned slots {kept:?} instead of no row");
+            s.events
+                .push(stamp(self.start, &format!("ERROR {}: {msg}", self.role)));
+            s.failures.push(format!("{}: {msg}", self.role));
+        }
+        if self.stop.load(Ordering::SeqCst) == LEAVE {
+            let slots: Vec<i32> = had.iter().map(|h| h.0).collect();
+            let line = stamp(
+                self.start,
+                &format!(
+                    "LEAVE {} finished its batch and called claim_leases('{NAME}', {n}, '{}', max => 0): \
+                     gave back slots {slots:?}, returned {} rows; the others' next calls share them out",
+                    self.role,
+                    self.role,
+                    rows.len()
+                ),
+            );
+            s.events.push(line.clone());
+            s.left = Some(line);
         }
     }
-    if !rows.is_empty() {
-        let kept: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
-        let msg = format!("claim_leases(max => 0) returned slots {kept:?} instead of no row");
-        s.events
-            .push(stamp(w.start, &format!("ERROR {}: {msg}", w.role)));
-        s.failures.push(format!("{}: {msg}", w.role));
+
+    /// A paused worker calls nothing.
+    fn paused(&self) -> bool {
+        guard(&self.paused).is_some()
     }
-    if w.stop.load(Ordering::SeqCst) == LEAVE {
+
+    /// A map older than a TTL gives no slot: its leases may have expired
+    /// (wait for the next `claim_leases` result).
+    fn stale_after(&self) -> Option<Duration> {
+        Some(self.cfg.ttl)
+    }
+
+    fn idle(&self) -> Duration {
+        Duration::from_millis(10)
+    }
+
+    fn open(&self, slot: i32) -> bool {
+        !lock(self.state).slots[slot as usize].finished
+    }
+
+    /// Where the share of a slot the worker holds with a new token stands:
+    /// the log's max id of the slot (the log is written in key order behind
+    /// the fence, so it is a prefix of the share, and no earlier holder's
+    /// write can commit any more once `claim_leases` gave this token). The
+    /// slot's line counts from the log; a takeover of the paused worker's
+    /// lease is reported.
+    fn start(&self, c: &mut Client, slot: i32, token: i64) -> Result<Option<i64>, String> {
+        let r = c
+            .query_typed_one(
+                "SELECT max(item_id), count(*) FROM processing_log WHERE slot = $1",
+                &[(&slot, Type::INT4)],
+            )
+            .map_err(|e| format!("reading the log: {}", describe(&e)))?;
+        let (mut after, already): (Option<i64>, i64) = (r.get(0), r.get(1));
+        if self.cfg.resume_from_start {
+            after = None;
+        }
+        let taken = guard(&self.taken).remove(&(slot, token));
+        let mut s = lock(self.state);
+        let v = &mut s.slots[slot as usize];
+        if v.token == Some(token) {
+            v.done = already as u64;
+            v.samples.clear();
+        }
+        let Some(t) = taken else {
+            return Ok(after);
+        };
+        let after_expiry = match t.expired {
+            Some(e) if t.acquired >= e => format!(
+                ", {} after that lease expired",
+                ms(Duration::from_secs_f64(t.acquired - e))
+            ),
+            _ => String::new(),
+        };
+        let resume = match after {
+            Some(a) => format!(
+                "resuming after item {a} ({} of its items already processed)",
+                thousands(already as u64)
+            ),
+            None => "starting at the beginning of the share".to_string(),
+        };
         let line = stamp(
-            w.start,
+            self.start,
             &format!(
-                "LEAVE {} finished its batch and called claim_leases('{NAME}', {n}, '{}', max => 0): \
-                 gave back slots {had:?}, returned {} rows; the others' next calls share them out",
-                w.role,
-                w.role,
-                rows.len()
+                "TAKEOVER {} took slot {slot} (token {token}) from the paused {} (token {}) {:.2} s after it paused{after_expiry}; {resume}",
+                self.role,
+                t.victim,
+                t.token,
+                t.claimed.saturating_duration_since(t.paused).as_secs_f64()
             ),
         );
+        if s.takeover.is_none() {
+            s.takeover = Some(t.claimed.saturating_duration_since(t.paused));
+        }
         s.events.push(line.clone());
-        s.left = Some(line);
+        s.takeover_lines.push(line);
+        Ok(after)
     }
-    Ok(())
-}
 
-/// The work loop: round robin over the held slots, one batch per turn,
-/// until the worker is told to stop.
-fn work_loop(w: &Worker, c: &mut Client) -> Result<(), String> {
-    let cfg = w.cfg;
-    let n = cfg.slots as i32;
-    // slot -> (the token it was read under, the last id done)
-    let mut cursors: HashMap<i32, (i64, Option<i64>)> = HashMap::new();
-    let mut last_slot = -1;
-    while w.stop.load(Ordering::SeqCst) == RUN {
-        let Some((slot, lease)) = next_slot(w, last_slot) else {
-            thread::sleep(Duration::from_millis(10));
-            continue;
-        };
-        last_slot = slot;
-        let after = match cursors.get(&slot) {
-            Some(&(t, after)) if t == lease.token => after,
-            _ => {
-                let after = frontier(w, c, slot, &lease)?;
-                cursors.insert(slot, (lease.token, after));
-                after
-            }
-        };
-        let ids: Vec<i64> = c
+    fn fetch(
+        &self,
+        c: &mut Client,
+        slot: i32,
+        after: Option<i64>,
+    ) -> Result<Option<Vec<i64>>, String> {
+        let (n, _) = self.claim_args();
+        let rows = c
             .query_typed(
                 "SELECT id FROM my_items(NULL::work_items, $1, $2, after => $3, batch => $4)",
                 &[
                     (&slot, Type::INT4),
                     (&n, Type::INT4),
                     (&after.map(|a| a.to_string()), Type::TEXT),
-                    (&(cfg.batch as i32), Type::INT4),
+                    (&(self.cfg.batch as i32), Type::INT4),
                 ],
             )
-            .map_err(|e| format!("my_items: {}", describe(&e)))?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let (Some(&first), Some(&last)) = (ids.first(), ids.last()) else {
-            lock(w.state).slots[slot as usize].finished = true;
-            continue;
-        };
-        // The work on the batch, outside any transaction: a transaction
-        // holds a server connection of the pool for as long as it is open.
-        thread::sleep(Duration::from_micros(cfg.work_us) * ids.len() as u32);
+            .map_err(|e| format!("my_items: {}", describe(&e)))?;
+        Ok(Some(rows.iter().map(|r| r.get(0)).collect()))
+    }
+
+    fn finished(&self, slot: i32) {
+        lock(self.state).slots[slot as usize].finished = true;
+    }
+
+    /// The work on the batch, outside any transaction: a transaction holds
+    /// a server connection of the pool for as long as it is open.
+    fn work(&self, ids: &[i64]) {
+        thread::sleep(Duration::from_micros(self.cfg.work_us) * ids.len() as u32);
+    }
+
+    fn write(
+        &self,
+        c: &mut Client,
+        map: &Map,
+        slot: i32,
+        token: i64,
+        ids: &[i64],
+    ) -> Result<Written, String> {
         // Given back during the work (a worker joined, say): the slot's
         // next holder does the batch; writing it would only meet PC001.
-        if !still_held(w, slot, lease.token) {
-            lock(w.state).dropped_batches += 1;
-            continue;
+        if !map.holds(slot, token) {
+            lock(self.state).dropped_batches += 1;
+            return Ok(Written::Skipped);
         }
         // The GC pause, at the worst moment: after the check, before the write.
-        let paused = pause_if_asked(w, slot, &lease, &ids);
-        match write(c, &w.role, slot, lease.token, &ids) {
+        let paused = self.pause_if_asked(map, slot, token, ids);
+        match write(c, &self.role, slot, token, ids) {
             Ok(()) => {
-                cursors.insert(slot, (lease.token, Some(last)));
-                let mut s = lock(w.state);
-                let v = &mut s.slots[slot as usize];
-                // counted on the slot's line while this token is its latest
-                // (the next holder counts from the log)
-                if v.token == Some(lease.token) {
-                    v.done += ids.len() as u64;
-                }
-                if let Some(pause) = paused {
-                    s.late_write_rejected = Some(false);
-                    let line = stamp(
-                        w.start,
-                        &format!(
-                            "NOT REJECTED {} (slot {slot}, token {}) wrote its {} items {:.2} s after it paused: fence let a late write through",
-                            w.role,
-                            lease.token,
-                            ids.len(),
-                            pause.as_secs_f64()
-                        ),
-                    );
-                    s.events.push(line);
-                    s.failures.push(format!(
-                        "{}: its late write was not rejected by fence",
-                        w.role
-                    ));
-                }
+                self.written(slot, token, ids, paused);
+                Ok(Written::Done)
             }
             Err(e) if sqlstate(&e) == "PC001" => {
-                // Dropped until the next claim_leases result.
-                {
-                    let mut h = held(w);
-                    if h.slots.get(&slot).is_some_and(|l| l.token == lease.token) {
-                        h.slots.remove(&slot);
-                    }
-                }
-                let msg = e
-                    .as_db_error()
-                    .map(|d| d.message().to_string())
-                    .unwrap_or_default();
-                let (woke, why) = match paused {
-                    Some(p) => (
-                        format!(", woken from a {:.2} s pause,", p.as_secs_f64()),
-                        "after its leases expired and were taken over",
-                    ),
-                    None => (String::new(), "after its lease was given back"),
-                };
-                let line = stamp(
-                    w.start,
-                    &format!(
-                        "REJECTED {} (slot {slot}, token {}){woke} tried to write {} items (ids {first} .. {last}) {why}: PC001, {msg}",
-                        w.role,
-                        lease.token,
-                        ids.len()
-                    ),
-                );
-                let mut s = lock(w.state);
-                if paused.is_some() {
-                    s.late_write_rejected = Some(true);
-                }
-                s.events.push(line.clone());
-                s.rejected.push(line);
+                self.rejected(slot, token, ids, paused, &e);
+                Ok(Written::Refused)
             }
-            Err(e) => return Err(format!("slot {slot}: {}", describe(&e))),
+            Err(e) => Err(format!("slot {slot}: {}", describe(&e))),
         }
     }
-    Ok(())
+
+    fn failed(&self, msg: String) {
+        self.fail(&msg);
+    }
 }
 
-/// The next slot to work on after `last_slot`, round robin over the map's
-/// unfinished slots; none while the map is older than a TTL (its leases may
-/// have expired: wait for the next `claim_leases` result).
-fn next_slot(w: &Worker, last_slot: i32) -> Option<(i32, Lease)> {
-    let h = held(w);
-    if h.sent.is_none_or(|t| t.elapsed() >= w.cfg.ttl) {
-        return None;
+impl Worker<'_> {
+    /// A batch written: counted on the slot's line while this token is its
+    /// latest (the next holder counts from the log); a paused worker's late
+    /// write that got through is a failure.
+    fn written(&self, slot: i32, token: i64, ids: &[i64], paused: Option<Duration>) {
+        let mut s = lock(self.state);
+        let v = &mut s.slots[slot as usize];
+        if v.token == Some(token) {
+            v.done += ids.len() as u64;
+        }
+        if let Some(pause) = paused {
+            s.late_write_rejected = Some(false);
+            let line = stamp(
+                self.start,
+                &format!(
+                    "NOT REJECTED {} (slot {slot}, token {token}) wrote its {} items {:.2} s after it paused: fence let a late write through",
+                    self.role,
+                    ids.len(),
+                    pause.as_secs_f64()
+                ),
+            );
+            s.events.push(line);
+            s.failures.push(format!(
+                "{}: its late write was not rejected by fence",
+                self.role
+            ));
+        }
     }
-    let s = lock(w.state);
-    let open = |(slot, _): &(&i32, &Lease)| !s.slots[**slot as usize].finished;
-    let pick = h
-        .slots
-        .range(last_slot + 1..)
-        .find(open)
-        .or_else(|| h.slots.iter().find(open));
-    pick.map(|(slot, l)| (*slot, l.clone()))
-}
 
-fn still_held(w: &Worker, slot: i32, token: i64) -> bool {
-    held(w).slots.get(&slot).is_some_and(|l| l.token == token)
-}
+    /// A batch `fence` rejected (PC001): the slot is dropped until the next
+    /// `claim_leases` result.
+    fn rejected(
+        &self,
+        slot: i32,
+        token: i64,
+        ids: &[i64],
+        paused: Option<Duration>,
+        e: &postgres::Error,
+    ) {
+        let msg = e
+            .as_db_error()
+            .map(|d| d.message().to_string())
+            .unwrap_or_default();
+        let (woke, why) = match paused {
+            Some(p) => (
+                format!(", woken from a {:.2} s pause,", p.as_secs_f64()),
+                "after its leases expired and were taken over",
+            ),
+            None => (String::new(), "after its lease was given back"),
+        };
+        let line = stamp(
+            self.start,
+            &format!(
+                "REJECTED {} (slot {slot}, token {token}){woke} tried to write {} items (ids {} .. {}) {why}: PC001, {msg}",
+                self.role,
+                ids.len(),
+                ids[0],
+                ids[ids.len() - 1]
+            ),
+        );
+        let mut s = lock(self.state);
+        if paused.is_some() {
+            s.late_write_rejected = Some(true);
+        }
+        s.events.push(line.clone());
+        s.rejected.push(line);
+    }
 
-/// Where the share of a slot the worker holds with a new token stands: the
-/// log's max id of the slot (the log is written in key order behind the
-/// fence, so it is a prefix of the share, and no earlier holder's write can
-/// commit any more once `claim_leases` gave this token). The slot's line
-/// counts from the log; a takeover of the paused worker's lease is
-/// reported.
-fn frontier(w: &Worker, c: &mut Client, slot: i32, lease: &Lease) -> Result<Option<i64>, String> {
-    let r = c
-        .query_typed_one(
-            "SELECT max(item_id), count(*) FROM processing_log WHERE slot = $1",
-            &[(&slot, Type::INT4)],
-        )
-        .map_err(|e| format!("reading the log: {}", describe(&e)))?;
-    let (mut after, already): (Option<i64>, i64) = (r.get(0), r.get(1));
-    if w.cfg.resume_from_start {
-        after = None;
+    /// The GC pause: when the coordinator asked for it, the worker that is
+    /// about to write a batch of the victim slot stops, both its threads,
+    /// for longer than the TTL: its lease thread calls nothing, so its
+    /// leases expire and the other workers take its slots. Returns how long
+    /// it paused, if it did.
+    fn pause_if_asked(&self, map: &Map, slot: i32, token: i64, ids: &[i64]) -> Option<Duration> {
+        let cfg = self.cfg;
+        if slot as usize != cfg.kill_slot {
+            return None;
+        }
+        {
+            let mine = map.held();
+            let last_claim = map.sent().map(|t| ms(t.elapsed())).unwrap_or_default();
+            let mut s = lock(self.state);
+            if !std::mem::take(&mut s.pause_request) {
+                return None;
+            }
+            *guard(&self.paused) = Some(Instant::now() + cfg.pause);
+            let (done, total) = (s.slots[slot as usize].done, s.slots[slot as usize].total);
+            let slots: Vec<i32> = mine.iter().map(|m| m.0).collect();
+            let line = stamp(
+                self.start,
+                &format!(
+                    "PAUSE {} (slots {slots:?}) stops for {:.2} s as in a GC pause, its lease thread too (TTL {:.2} s, \
+                     last claim_leases sent {last_claim} ago), about to write {} items of slot {slot} \
+                     (ids {} .. {}, token {token}) at {}/{} items of the slot ({:.0}%)",
+                    self.role,
+                    cfg.pause.as_secs_f64(),
+                    cfg.ttl.as_secs_f64(),
+                    ids.len(),
+                    ids[0],
+                    ids[ids.len() - 1],
+                    thousands(done),
+                    thousands(total),
+                    100.0 * done as f64 / total.max(1) as f64
+                ),
+            );
+            s.events.push(line);
+            s.pause = Some(Pause {
+                role: self.role.clone(),
+                held: mine,
+                at: Instant::now(),
+            });
+        }
+        let at = Instant::now();
+        thread::sleep(cfg.pause);
+        *guard(&self.paused) = None;
+        Some(at.elapsed())
     }
-    let mut s = lock(w.state);
-    let v = &mut s.slots[slot as usize];
-    if v.token == Some(lease.token) {
-        v.done = already as u64;
-        v.samples.clear();
-    }
-    let Some(t) = &lease.taken else {
-        return Ok(after);
-    };
-    let after_expiry = match t.expired {
-        Some(e) if t.acquired >= e => format!(
-            ", {} after that lease expired",
-            ms(Duration::from_secs_f64(t.acquired - e))
-        ),
-        _ => String::new(),
-    };
-    let resume = match after {
-        Some(a) => format!(
-            "resuming after item {a} ({} of its items already processed)",
-            thousands(already as u64)
-        ),
-        None => "starting at the beginning of the share".to_string(),
-    };
-    let line = stamp(
-        w.start,
-        &format!(
-            "TAKEOVER {} took slot {slot} (token {}) from the paused {} (token {}) {:.2} s after it paused{after_expiry}; {resume}",
-            w.role,
-            lease.token,
-            t.victim,
-            t.token,
-            t.claimed.saturating_duration_since(t.paused).as_secs_f64()
-        ),
-    );
-    if s.takeover.is_none() {
-        s.takeover = Some(t.claimed.saturating_duration_since(t.paused));
-    }
-    s.events.push(line.clone());
-    s.takeover_lines.push(line);
-    Ok(after)
 }
 
 /// The batch's writes, in one transaction behind `fence`: when it passes,
@@ -561,59 +582,4 @@ fn write(
         &[(&ids, Type::INT8_ARRAY)],
     )?;
     tx.commit()
-}
-
-/// The GC pause: when the coordinator asked for it, the worker that is
-/// about to write a batch of the victim slot stops, both its threads, for
-/// longer than the TTL: its lease thread calls nothing, so its leases
-/// expire and the other workers take its slots. Returns how long it paused,
-/// if it did.
-fn pause_if_asked(w: &Worker, slot: i32, lease: &Lease, ids: &[i64]) -> Option<Duration> {
-    let cfg = w.cfg;
-    if slot as usize != cfg.kill_slot {
-        return None;
-    }
-    {
-        // the map first: the lease thread locks the map, then the state
-        let (mine, last_claim) = {
-            let h = held(w);
-            let mine: Vec<(i32, i64)> = h.slots.iter().map(|(s, l)| (*s, l.token)).collect();
-            (mine, h.sent.map(|t| ms(t.elapsed())).unwrap_or_default())
-        };
-        let mut s = lock(w.state);
-        if !std::mem::take(&mut s.pause_request) {
-            return None;
-        }
-        *w.paused.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + cfg.pause);
-        let (done, total) = (s.slots[slot as usize].done, s.slots[slot as usize].total);
-        let slots: Vec<i32> = mine.iter().map(|m| m.0).collect();
-        let line = stamp(
-            w.start,
-            &format!(
-                "PAUSE {} (slots {slots:?}) stops for {:.2} s as in a GC pause, its lease thread too (TTL {:.2} s, \
-                 last claim_leases sent {last_claim} ago), about to write {} items of slot {slot} \
-                 (ids {} .. {}, token {}) at {}/{} items of the slot ({:.0}%)",
-                w.role,
-                cfg.pause.as_secs_f64(),
-                cfg.ttl.as_secs_f64(),
-                ids.len(),
-                ids[0],
-                ids[ids.len() - 1],
-                lease.token,
-                thousands(done),
-                thousands(total),
-                100.0 * done as f64 / total.max(1) as f64
-            ),
-        );
-        s.events.push(line);
-        s.pause = Some(Pause {
-            role: w.role.clone(),
-            held: mine,
-            at: Instant::now(),
-        });
-    }
-    let at = Instant::now();
-    thread::sleep(cfg.pause);
-    *w.paused.lock().unwrap_or_else(|p| p.into_inner()) = None;
-    Some(at.elapsed())
 }

@@ -32,9 +32,10 @@
 //! table and the queries about it), `fleet` (the coordinator: starts the
 //! workers and standbys, kills one, stops them), `lease_fleet` (lease
 //! mode's coordinator: the join, the leave, the pause, the shares),
-//! `worker` (the worker loop), `lease_worker` (the lease-mode worker: its
-//! lease thread and its work loop), `state` (what
-//! the threads share), `display` (live progress) and `check` (the
+//! `worker` (the worker loop), `lease_worker` (the lease-mode worker: the
+//! statements and reports of `pg_claim_support::elastic`'s loop), `watch`
+//! (the timeout and the unserved slots both coordinators watch), `state`
+//! (what the threads share), `display` (live progress) and `check` (the
 //! exactly-once verdict).
 
 mod check;
@@ -45,6 +46,7 @@ mod lease_fleet;
 mod lease_worker;
 mod state;
 mod table;
+mod watch;
 mod worker;
 
 use std::process::ExitCode;

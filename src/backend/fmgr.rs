@@ -9,6 +9,9 @@
 //! function `pg_claim_<name>` and its record `pg_finfo_pg_claim_<name>`, which
 //! the hand-written SQL in `sql/` names as `AS 'MODULE_PATHNAME',
 //! 'pg_claim_<name>'`.
+//!
+//! [`role_shells!`](crate::role_shells) declares the `#[pg_extern]` shells
+//! that pass the calling role to an internal SECURITY DEFINER function.
 
 /// Declares a version-1 C function `pg_claim_<name>` and its info record
 /// `pg_finfo_pg_claim_<name>`.
@@ -81,4 +84,73 @@ macro_rules! pg_claim_fn {
             ::pgrx::pg_sys::panic::pgrx_extern_c_guard(|| $body)
         });
     };
+}
+
+/// Declares SQL functions that are thin SECURITY INVOKER shells around an
+/// internal SECURITY DEFINER function of the extension (the leases'
+/// `pg_claim_lease_*`, docs/leases.md): each is a `#[pg_extern]` function
+/// that calls `internal(the calling role, its own arguments...)` through the
+/// function manager
+/// ([`call_as_caller`](crate::backend::internal::call_as_caller)) and turns
+/// the result into its own with `convert`.
+///
+/// ```text
+/// role_shells! {
+///     /// What it does.
+///     #[pg_extern(volatile, parallel_unsafe)]
+///     fn name(a: Option<T>, b: Option<U> = "'30 seconds'", ...) -> R
+///         where { an early return, before the call }
+///         = internal_function via convert;
+///     ...
+/// }
+/// ```
+///
+/// Every argument is an `Option` (SQL NULL passes through to the internal
+/// function, which raises its argument errors); `= "SQL"` gives it a
+/// default, as pgrx's `default!`. The internal function's signature is
+/// `(oid, ...)` with the SQL types of the arguments' Rust types. `convert`
+/// is an `unsafe fn(Option<Datum>) -> R` whose `# Safety` names the result
+/// type it reads: the internal function's, declared in `sql/`. The optional
+/// `where` block runs first (a check that answers without the call).
+#[macro_export]
+macro_rules! role_shells {
+    // The parameters, one at a time, into `[name (type) (signature type)]`.
+    (@params $head:tt $ret:tt $pre:tt $call:tt [$($done:tt)*]
+        $arg:ident: Option<$ty:ty> = $default:tt $(, $($rest:tt)*)?) => {
+        $crate::role_shells!(@params $head $ret $pre $call
+            [$($done)* [$arg ($ty) (::pgrx::default!(Option<$ty>, $default))]] $($($rest)*)?);
+    };
+    (@params $head:tt $ret:tt $pre:tt $call:tt [$($done:tt)*]
+        $arg:ident: Option<$ty:ty> $(, $($rest:tt)*)?) => {
+        $crate::role_shells!(@params $head $ret $pre $call
+            [$($done)* [$arg ($ty) (Option<$ty>)]] $($($rest)*)?);
+    };
+    (@params [$($head:tt)*] [$($ret:ty)?] [$($pre:block)?] [$internal:ident $convert:path]
+        [$([$arg:ident ($ty:ty) ($($sig:tt)*)])*]) => {
+        $($head)* ($($arg: $($sig)*),*) $(-> $ret)? {
+            $($pre;)?
+            let internal = stringify!($internal);
+            let types = [$(<$ty as ::pgrx::datum::IntoDatum>::type_oid()),*];
+            let args = [$($arg.and_then(::pgrx::datum::IntoDatum::into_datum)),*];
+            let convert = $convert;
+            // SAFETY: each argument is passed as the datum of its own type,
+            // the type the internal function is looked up with; `convert`
+            // reads the result as the internal function declares it; an
+            // ERROR of the call leaves nothing to drop on these frames (the
+            // arguments are borrowed or Copy, the datums palloc'd)
+            unsafe { convert($crate::backend::internal::call_as_caller(internal, &types, &args)) }
+        }
+    };
+    (
+        $(#[$attr:meta])*
+        fn $name:ident($($params:tt)*) $(-> $ret:ty)?
+        $(where $pre:block)?
+        = $internal:ident via $convert:path;
+        $($more:tt)*
+    ) => {
+        $crate::role_shells!(@params [$(#[$attr])* fn $name] [$($ret)?] [$($pre)?]
+            [$internal $convert] [] $($params)*);
+        $crate::role_shells!($($more)*);
+    };
+    () => {};
 }

@@ -212,9 +212,10 @@ pub unsafe fn call(oid: pg_sys::Oid, args: &[Option<pg_sys::Datum>]) -> Option<p
         // Called as PostgreSQL calls a function: an ERROR it raises
         // propagates unchanged (its own SQLSTATE, such as PC001, its DETAIL
         // and CONTEXT), which pgrx's FFI guard would turn into XX000. The
-        // frames it unwinds through (this one, the callers in src/leases.rs
-        // and pgrx's wrapper) own nothing that needs dropping: their data
-        // is on the stack or palloc'd.
+        // frames it unwinds through (this one, `call_as_caller`, the
+        // shells of `role_shells!`, define_fleet and drop_fleet, and pgrx's
+        // wrapper) own nothing that needs dropping: their data is on the
+        // stack or palloc'd.
         let result = f(fcinfo);
         let isnull = (*fcinfo).isnull;
         pg_sys::pfree(fcinfo.cast());
@@ -225,6 +226,43 @@ pub unsafe fn call(oid: pg_sys::Oid, args: &[Option<pg_sys::Datum>]) -> Option<p
             Some(result)
         }
     }
+}
+
+/// The calling role (`GetUserId()`), as the datum of an `oid` argument.
+pub fn caller() -> Option<pg_sys::Datum> {
+    // SAFETY: GetUserId reads the backend's current user
+    Some(pg_sys::Datum::from(unsafe { pg_sys::GetUserId() }))
+}
+
+/// The most arguments [`call_as_caller`] passes, the role included.
+const MAX_ARGS: usize = 8;
+
+/// Call the internal function `name(oid, argtypes...)` with the calling
+/// role first, then `args` (what [`role_shells!`](crate::role_shells)
+/// calls).
+///
+/// # Safety
+/// Each of `args` is NULL or a datum of the type at the same place of
+/// `argtypes`, and the function returns no set; as for [`call`], an ERROR
+/// of the function jumps over the caller's frames, which must hold nothing
+/// that needs dropping.
+pub unsafe fn call_as_caller(
+    name: &str,
+    argtypes: &[pg_sys::Oid],
+    args: &[Option<pg_sys::Datum>],
+) -> Option<pg_sys::Datum> {
+    let n = args.len();
+    assert!(n == argtypes.len() && n < MAX_ARGS, "{name}: {n} arguments");
+    // on the stack: an ERROR of the call jumps over this frame
+    let mut types = [pg_sys::OIDOID; MAX_ARGS];
+    types[1..=n].copy_from_slice(argtypes);
+    let oid = internal_fn(name, &types[..=n]);
+    let mut all: [Option<pg_sys::Datum>; MAX_ARGS] = [None; MAX_ARGS];
+    all[0] = caller();
+    all[1..=n].copy_from_slice(args);
+    // SAFETY: the caller's promises, for the function of exactly these
+    // argument types
+    unsafe { call(oid, &all[..=n]) }
 }
 
 /// Attribute `attno` (from 1) of a composite value an internal function

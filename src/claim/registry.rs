@@ -144,8 +144,10 @@ fn ensure_callbacks() {
     }
 }
 
+/// The transaction callback (`RegisterXactCallback`): a commit keeps the
+/// names registered in the transaction, an abort forgets them.
 #[pgrx::pg_guard]
-unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
     REGISTERED.with(|r| {
         let mut r = r.borrow_mut();
         match event {
@@ -162,8 +164,11 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
     });
 }
 
+/// The subtransaction callback (`RegisterSubXactCallback`): a committed
+/// subtransaction's names pass to its parent, an aborted one's are
+/// forgotten.
 #[pgrx::pg_guard]
-unsafe extern "C-unwind" fn on_subxact(
+extern "C-unwind" fn on_subxact(
     event: pg_sys::SubXactEvent::Type,
     sub: pg_sys::SubTransactionId,
     parent: pg_sys::SubTransactionId,

@@ -175,6 +175,10 @@ impl Table {
 
 /// `node` is `<ext>.<func>(<key, through casts>, <n>)` with the key argument
 /// of type `want_arg`.
+///
+/// # Safety
+/// `node` is a node of an index expression of an open, locked index
+/// (`RelationGetIndexExpressions`), valid for the call.
 unsafe fn slot_expr_matches(
     node: *mut pg_sys::Node,
     func: &str,

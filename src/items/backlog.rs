@@ -15,7 +15,7 @@ use super::columns::{ColumnUse, Key};
 use super::{arg, parse_method, slot_mapping};
 use crate::backend::catalog::{format_type_exact, quote_ident};
 use crate::backend::error::{invalid_parameter, raise};
-use crate::backend::internal::{call, internal_fn};
+use crate::backend::internal::{call, caller, internal_fn};
 use crate::pg_claim_fn;
 use pgrx::prelude::*;
 
@@ -351,12 +351,6 @@ unsafe fn raw(fcinfo: pg_sys::FunctionCallInfo, num: usize) -> Option<pg_sys::Da
     }
 }
 
-/// The calling role, as a Datum.
-fn me() -> Option<pg_sys::Datum> {
-    // SAFETY: GetUserId reads the backend's current user
-    Some(pg_sys::Datum::from(unsafe { pg_sys::GetUserId() }))
-}
-
 pg_claim_fn!(guarded
 /// `define_fleet(name, tbl, n, pending, key, route, method, age) RETURNS
 /// void`: check the definition with the caller's privileges, then store it
@@ -374,7 +368,7 @@ define_fleet, |fcinfo| {
             &[OID, TEXT, OID, pg_sys::INT4OID, TEXT, TEXT, TEXT, TEXT, TEXT],
         );
         let args = [
-            me(),
+            caller(),
             raw(fcinfo, 0),
             raw(fcinfo, 1),
             raw(fcinfo, 2),
@@ -402,7 +396,7 @@ drop_fleet, |fcinfo| {
             null_value("name", "Pass the name of a fleet defined with define_fleet.");
         }
         let drop = internal_fn("pg_claim_fleet_drop", &[pg_sys::OIDOID, pg_sys::TEXTOID]);
-        let args = [me(), raw(fcinfo, 0)];
+        let args = [caller(), raw(fcinfo, 0)];
         call(drop, &args).unwrap_or(pg_sys::Datum::from(false))
     }
 });

@@ -93,7 +93,9 @@ fn register_callbacks() {
     }
 }
 
-unsafe extern "C-unwind" fn relcache_changed(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
+/// The relcache callback: forgets the queries that depend on the relation
+/// (all of them for a full reset). No allocation, no ERROR.
+extern "C-unwind" fn relcache_changed(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
     let _ = CACHE.try_with(|c| {
         if let Ok(mut c) = c.try_borrow_mut() {
             if relid == pg_sys::InvalidOid {
@@ -105,7 +107,9 @@ unsafe extern "C-unwind" fn relcache_changed(_arg: pg_sys::Datum, relid: pg_sys:
     });
 }
 
-unsafe extern "C-unwind" fn syscache_changed(_arg: pg_sys::Datum, cache: i32, _hash: u32) {
+/// The syscache callback: a change of a function starts a new generation;
+/// every cached query is forgotten. No allocation, no ERROR.
+extern "C-unwind" fn syscache_changed(_arg: pg_sys::Datum, cache: i32, _hash: u32) {
     if cache == pg_sys::SysCacheIdentifier::PROCOID as i32 {
         let _ = GENERATION.try_with(|g| g.set(g.get().wrapping_add(1)));
     }

@@ -42,6 +42,9 @@ thread_local! {
 /// a database with Citus: Citus cannot plan a distributed query whose
 /// parameters have no values, so there each batch gets a custom plan, with
 /// the argument values.
+///
+/// # Safety
+/// Called inside a transaction (it reads the catalog).
 unsafe fn plan_options() -> i32 {
     // SAFETY: a catalog lookup inside a transaction
     let citus = unsafe { pg_sys::get_extension_oid(c"citus".as_ptr(), true) } != pg_sys::InvalidOid;
@@ -54,6 +57,9 @@ unsafe fn plan_options() -> i32 {
 
 /// The kept plan for `sql` (parameters int4, int4, text, int4), prepared
 /// once per session and planning option. Call only while connected to SPI.
+///
+/// # Safety
+/// Called while connected to SPI, inside a transaction.
 unsafe fn plan_for(sql: &str) -> pg_sys::SPIPlanPtr {
     // SAFETY: connected to SPI, inside a transaction
     let options = unsafe { plan_options() };

@@ -27,6 +27,10 @@ struct HashCache {
 /// Look up the partition hash function of `typoid` the way the server does for
 /// a partition key column: default hash opclass, its family's extended hash
 /// support function for the opclass's input type.
+///
+/// # Safety
+/// `fcinfo` is the current call's, with a valid `flinfo`, and `typoid` the
+/// type of its key argument as the parser resolved it.
 unsafe fn build_cache(fcinfo: pg_sys::FunctionCallInfo, typoid: pg_sys::Oid) -> *mut HashCache {
     // SAFETY: `fcinfo` is the current call's (pg_hash_slot passes its own);
     // catalog look-ups on a type the parser resolved; the cache is

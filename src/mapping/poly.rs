@@ -23,6 +23,9 @@ pgrx::impl_sql_translatable!(AnyArrayDatum, arg_only = "anyarray");
 macro_rules! bare_datum {
     ($ty:ident) => {
         impl FromDatum for $ty {
+            /// # Safety
+            /// As [`FromDatum::from_polymorphic_datum`]: `datum` is the argument the
+            /// server passed (kept as it is, whatever its type).
             #[inline]
             unsafe fn from_polymorphic_datum(
                 datum: pg_sys::Datum,
@@ -41,6 +44,9 @@ macro_rules! bare_datum {
         // whatever its type (the type is looked up separately, `arg_type`),
         // so no type is assumed that the datum might not have.
         unsafe impl<'fcx> ArgAbi<'fcx> for $ty {
+            /// # Safety
+            /// As [`ArgAbi::unbox_arg_unchecked`]: `arg` is an argument of the current
+            /// call.
             #[inline]
             unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
                 // The functions are STRICT: the server never calls them with NULL.

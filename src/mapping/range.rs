@@ -71,6 +71,10 @@ const TOAST_POINTER_LEN: usize = 2 + std::mem::size_of::<pg_sys::varatt_external
 /// A TOAST value is never changed in place and its OID is not reused while
 /// it exists, so the same pointer names the same bounds, and a call site can
 /// reuse them without fetching and decompressing the value on every row.
+///
+/// # Safety
+/// `v` is a non-NULL varlena datum (at least its first header byte
+/// readable).
 unsafe fn ondisk_toast_pointer(v: *const pg_sys::varlena) -> Option<[u8; TOAST_POINTER_LEN]> {
     // SAFETY: the caller passes a non-NULL varlena datum (range_slot's STRICT
     // bounds), which has at least its first header byte; the tag byte and the
@@ -94,6 +98,9 @@ unsafe fn ondisk_toast_pointer(v: *const pg_sys::varlena) -> Option<[u8; TOAST_P
     }
 }
 
+/// # Safety
+/// `flinfo` is the current call's and `elemtype` the element type of its
+/// bounds array.
 unsafe fn new_cache(
     flinfo: *mut pg_sys::FmgrInfo,
     fncollation: pg_sys::Oid,
@@ -131,6 +138,9 @@ unsafe fn new_cache(
     }
 }
 
+/// # Safety
+/// `cache` was made by [`new_cache`], and `a` and `b` are datums of its
+/// element type.
 #[inline]
 unsafe fn compare(cache: *mut RangeCache, a: pg_sys::Datum, b: pg_sys::Datum) -> Ordering {
     // SAFETY: the callers pass a cache made by new_cache (its `cmp` set up by
@@ -150,6 +160,9 @@ unsafe fn compare(cache: *mut RangeCache, a: pg_sys::Datum, b: pg_sys::Datum) ->
 }
 
 /// The text form of a value as a quoted SQL literal, for error messages.
+///
+/// # Safety
+/// `value` is a datum of type `typoid`.
 unsafe fn value_text(typoid: pg_sys::Oid, value: pg_sys::Datum) -> String {
     // SAFETY: the caller passes a datum of type `typoid` (a bounds element);
     // its output function returns a palloc'd NUL-terminated string.
@@ -164,6 +177,11 @@ unsafe fn value_text(typoid: pg_sys::Oid, value: pg_sys::Datum) -> String {
 
 /// Take `arr` (flat, 4-byte header) as the call site's bounds: copy it into
 /// the cache, deconstruct and validate it. Raises 22023 on bad bounds.
+///
+/// # Safety
+/// `cache` was made by [`new_cache`] for the call whose `fn_mcxt` is
+/// `mcxt`; `arr` is a detoasted array with a plain 4-byte header, `len`
+/// bytes long, of the cache's element type.
 unsafe fn load_bounds(
     cache: *mut RangeCache,
     mcxt: pg_sys::MemoryContext,

@@ -91,6 +91,9 @@ unsafe fn varlena_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8] {
     unsafe { detoasted_bytes(datum) }
 }
 
+/// # Safety
+/// `datum` is a valid varlena; the bytes live in the current memory
+/// context.
 #[cold]
 #[inline(never)]
 unsafe fn detoasted_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8] {
@@ -120,6 +123,9 @@ static DB_ENCODING: AtomicI32 = AtomicI32::new(-1);
 /// The UTF-8 bytes of a text value. In a UTF-8 (or SQL_ASCII) database these
 /// are the stored bytes; in any other encoding the value is converted first,
 /// so a key hashes the same whatever the database encoding.
+///
+/// # Safety
+/// `datum` is a non-NULL text argument of the current call, in a backend.
 #[inline(always)]
 unsafe fn text_utf8<'a>(datum: pg_sys::Datum) -> std::borrow::Cow<'a, [u8]> {
     // SAFETY: the callers pass a non-NULL text argument of the current call
@@ -146,6 +152,9 @@ pub(crate) unsafe fn utf8_bytes(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     unsafe { text_utf8_slow(bytes) }
 }
 
+/// # Safety
+/// Called in a backend (it asks PostgreSQL for the encoding and may
+/// convert).
 #[cold]
 #[inline(never)]
 unsafe fn text_utf8_slow(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {

@@ -1,8 +1,11 @@
 //! What pg_claim's client programs share: the demo (`demo/`), the benchmarks
 //! (`bench/`) and the multi-session tests (`sessions/`) all connect, describe
 //! errors, poll with a deadline and compute percentiles through this crate,
-//! so each of those is defined once.
+//! and the demo and the elastic benchmark run their lease fleets' members
+//! through it, so each of those is defined once.
 //!
+//! - [`elastic`]: a member of an elastic lease fleet (`claim_leases`), the
+//!   loop of the demo's lease mode and of the elastic benchmark;
 //! - [`conn`]: the connection string, connecting with an `application_name`,
 //!   creating the extension, the backend's pid and whether it is busy;
 //! - [`error`]: readable errors, SQLSTATEs, lost connections;
@@ -14,6 +17,7 @@
 //! - [`fmt`]: numbers and durations as the programs print them.
 
 pub mod conn;
+pub mod elastic;
 pub mod error;
 pub mod fmt;
 pub mod opts;

@@ -1,23 +1,23 @@
-//! The elastic lease fleet: each member is a lease thread and a work
-//! thread, each with a connection of its own through the pooler.
+//! The elastic lease fleet: each member runs the loop of
+//! `pg_claim_support::elastic` (a lease thread and a work thread, each with
+//! a connection of its own through the pooler) with the benchmark's
+//! statements, all in the simple query protocol:
 //!
 //! - lease thread: every ttl/3, `claim_leases(name, n, holder, ttl => ttl)`
-//!   (autocommit); the result, every slot the member holds with its token,
-//!   replaces the member's map. On an error the map is kept until a ttl
-//!   has passed since the last success, then cleared. On leave:
-//!   `claim_leases(name, n, holder, max => 0)`; on kill: nothing (the
-//!   leases run out after their ttl).
-//! - work thread: the slots of the map in turn; per batch
-//!   `my_items(NULL::table, slot, n, after => cursor, batch => B,
-//!   pending => 'done')`, the handler outside any transaction, then the
-//!   batch's write in one transaction behind `fence` (or `lease_valid`),
-//!   sent as one message (see `FenceForm`). PC001 (or no row written
-//!   behind `lease_valid`) drops the slot from the map until the next
-//!   `claim_leases`.
+//!   (autocommit); on leave `claim_leases(name, n, holder, max => 0)`; on
+//!   kill nothing (the leases run out after their ttl).
+//! - work thread: per batch `my_items(NULL::table, slot, n, after =>
+//!   cursor, batch => B, pending => 'done')` (a slot taken anew starts from
+//!   the beginning of its share), the handler outside any transaction, then
+//!   the batch's write in one transaction behind `fence` (or
+//!   `lease_valid`), sent as one message (see `FenceForm`). PC001 (or no
+//!   row written behind `lease_valid`) drops the slot from the map until
+//!   the next `claim_leases`.
 
 use crate::work::{first_column, handle, mark_done_sql, rows_of, Counters, POOLED_NAME, TABLE};
+use pg_claim_support::elastic::{self, Lease, Map, Phase, Written};
 use pg_claim_support::{connect, describe, sqlstate};
-use postgres::Client;
+use postgres::{Client, SimpleQueryMessage};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -113,13 +113,10 @@ pub struct Member {
     pub holder: String,
     /// slot -> token, as the last `claim_leases` returned it (less slots
     /// that `fence` refused since).
-    held: Mutex<Vec<(i32, i64)>>,
+    map: Map,
     state: AtomicU8,
     /// Set when the work thread may start its batches.
     go: AtomicBool,
-    /// Set when the work thread has ended (a leaving member gives its
-    /// slots back after its last batch is written).
-    work_ended: AtomicBool,
     /// Slots this member took (a slot with a new token), over its life.
     pub taken: AtomicU64,
     /// Slots that left this member's map (given back or lost).
@@ -132,12 +129,7 @@ pub struct Member {
 impl Member {
     /// The slots held now, in slot order.
     pub fn held(&self) -> Vec<i32> {
-        self.held
-            .lock()
-            .expect("held")
-            .iter()
-            .map(|h| h.0)
-            .collect()
+        self.map.held().into_iter().map(|h| h.0).collect()
     }
 
     /// Whether the member is still in the fleet (not leaving or killed).
@@ -183,223 +175,174 @@ pub fn spawn(
 ) -> Arc<Member> {
     let m = Arc::new(Member {
         holder,
-        held: Mutex::new(Vec::new()),
+        map: Map::default(),
         state: AtomicU8::new(RUNNING),
         go: AtomicBool::new(false),
-        work_ended: AtomicBool::new(false),
         taken: AtomicU64::new(0),
         dropped: AtomicU64::new(0),
         calls: AtomicU64::new(0),
         threads: Mutex::new(Vec::new()),
     });
-    let lease = {
-        let (f, m, c) = (fleet.clone(), m.clone(), counters.clone());
-        thread::spawn(move || lease_loop(&f, &m, first_call, &c))
+    let run = Run {
+        claim: format!(
+            "SELECT slot, token FROM claim_leases('{}', {}, '{}', ttl => '{} milliseconds')",
+            fleet.name,
+            fleet.n,
+            m.holder,
+            fleet.ttl.as_millis()
+        ),
+        leave: format!(
+            "SELECT count(*) FROM claim_leases('{}', {}, '{}', max => 0)",
+            fleet.name, fleet.n, m.holder
+        ),
+        f: fleet.clone(),
+        m: m.clone(),
+        counters: counters.clone(),
+        first_call,
     };
-    let work = {
-        let (f, m, c) = (fleet.clone(), m.clone(), counters.clone());
-        thread::spawn(move || {
-            work_loop(&f, &m, &c);
-            m.work_ended.store(true, Ordering::SeqCst);
-        })
-    };
-    m.threads.lock().expect("threads").extend([lease, work]);
+    let thread = thread::spawn(move || elastic::run(&run, &run.m.map));
+    m.threads.lock().expect("threads").push(thread);
     m
 }
 
-/// Sleeps until `until`, waking early when the member leaves or is killed;
-/// whether it is still running.
-fn sleep_running(m: &Member, until: Instant) -> bool {
-    loop {
-        if !m.running() {
-            return false;
-        }
-        let now = Instant::now();
-        if now >= until {
-            return true;
-        }
-        thread::sleep((until - now).min(Duration::from_millis(5)));
-    }
+/// A member as the shared loop runs it: the benchmark's statements and
+/// counters.
+struct Run {
+    f: Fleet,
+    m: Arc<Member>,
+    counters: Arc<Counters>,
+    first_call: Duration,
+    claim: String,
+    leave: String,
 }
 
-/// The lease thread (see the module's comment).
-fn lease_loop(f: &Fleet, m: &Member, first_call: Duration, counters: &Counters) {
-    let claim = format!(
-        "SELECT slot, token FROM claim_leases('{}', {}, '{}', ttl => '{} milliseconds')",
-        f.name,
-        f.n,
-        m.holder,
-        f.ttl.as_millis()
-    );
-    let period = f.ttl / 3;
-    let mut conn: Option<Client> = None;
-    sleep_running(m, Instant::now() + first_call);
-    let mut last_ok = Instant::now();
-    let mut next = Instant::now();
-    loop {
-        match m.state.load(Ordering::SeqCst) {
-            KILLED => return,
-            LEAVING => {
-                let deadline = Instant::now() + f.ttl;
-                while !m.work_ended.load(Ordering::SeqCst) && Instant::now() < deadline {
-                    thread::sleep(Duration::from_millis(1));
-                }
-                leave(f, m, conn.take(), counters);
-                return;
-            }
-            _ => {}
-        }
-        let asked = Instant::now();
-        let result = match conn.as_mut() {
-            Some(c) => c.simple_query(&claim),
-            None => match connect(&f.dsn, POOLED_NAME) {
-                Ok(c) => conn.insert(c).simple_query(&claim),
-                Err(e) => Err(e),
-            },
-        };
-        match result {
-            Ok(msgs) => {
-                if counters.measuring() {
-                    counters.lease.push(asked);
-                }
-                let slots = first_column_i32(&msgs);
-                let tokens = second_column(&msgs);
-                let now: Vec<(i32, i64)> = slots.into_iter().zip(tokens).collect();
-                replace_map(m, now);
-                m.calls.fetch_add(1, Ordering::SeqCst);
-                last_ok = asked;
-            }
-            Err(e) => {
-                counters.error(format!("claim_leases: {}", describe(&e)));
-                conn = None;
-                if asked.duration_since(last_ok) >= f.ttl {
-                    replace_map(m, Vec::new());
-                }
-            }
-        }
-        next = (next + period).max(Instant::now());
-        if !sleep_running(m, next) {
-            continue; // leaving or killed: handled at the top
+impl elastic::Member for Run {
+    fn ttl(&self) -> Duration {
+        self.f.ttl
+    }
+
+    fn phase(&self) -> Phase {
+        match self.m.state.load(Ordering::SeqCst) {
+            RUNNING => Phase::Run,
+            LEAVING => Phase::Leave,
+            _ => Phase::Kill,
         }
     }
-}
 
-/// Installs the result of a `claim_leases` call as the member's map,
-/// counting the slots taken (new, or with a new token) and dropped.
-fn replace_map(m: &Member, now: Vec<(i32, i64)>) {
-    let mut held = m.held.lock().expect("held");
-    let before: HashMap<i32, i64> = held.iter().copied().collect();
-    let after: HashMap<i32, i64> = now.iter().copied().collect();
-    let taken = now.iter().filter(|(s, t)| before.get(s) != Some(t)).count();
-    let dropped = held.iter().filter(|(s, t)| after.get(s) != Some(t)).count();
-    m.taken.fetch_add(taken as u64, Ordering::SeqCst);
-    m.dropped.fetch_add(dropped as u64, Ordering::SeqCst);
-    *held = now;
-}
-
-/// Gives every slot back and leaves the live set: `max => 0`.
-fn leave(f: &Fleet, m: &Member, conn: Option<Client>, counters: &Counters) {
-    let sql = format!(
-        "SELECT count(*) FROM claim_leases('{}', {}, '{}', max => 0)",
-        f.name, f.n, m.holder
-    );
-    let conn = match conn {
-        Some(c) => Ok(c),
-        None => connect(&f.dsn, POOLED_NAME),
-    };
-    match conn.and_then(|mut c| c.simple_query(&sql)) {
-        Ok(_) => replace_map(m, Vec::new()),
-        Err(e) => counters.error(format!("claim_leases(max => 0): {}", describe(&e))),
-    }
-}
-
-fn first_column_i32(msgs: &[postgres::SimpleQueryMessage]) -> Vec<i32> {
-    first_column(msgs).into_iter().map(|v| v as i32).collect()
-}
-
-fn second_column(msgs: &[postgres::SimpleQueryMessage]) -> Vec<i64> {
-    msgs.iter()
-        .filter_map(|m| match m {
-            postgres::SimpleQueryMessage::Row(r) => r.get(1).and_then(|v| v.parse().ok()),
-            _ => None,
+    fn connect(&self, what: &str) -> Result<Client, String> {
+        connect(&self.f.dsn, POOLED_NAME).map_err(|e| {
+            let msg = format!("connect ({what}): {}", describe(&e));
+            if what == "leases" {
+                // counted as a failed claim_leases call, as before
+                self.counters
+                    .error(format!("claim_leases: {}", describe(&e)));
+            } else {
+                self.counters.error(format!("connect: {}", describe(&e)));
+            }
+            msg
         })
-        .collect()
-}
-
-/// The work thread (see the module's comment).
-fn work_loop(f: &Fleet, m: &Member, counters: &Counters) {
-    let mut conn = match connect(&f.dsn, POOLED_NAME) {
-        Ok(c) => c,
-        Err(e) => {
-            counters.error(format!("connect: {}", describe(&e)));
-            return;
-        }
-    };
-    while !m.go.load(Ordering::SeqCst) {
-        if !m.running() {
-            return;
-        }
-        thread::sleep(Duration::from_millis(1));
     }
-    // slot -> (token, cursor): a slot taken anew starts from its beginning.
-    let mut cursors: HashMap<i32, (i64, Option<i64>)> = HashMap::new();
-    let mut last_slot = -1;
-    let mut empty_in_a_row = 0usize;
-    while m.running() {
-        let held = m.held.lock().expect("held").clone();
-        let Some(&(slot, token)) = held
-            .iter()
-            .find(|h| h.0 > last_slot)
-            .or_else(|| held.first())
-        else {
-            thread::sleep(Duration::from_millis(5));
-            continue;
-        };
-        last_slot = slot;
-        let cursor = cursors.entry(slot).or_insert((token, None));
-        if cursor.0 != token {
-            *cursor = (token, None);
+
+    fn claim(&self, c: &mut Client, leave: bool) -> Result<Vec<Lease>, postgres::Error> {
+        if leave {
+            c.simple_query(&self.leave)?;
+            return Ok(Vec::new());
         }
+        let msgs = c.simple_query(&self.claim)?;
+        let slots = first_column(&msgs);
+        let tokens = second_column(&msgs);
+        Ok(slots
+            .into_iter()
+            .zip(tokens)
+            .map(|(slot, token)| Lease {
+                slot: slot as i32,
+                token,
+                expires: None,
+            })
+            .collect())
+    }
+
+    fn claimed(&self, sent: Instant, before: &[(i32, i64)], after: &[Lease]) {
+        if self.counters.measuring() {
+            self.counters.lease.push(sent);
+        }
+        count_moves(&self.m, before, after);
+        self.m.calls.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn lost(&self, before: &[(i32, i64)]) {
+        count_moves(&self.m, before, &[]);
+    }
+
+    fn claim_failed(&self, e: &postgres::Error) {
+        self.counters
+            .error(format!("claim_leases: {}", describe(e)));
+    }
+
+    fn gave_back(&self, had: &[(i32, i64)], result: Result<Vec<Lease>, postgres::Error>) {
+        match result {
+            Ok(_) => count_moves(&self.m, had, &[]),
+            Err(e) => self
+                .counters
+                .error(format!("claim_leases(max => 0): {}", describe(&e))),
+        }
+    }
+
+    fn first_call(&self) -> Duration {
+        self.first_call
+    }
+
+    fn ready(&self) -> bool {
+        self.m.go.load(Ordering::SeqCst)
+    }
+
+    fn fetch(
+        &self,
+        c: &mut Client,
+        slot: i32,
+        after: Option<i64>,
+    ) -> Result<Option<Vec<i64>>, String> {
         let fetch = format!(
             "SELECT id, payload FROM my_items(NULL::{TABLE}, {slot}, {}, after => {}, batch => {}, pending => 'done')",
-            f.n,
-            cursor.1.map_or("NULL".to_string(), |c| format!("'{c}'")),
-            f.batch
+            self.f.n,
+            after.map_or("NULL".to_string(), |c| format!("'{c}'")),
+            self.f.batch
         );
         let t = Instant::now();
-        let ids = match conn.simple_query(&fetch) {
-            Ok(msgs) => first_column(&msgs),
+        match c.simple_query(&fetch) {
+            Ok(msgs) => {
+                if self.counters.measuring() {
+                    self.counters.fetch.push(t);
+                }
+                Ok(Some(first_column(&msgs)))
+            }
             Err(e) => {
-                counters.error(format!("my_items: {}", describe(&e)));
+                self.counters.error(format!("my_items: {}", describe(&e)));
                 thread::sleep(Duration::from_millis(10));
-                continue;
+                Ok(None)
             }
-        };
-        if counters.measuring() {
-            counters.fetch.push(t);
         }
-        if ids.is_empty() {
-            // The share is walked to its end: from its beginning next time;
-            // when every held slot came back empty, the table is drained.
-            cursor.1 = None;
-            empty_in_a_row += 1;
-            if empty_in_a_row >= held.len() {
-                thread::sleep(Duration::from_millis(5));
-            }
-            continue;
-        }
-        empty_in_a_row = 0;
-        cursor.1 = ids.last().copied();
-        handle(ids.len(), f.per_row);
-        if m.state.load(Ordering::SeqCst) == KILLED {
-            return; // the batch is abandoned, as by a killed process
-        }
-        let (write, k) = f.fence.write_sql(&f.name, slot, token, &ids);
+    }
+
+    fn work(&self, ids: &[i64]) {
+        handle(ids.len(), self.f.per_row);
+    }
+
+    fn write(
+        &self,
+        c: &mut Client,
+        _map: &Map,
+        slot: i32,
+        token: i64,
+        ids: &[i64],
+    ) -> Result<Written, String> {
+        let (write, k) = self.f.fence.write_sql(&self.f.name, slot, token, ids);
+        let counters = &self.counters;
         let t = Instant::now();
-        let refused = match conn.simple_query(&write) {
+        let refused = match c.simple_query(&write) {
             Ok(msgs) => {
                 let marked = rows_of(&msgs, k);
-                if f.fence == FenceForm::LeaseValid && marked == 0 {
+                if self.f.fence == FenceForm::LeaseValid && marked == 0 {
                     // lease_valid was false: no row written
                     true
                 } else {
@@ -415,8 +358,8 @@ fn work_loop(f: &Fleet, m: &Member, counters: &Counters) {
                 }
             }
             Err(e) => {
-                if f.fence == FenceForm::Block {
-                    let _ = conn.batch_execute("ROLLBACK");
+                if self.f.fence == FenceForm::Block {
+                    let _ = c.batch_execute("ROLLBACK");
                 }
                 if sqlstate(&e) == "PC001" {
                     true
@@ -426,16 +369,41 @@ fn work_loop(f: &Fleet, m: &Member, counters: &Counters) {
                 }
             }
         };
-        if refused {
-            // The lease is gone: drop the slot until the next claim_leases
-            // says otherwise.
-            counters
-                .refused
-                .fetch_add(ids.len() as u64, Ordering::Relaxed);
-            m.held
-                .lock()
-                .expect("held")
-                .retain(|h| !(h.0 == slot && h.1 == token));
+        if !refused {
+            return Ok(Written::Done);
         }
+        // The lease is gone: the slot leaves the map until the next
+        // claim_leases says otherwise.
+        counters
+            .refused
+            .fetch_add(ids.len() as u64, Ordering::Relaxed);
+        Ok(Written::Refused)
     }
+
+    fn failed(&self, _msg: String) {
+        // counted where it happened (connect)
+    }
+}
+
+/// Counts the slots taken (new, or with a new token) and dropped between
+/// two maps.
+fn count_moves(m: &Member, before: &[(i32, i64)], after: &[Lease]) {
+    let was: HashMap<i32, i64> = before.iter().copied().collect();
+    let now: HashMap<i32, i64> = after.iter().map(|l| (l.slot, l.token)).collect();
+    let taken = after
+        .iter()
+        .filter(|l| was.get(&l.slot) != Some(&l.token))
+        .count();
+    let dropped = before.iter().filter(|(s, t)| now.get(s) != Some(t)).count();
+    m.taken.fetch_add(taken as u64, Ordering::SeqCst);
+    m.dropped.fetch_add(dropped as u64, Ordering::SeqCst);
+}
+
+fn second_column(msgs: &[SimpleQueryMessage]) -> Vec<i64> {
+    msgs.iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(1).and_then(|v| v.parse().ok()),
+            _ => None,
+        })
+        .collect()
 }
