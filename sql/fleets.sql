@@ -229,19 +229,13 @@ SET search_path = pg_catalog, pg_temp SET jit = off AS $$
             -- a relation: the code its rewrite rules (a view) and its
             -- policies (row-level security) refer to, its columns' types
             SELECT d.refclassid AS classid, d.refobjid AS objid
-            FROM pg_catalog.pg_rewrite rw
-            JOIN pg_catalog.pg_depend d
-              ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass AND d.objid = rw.oid
-            WHERE o.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND rw.ev_class = o.objid
-              AND d.refobjid <> o.objid
-              AND d.refclassid IN ('pg_catalog.pg_class'::pg_catalog.regclass, 'pg_catalog.pg_proc'::pg_catalog.regclass,
-                                   'pg_catalog.pg_type'::pg_catalog.regclass, 'pg_catalog.pg_operator'::pg_catalog.regclass)
-            UNION
-            SELECT d.refclassid, d.refobjid
-            FROM pg_catalog.pg_policy po
-            JOIN pg_catalog.pg_depend d
-              ON d.classid = 'pg_catalog.pg_policy'::pg_catalog.regclass AND d.objid = po.oid
-            WHERE o.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND po.polrelid = o.objid
+            FROM (SELECT 'pg_catalog.pg_rewrite'::pg_catalog.regclass::pg_catalog.oid, rw.oid
+                  FROM pg_catalog.pg_rewrite rw WHERE rw.ev_class = o.objid
+                  UNION ALL
+                  SELECT 'pg_catalog.pg_policy'::pg_catalog.regclass::pg_catalog.oid, po.oid
+                  FROM pg_catalog.pg_policy po WHERE po.polrelid = o.objid) AS code(classid, objid)
+            JOIN pg_catalog.pg_depend d ON d.classid = code.classid AND d.objid = code.objid
+            WHERE o.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
               AND d.refobjid <> o.objid
               AND d.refclassid IN ('pg_catalog.pg_class'::pg_catalog.regclass, 'pg_catalog.pg_proc'::pg_catalog.regclass,
                                    'pg_catalog.pg_type'::pg_catalog.regclass, 'pg_catalog.pg_operator'::pg_catalog.regclass)

@@ -80,7 +80,7 @@ BEGIN
         CASE WHEN b.agecol IS NULL THEN 'NULL::pg_catalog.timestamptz'
              ELSE pg_catalog.format('pg_catalog.min(%s)::pg_catalog.timestamptz', b.agecol) END,
         CASE WHEN b.agecol IS NULL THEN 'NULL::pg_catalog.timestamptz'
-             ELSE pg_catalog.format('(pg_catalog.min(%s) FILTER (WHERE NOT ((%s)::pg_catalog.text OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.text[]))))::pg_catalog.timestamptz',
+             ELSE pg_catalog.format('pg_catalog.min(%s) FILTER (WHERE NOT ((%s)::pg_catalog.text OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.text[])))::pg_catalog.timestamptz',
                                     b.agecol, p.keycol) END,
         b.tbl, b.pendexpr);
 END $$;

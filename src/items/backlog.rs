@@ -152,30 +152,7 @@ pg_claim_fn!(guarded
 ///
 slot_backlog_query, |fcinfo| {
     // SAFETY: this call's fcinfo, declared in sql/fleets.sql
-    unsafe {
-        let r = resolve(
-            catalog::calling_function(fcinfo),
-            "slot_backlog",
-            arg::<pg_sys::Oid>(fcinfo, 0),
-            arg::<i32>(fcinfo, 1),
-            arg::<&str>(fcinfo, 2),
-            arg::<&str>(fcinfo, 3),
-            arg::<&str>(fcinfo, 4),
-            arg::<&str>(fcinfo, 5),
-            arg::<&str>(fcinfo, 6),
-            false,
-        );
-        // A long count stops soon after its client goes away.
-        crate::backend::settings::apply_client_check(false);
-        backlog_sql(
-            &r.table,
-            &r.slot_expr,
-            r.pending.as_deref().unwrap_or("true"),
-            r.age.as_deref(),
-        )
-        .into_datum()
-        .unwrap_or_else(|| crate::backend::error::internal("return the query text", ""))
-    }
+    unsafe { backlog_query(fcinfo, false) }
 });
 
 pg_claim_fn!(guarded
@@ -187,6 +164,16 @@ pg_claim_fn!(guarded
 ///
 fleet_backlog_query, |fcinfo| {
     // SAFETY: this call's fcinfo, declared in sql/fleets.sql
+    unsafe { backlog_query(fcinfo, true) }
+});
+
+/// The text of slot_backlog_query, or with `claimable` of
+/// pg_claim_fleet_backlog_query (both take the same seven arguments).
+///
+/// # Safety
+/// `fcinfo` is the current call of one of the two, with seven arguments.
+unsafe fn backlog_query(fcinfo: pg_sys::FunctionCallInfo, claimable: bool) -> pg_sys::Datum {
+    // SAFETY: as the caller promises
     unsafe {
         let r = resolve(
             catalog::calling_function(fcinfo),
@@ -198,21 +185,19 @@ fleet_backlog_query, |fcinfo| {
             arg::<&str>(fcinfo, 4),
             arg::<&str>(fcinfo, 5),
             arg::<&str>(fcinfo, 6),
-            true,
+            claimable,
         );
+        // A long count stops soon after its client goes away.
         crate::backend::settings::apply_client_check(false);
-        let key = r.key.as_deref().unwrap_or_else(|| crate::backend::error::internal("resolve the key column", ""));
-        claimable_sql(
-            &r.table,
-            &r.slot_expr,
-            r.pending.as_deref().unwrap_or("true"),
-            r.age.as_deref(),
-            key,
-        )
-        .into_datum()
-        .unwrap_or_else(|| crate::backend::error::internal("return the query text", ""))
+        let pending = r.pending.as_deref().unwrap_or("true");
+        let sql = match r.key.as_deref() {
+            Some(key) => claimable_sql(&r.table, &r.slot_expr, pending, r.age.as_deref(), key),
+            None => backlog_sql(&r.table, &r.slot_expr, pending, r.age.as_deref()),
+        };
+        sql.into_datum()
+            .unwrap_or_else(|| crate::backend::error::internal("return the query text", ""))
     }
-});
+}
 
 pg_claim_fn!(guarded
 /// `pg_claim_fleet_failures_query(rel oid, n, key, route, method) RETURNS
@@ -405,17 +390,7 @@ drop_fleet, |fcinfo| {
 /// empty slots, and the smallest `age` among them (NULL without one).
 /// Parameter: $1 n. Every operator, function and type is schema-qualified.
 pub fn backlog_sql(rel: &str, slot_expr: &str, pending: &str, age: Option<&str>) -> String {
-    let oldest = match age {
-        Some(a) => format!("pg_catalog.min({a})::pg_catalog.timestamptz"),
-        None => "NULL::pg_catalog.timestamptz".to_string(),
-    };
-    format!(
-        "SELECT g.slot, COALESCE(c.backlog, 0::pg_catalog.int8) AS backlog, c.oldest \
-         FROM pg_catalog.generate_series(0, $1 OPERATOR(pg_catalog.-) 1) AS g(slot) \
-         LEFT JOIN (SELECT {slot_expr} AS slot, pg_catalog.count(*) AS backlog, {oldest} AS oldest \
-                    FROM {rel} WHERE {pending} GROUP BY 1) AS c ON c.slot OPERATOR(pg_catalog.=) g.slot \
-         ORDER BY g.slot"
-    )
+    backlog_sql_with(rel, slot_expr, pending, age, None)
 }
 
 /// The fleet views' backlog query: [`backlog_sql`]'s columns and
@@ -428,24 +403,38 @@ pub fn claimable_sql(
     age: Option<&str>,
     key: &str,
 ) -> String {
-    let (oldest, claimable) = match age {
-        Some(a) => (
-            format!("pg_catalog.min({a})::pg_catalog.timestamptz"),
+    backlog_sql_with(rel, slot_expr, pending, age, Some(key))
+}
+
+/// [`backlog_sql`], with the column `claimable` when `key` is given.
+fn backlog_sql_with(
+    rel: &str,
+    slot_expr: &str,
+    pending: &str,
+    age: Option<&str>,
+    key: Option<&str>,
+) -> String {
+    let min_age = |filter: &str| match age {
+        Some(a) => format!("pg_catalog.min({a}){filter}::pg_catalog.timestamptz"),
+        None => "NULL::pg_catalog.timestamptz".to_string(),
+    };
+    let (outer, inner) = match key {
+        Some(k) => (
+            ", c.claimable".to_string(),
             format!(
-                "(pg_catalog.min({a}) FILTER (WHERE NOT (({key})::pg_catalog.text \
-                 OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.text[]))))::pg_catalog.timestamptz"
+                ", {} AS claimable",
+                min_age(&format!(
+                    " FILTER (WHERE NOT (({k})::pg_catalog.text OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.text[])))"
+                ))
             ),
         ),
-        None => (
-            "NULL::pg_catalog.timestamptz".to_string(),
-            "NULL::pg_catalog.timestamptz".to_string(),
-        ),
+        None => (String::new(), String::new()),
     };
+    let oldest = min_age("");
     format!(
-        "SELECT g.slot, COALESCE(c.backlog, 0::pg_catalog.int8) AS backlog, c.oldest, c.claimable \
+        "SELECT g.slot, COALESCE(c.backlog, 0::pg_catalog.int8) AS backlog, c.oldest{outer} \
          FROM pg_catalog.generate_series(0, $1 OPERATOR(pg_catalog.-) 1) AS g(slot) \
-         LEFT JOIN (SELECT {slot_expr} AS slot, pg_catalog.count(*) AS backlog, {oldest} AS oldest, \
-                    {claimable} AS claimable \
+         LEFT JOIN (SELECT {slot_expr} AS slot, pg_catalog.count(*) AS backlog, {oldest} AS oldest{inner} \
                     FROM {rel} WHERE {pending} GROUP BY 1) AS c ON c.slot OPERATOR(pg_catalog.=) g.slot \
          ORDER BY g.slot"
     )
@@ -494,8 +483,8 @@ mod tests {
             "id",
         );
         assert!(q.contains(
-            "(pg_catalog.min(created_at) FILTER (WHERE NOT ((id)::pg_catalog.text \
-             OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.text[]))))::pg_catalog.timestamptz AS claimable"
+            "pg_catalog.min(created_at) FILTER (WHERE NOT ((id)::pg_catalog.text \
+             OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.text[])))::pg_catalog.timestamptz AS claimable"
         ));
         assert!(q.starts_with("SELECT g.slot, COALESCE(c.backlog, 0::pg_catalog.int8) AS backlog, c.oldest, c.claimable"));
         assert!(claimable_sql("t", "e", "NOT done", None, "k")

@@ -353,6 +353,12 @@ VALID_BY_FUNCTION = {
     ("define_fleet", "tbl"): "'hm_items'::regclass",
     ("define_fleet", "key"): "NULL::text",
     ("pg_claim_fleet_failures_query", "rel"): "'hm_items'::regclass::oid",
+    ("pg_claim_fleet_backlog_query", "rel"): "'hm_items'::regclass::oid",
+    ("pg_claim_fleet_backlog_query", "pending"): "'email'::text",
+    ("pg_claim_fleet_backlog_query", "key"): "NULL::text",
+    ("pg_claim_fleet_backlog_query", "route"): "NULL::text",
+    ("pg_claim_fleet_backlog_query", "method"): "'auto'::text",
+    ("pg_claim_fleet_backlog_query", "age"): "NULL::text",
     ("pg_claim_fleet_put", "tbl"): "'hm_items'::regclass::oid",
     ("pg_claim_fleet_put", "key"): "NULL::text",
 }
