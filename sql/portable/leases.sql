@@ -79,19 +79,4 @@ LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_cata
                 THEN @extschema@.pg_claim_lease_my_token(@extschema@.pg_claim_caller(), name) END
 $$;
 
-COMMENT ON FUNCTION @extschema@.claim_lease(text, integer, text, interval) IS
-    'claim the lowest free or expired slot of name in 0 .. n-1 for holder until ttl from now: one row (slot, token, expires_at), or none when all are leased';
-COMMENT ON FUNCTION @extschema@.claim_leases(text, integer, text, integer, interval) IS
-    'renew, take and give back leases of name so that the live holders share its n slots evenly (at most max for this holder; max => 0: leave): every slot holder holds after the call';
-COMMENT ON FUNCTION @extschema@.renew_lease(text, integer, bigint, interval) IS
-    'extend a lease to ttl from now: the new expiry, or NULL when the lease was lost (taken over or released)';
-COMMENT ON FUNCTION @extschema@.release_lease(text, integer, bigint) IS
-    'give a lease back; false when this token does not hold it';
-COMMENT ON FUNCTION @extschema@.lease_holders(text) IS
-    'the leases and live session claims of name: slot, holder, token (NULL for leases of roles whose privileges the caller lacks), since when, until when, and whether the lease expired';
-COMMENT ON FUNCTION @extschema@.lease_valid(text, integer, bigint) IS
-    'whether token is the current token of slot of name; when true, the slot cannot change hands before the calling transaction ends';
-COMMENT ON FUNCTION @extschema@.fence(text, integer, bigint) IS
-    'raise PC001 unless token is the current token of slot of name; when it passes, the slot cannot change hands before the calling transaction ends';
-COMMENT ON FUNCTION @extschema@.my_token(text) IS
-    'the fencing token of this session''s claim_slot claim of name (NULL when it holds none), for fence and lease_valid';
+-- (their comments: sql/lease_comments.sql, as in the extension)
