@@ -266,16 +266,17 @@ GRANT SELECT ON @extschema@.fleet_slots TO PUBLIC;
 CREATE VIEW @extschema@.fleets WITH (security_invoker = true) AS
     SELECT d.name AS fleet, d.tbl, d.n, d.pending AS pending_column, d.key, d.route,
            d.method, d.age,
-           CASE WHEN u.why IS NULL THEN coalesce(s.holders, 0)::integer END AS holders,
-           CASE WHEN u.why IS NULL THEN coalesce(s.unserved, d.n)::integer END AS unserved,
+           s.holders::integer AS holders,
+           s.unserved::integer AS unserved,
            s.pending, s.oldest,
            fl.failing, fl.dead,
-           s.claimable, u.why AS untrusted
-    FROM @extschema@.pg_claim_fleets d
-    CROSS JOIN LATERAL (
-        SELECT @extschema@.pg_claim_fleet_untrusted(
+           s.claimable,
+           -- a fleet the caller trusts has its n >= 1 rows in fleet_slots:
+           -- only one without them is walked again, for the reason
+           CASE WHEN s.fleet IS NULL THEN @extschema@.pg_claim_fleet_untrusted(
                    (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user),
-                   d.owner::pg_catalog.oid, d.tbl::pg_catalog.oid) AS why) u
+                   d.owner::pg_catalog.oid, d.tbl::pg_catalog.oid) END AS untrusted
+    FROM @extschema@.pg_claim_fleets d
     LEFT JOIN (SELECT x.fleet,
                       pg_catalog.count(DISTINCT x.holder) AS holders,
                       pg_catalog.count(*) FILTER (WHERE x.mode IS NULL) AS unserved,
