@@ -4,13 +4,16 @@
     pg-claim status [--json] DSN FLEET       one line per slot
     pg-claim top [--interval S] [--once] [--count N] DSN FLEET
                                              the same, live, with a bar per slot
+    pg-claim web [--bind ADDR] [--port PORT] [--token TOKEN] [--allow-actions] DSN
+                                             the fleets in a web browser (port 8377)
 
 DSN is a libpq connection string or URI ("" for libpq's environment:
 PGHOST, PGDATABASE, ...). The command reads the views `fleets` and
 `fleet_slots` of the extension, or of the portable edition (found by its
 function pg_claim_portable_version(), on the search_path first); a fleet is
-defined once with `define_fleet`. It writes nothing to the database, and
-shows the control characters of names and holders escaped (\x1b, \n).
+defined once with `define_fleet`. It writes nothing to the database (but
+`web --allow-actions` on a user's request), and shows the control
+characters of names and holders escaped (\x1b, \n).
 
 `status` shows each slot's rate: the fall of its pending count per second
 since the previous `status` or `top` of the same fleet and database, kept in
@@ -452,6 +455,11 @@ def cmd_top(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_web(args: argparse.Namespace, out: TextIO) -> int:
+    from ._web import serve  # the web server's modules load for this command only
+    return serve(args, out)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pg-claim", description="Look at pg_claim fleets (defined with define_fleet) in a database.",
@@ -481,6 +489,19 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("dsn", metavar="DSN")
     s.add_argument("fleet", metavar="FLEET")
     s.set_defaults(run=cmd_top)
+    s = sub.add_parser("web", help="the fleets in a web browser",
+                       description="A web view of the fleets on http://ADDR:PORT/: each fleet's slots, holders, "
+                                   "rate and failure records, updated every --refresh seconds. Binds 127.0.0.1 "
+                                   "unless --bind is given; any other address needs a token.")
+    s.add_argument("--bind", default="127.0.0.1", metavar="ADDR", help="the address to listen on (127.0.0.1)")
+    s.add_argument("--port", type=int, default=8377, metavar="PORT", help="the port (8377; 0: any free one)")
+    s.add_argument("--token", metavar="TOKEN", help="a token every request must carry (or PG_CLAIM_WEB_TOKEN); "
+                   "required with a --bind other than loopback")
+    s.add_argument("--allow-actions", action="store_true",
+                   help="offer retry, clear (failure records) and release (leases), as the DSN's role")
+    s.add_argument("--refresh", type=float, default=3.0, metavar="S", help="seconds between updates (3)")
+    s.add_argument("dsn", metavar="DSN")
+    s.set_defaults(run=cmd_web)
     return p
 
 
@@ -488,6 +509,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser().parse_args(argv)
     if getattr(args, "interval", 1.0) <= 0:
         parser().error("--interval must be more than 0")
+    if getattr(args, "refresh", 1.0) < 1:
+        parser().error("--refresh must be 1 or more")
     if getattr(args, "count", 0) < 0:
         parser().error("--count must be 0 or more")
     try:
