@@ -63,7 +63,7 @@ def stamp(now: float) -> str:
 
 # --- the fleets ----------------------------------------------------------------
 
-FLEET_COLUMNS = ["fleet", "table", "n", "holders", "unserved", "pending", "oldest", "failing", "dead"]
+FLEET_COLUMNS = ["fleet", "table", "slots", "holders", "unserved", "pending", "oldest", "failing", "dead"]
 
 
 def fleets_main(rows: List[Row], now: float) -> str:
