@@ -115,12 +115,13 @@ def slot_cell(s: Row, lease: Optional[Row], rate: Optional[float], most: int, cs
             f"id=\"slot-{s['slot']}\" data-slot=\"{s['slot']}\" title=\"slot {s['slot']}: {state}\">"
             f"<span class=\"num\">{s['slot']}</span>"
             f"<span class=\"holder\">{who}</span>"
-            f"<span class=\"pending\" title=\"pending\">{fmt_int(s['pending'])}</span>"
-            f"<span class=\"oldest\" title=\"oldest pending\">{fmt_age(s['oldest_age'])}</span>"
-            f"<span class=\"token\" title=\"token\">{esc(s['token']) if s['token'] is not None else '-'}</span>"
-            f"<span class=\"expires\" title=\"lease expiry\">{expires}</span>"
-            f"<span class=\"rate\" title=\"items/s\">{fmt_rate(rate)}</span>"
-            f"<span class=\"fd\" title=\"failing / dead\">{fmt_int(s['failing'])} / {fmt_int(s['dead'])}</span>"
+            f"<span>pending <b class=\"pending\">{fmt_int(s['pending'])}</b></span>"
+            f"<span>oldest <b class=\"oldest\">{fmt_age(s['oldest_age'])}</b></span>"
+            f"<span class=\"wide\">token <b class=\"token\">{esc(s['token']) if s['token'] is not None else '-'}</b></span>"
+            f"<span>expires <b class=\"expires\">{expires}</b></span>"
+            f"<span><b class=\"rate\">{fmt_rate(rate)}</b>/s</span>"
+            f"<span class=\"wide\">failing / dead <b class=\"fd\">{fmt_int(s['failing'])} / {fmt_int(s['dead'])}</b>"
+            "</span>"
             f"{release}</div>")
 
 
@@ -136,12 +137,14 @@ def holders_table(slots: List[Row]) -> str:
     return table(["holder", "slots", "which"], rows, "holders")
 
 
-def rate_svg(series: List[Tuple[float, float]], window_s: float = 300.0) -> str:
-    """The fleet's items/s over the last minutes as an SVG line (numbers
-    only: nothing from the database but counts)."""
+def rate_svg(series: List[Tuple[float, float]], most_s: float = 300.0) -> str:
+    """The fleet's items/s over the samples of the last minutes (at most
+    most_s seconds, at least 30) as an SVG line: numbers only, nothing from
+    the database but counts."""
     w, h, pad = 600, 120, 4
     if len(series) < 2:
-        return "<p class=\"empty\" id=\"rate-empty\">the plot starts with the page's second reading</p>"
+        return "<p class=\"empty\" id=\"rate-empty\">the plot starts with the page's third reading</p>"
+    window_s = max(30.0, min(most_s, max(a for a, _ in series)))
     top = max([r for _, r in series] + [1.0])
     low = min([r for _, r in series] + [0.0])
     span = top - low
@@ -153,11 +156,11 @@ def rate_svg(series: List[Tuple[float, float]], window_s: float = 300.0) -> str:
     points = " ".join(xy(a, r) for a, r in reversed(series))
     zero = pad + (h - 2 * pad) * top / span
     return (f"<svg id=\"rate-plot\" class=\"plot\" viewBox=\"0 0 {w} {h}\" width=\"{w}\" height=\"{h}\" "
-            f"role=\"img\" aria-label=\"items per second, last {int(window_s // 60)} minutes\">"
+            f"role=\"img\" aria-label=\"items per second, last {fmt_age(datetime.timedelta(seconds=window_s))}\">"
             f"<line class=\"axis\" x1=\"{pad}\" y1=\"{zero:.1f}\" x2=\"{w - pad}\" y2=\"{zero:.1f}\"/>"
             f"<polyline class=\"line\" points=\"{points}\"/>"
             f"<text x=\"{pad + 2}\" y=\"14\">{fmt_rate(top)}/s</text>"
-            f"<text x=\"{pad + 2}\" y=\"{h - 6}\">{int(window_s // 60)} min ago</text>"
+            f"<text x=\"{pad + 2}\" y=\"{h - 6}\">{fmt_age(datetime.timedelta(seconds=window_s))} ago</text>"
             f"<text x=\"{w - 30}\" y=\"{h - 6}\">now</text></svg>")
 
 
@@ -204,7 +207,7 @@ def fleet_main(f: Row, slots: List[Row], leases: Dict[int, Row], rate: Dict[int,
     return (f"<h1>fleet <span id=\"fleet-name\">{esc(name)}</span></h1>{summary}"
             f"<section><h2>Slots</h2><div class=\"grid\" id=\"grid\">{grid}</div>"
             "<p class=\"legend\">colour: pending rows, from none (grey) to the most of any slot (red); "
-            "a dashed border: unserved</p></section>"
+            "a dashed red border: unserved; rate: the fall of pending per second since the previous reading</p></section>"
             f"<section><h2>Holders</h2>{holders_table(slots)}</section>"
             f"<section><h2>Rate (items/s, fall of pending)</h2>{rate_svg(series)}</section>"
             f"<section><h2>Failure records</h2>{failures_table(name, failures[0], failures[1], page, csrf)}"
