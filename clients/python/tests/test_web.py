@@ -180,6 +180,8 @@ def test_pages_headers_and_errors(server, db):
     status, _, body = get(url + "/fleet?" + urllib.parse.urlencode({"name": evil}))
     assert status == 404 and "fleet &quot;x&#x27;); DROP TABLE jobs; --&lt;b&gt;&quot; is not defined" in body
     assert db.execute("SELECT count(*) FROM jobs").fetchone()[0] == 40
+    status, _, body = get(url + "/fleet?name=jobs&page=7")
+    assert status == 200 and "1 failure records, none on page 7" in body
     status, _, body = get(url + "/fleet?name=jobs&page=-1")
     assert status == 400 and "page must be an integer from 0, got -1" in body
     assert get(url + "/nothing")[0] == 404 and get(url + "/static/../_web.py")[0] == 404

@@ -167,6 +167,9 @@ def rate_svg(series: List[Tuple[float, float]], most_s: float = 300.0) -> str:
 def failures_table(fleet: str, total: int, rows: List[Row], page: int, csrf: Optional[str]) -> str:
     if not total:
         return "<p class=\"empty\">no failure records</p>"
+    if not rows:
+        return (f"<p class=\"empty\">{total} failure records, none on page {page}: "
+                f"<a href=\"{esc(fleet_href(fleet))}\">the first page</a></p>")
     body = []
     for r in rows:
         nxt = "never (dead)" if r["state"] == "dead" else fmt_in(r["retry_in"])
