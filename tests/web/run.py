@@ -119,7 +119,15 @@ def check_values(driver, web, d, workers):
     for w in workers:
         os.kill(w.pid, signal.SIGSTOP)
     try:
-        time.sleep(0)  # the stops are delivered before the reads below (kill returns after)
+        poll(lambda: all(w.state() == "T" for w in workers), 10, "the workers to stop")
+        # a commit sent just before a stop may still land: the views' reads agree twice in a row first
+        seen = []
+
+        def settled():
+            seen.append(d.execute("SELECT array_agg((slot, holder, pending, token)::text ORDER BY fleet, slot)"
+                                  " FROM fleet_slots").fetchone()[0])
+            return len(seen) > 1 and seen[-1] == seen[-2]
+        poll(settled, 10, "the views to settle", interval=0.2)
         fleets = d.execute("SELECT fleet, tbl::text, n, holders, unserved, pending, now() - oldest, failing, dead"
                            " FROM fleets ORDER BY fleet").fetchall()
         slots = d.execute("SELECT slot, holder, pending, token FROM fleet_slots WHERE fleet = %s ORDER BY slot",
