@@ -223,6 +223,16 @@ def test_actions_with_allow_actions(server, db):
     assert db.execute("SELECT expired FROM lease_holders('jobs') WHERE slot = 2").fetchone()[0]
 
 
+def test_a_lost_connection_is_replaced(server, db):
+    url = server()
+    assert get(url + "/fleet?name=jobs")[0] == 200
+    ended = db.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                       " WHERE datname = %s AND application_name = 'pg-claim'", (DB,)).fetchone()[0]
+    assert ended >= 1
+    status, _, body = get(url + "/fleet?name=jobs")
+    assert status == 200 and 'id="fleet-name">jobs<' in body
+
+
 def test_sigterm_ends_it_and_a_missing_database_fails_early(db):
     p, url = start()
     assert get(url + "/")[0] == 200

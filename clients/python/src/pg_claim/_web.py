@@ -29,9 +29,8 @@ import socket
 import sys
 import threading
 import urllib.parse
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Dict, Iterator, List, Optional, TextIO, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, TextIO, Tuple, TypeVar
 
 import psycopg
 from psycopg import pq
@@ -46,6 +45,7 @@ STATIC = {"web.js": "text/javascript; charset=utf-8", "web.css": "text/css; char
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
        "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 MAX_BODY = 65536
+T = TypeVar("T")
 
 
 class Pool:
@@ -114,15 +114,18 @@ class App:
     def status_line(self) -> str:
         return f"{pages.esc(self.about)} · actions {'on' if self.allow_actions else 'off'}"
 
-    def read(self, fn):  # type: ignore[no-untyped-def]
-        """fn(views) on a pooled connection; once more on a new one if the
-        kept one was lost (a server restart, a pooler's timeout)."""
+    def read(self, fn: Callable[[Views], T], again: bool = True) -> T:
+        """fn(views) on a pooled connection; when the connection was lost (a
+        server restart, a pooler's timeout) the kept ones are dropped, and
+        with `again` fn runs once more on a new one (not for an action,
+        which may have been done)."""
         for attempt in (1, 2):
             try:
                 with self.pool.views() as v:
                     return fn(v)
             except psycopg.OperationalError as e:
-                if attempt == 2:
+                self.pool.close()
+                if attempt == 2 or not again:
                     raise Reply(503, "cannot read the database", pages.esc(_first_line(e))) from None
             except CliError as e:
                 status = 404 if e.status == 2 else 503
@@ -130,15 +133,15 @@ class App:
                             pages.esc(e.message) + (f"<br>hint: {pages.esc(e.hint)}" if e.hint else "")) from None
             except psycopg.Error as e:
                 status = 403 if e.sqlstate == "42501" else 400 if (e.sqlstate or "").startswith("22") else 500
-                raise Reply(status, "the server refused",
-                            pages.esc(_first_line(e))) from None
+                raise Reply(status, "the server refused", pages.esc(_first_line(e))) from None
+        raise AssertionError("unreachable")
 
     # --- the pages ---------------------------------------------------------
 
     def fleets_page(self) -> Tuple[str, str]:
         def get(v: Views) -> str:
             rows = v.fleets()
-            now = v.conn.execute("SELECT extract(epoch FROM now())::float8").fetchone()[0]  # type: ignore[index]
+            (now,) = v.conn.execute("SELECT extract(epoch FROM now())::float8").fetchone() or (0.0,)
             return pages.fleets_main(rows, now)
         return "pg-claim web: fleets", self.read(get)
 
@@ -198,7 +201,7 @@ class App:
                           if action == "retry" else
                           f"cleared the failure record of item {pages.esc(item)} of fleet {pages.esc(fleet)}")
         try:
-            ok, text = self.read(run)
+            ok, text = self.read(run, again=False)
         except Reply as r:
             self.log(client, f"failed {what}: HTTP {r.status} {r.title}")
             r.back = back
