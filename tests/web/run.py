@@ -231,15 +231,18 @@ def check_actions(driver, web, viewer, d):
     out = wait_until(lambda: one_text(driver, "p.message"), 10, "the release's outcome")
     expired = d.execute("SELECT expired FROM lease_holders(%s) WHERE slot = 0", (EVIL,)).fetchone()[0]
     check("released" in out and expired, f"release of slot 0: {out}, expired {expired}")
-    logged = [line for line in web.log if " done " in line]
-    check(len(logged) == 3 and "slot 0 token %d" % token in logged[2], f"the actions' log: {web.log}")
+    # the log is read from the server's stderr by a thread: polled
+    logged = wait_until(lambda: len([x for x in web.log if " done " in x]) >= 3 and
+                        [x for x in web.log if " done " in x], 5, f"three actions in the log: {web.log}")
+    check(len(logged) == 3 and "done retry" in logged[0] and "done clear" in logged[1] and
+          f"done release fleet \"{EVIL}\" slot 0 token {token}" in logged[2], f"the actions' log: {logged}")
     log("ok: retry of a dead item, clear of a record, release of a stuck lease: done and logged")
     # refused: no CSRF token, a wrong one; a server without --allow-actions
     driver.get(url)
     for fields, what in (({}, "no"), ({"csrf": "x" * 43}, "a wrong")):
         status, text = post(driver, dict(fields, fleet=EVIL, action="clear", item="p00"))
         check(status == 403 and "CSRF" in text and "p00" in failure_items(d), f"{what} CSRF token: {status}")
-    check(sum("refused" in line for line in web.log) == 2, "the refusals are not logged")
+    wait_until(lambda: sum("missing or wrong CSRF token" in x for x in web.log) == 2, 5, "the refusals in the log")
     driver.get(viewer.url + "/fleet?name=" + NAME)
     status, text = post(driver, {"fleet": EVIL, "action": "clear", "item": "p00"})
     check(status == 403 and "--allow-actions" in text and "p00" in failure_items(d), f"actions off: {status}")
