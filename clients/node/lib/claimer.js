@@ -1,7 +1,7 @@
 "use strict";
-// The Worker's held slots and its lease calls (methods mixed into
-// Worker.prototype): claim_leases on a timer, the reasons a slot was lost,
-// the leave, and LISTEN on the notify connection.
+// A Worker's claims (methods mixed into Worker.prototype): the held slots,
+// claim_leases on a timer on a connection of its own, the reasons a slot
+// was lost, and the leave.
 const { intervalText, diffHeld, errorText } = require("./util");
 
 const methods = {
@@ -117,49 +117,6 @@ const methods = {
       } finally {
         if (c) this._drop(c);
       }
-    }
-  },
-
-  /** LISTEN on the channels of the held slots on the direct notify connection (lease mode). */
-  async _listenLoop() {
-    let pause = 0;
-    while (this._renewing) {
-      let c = null;
-      try {
-        c = await this._connect(this.notifyConnection, "_listenClient");
-        pause = 0;
-        c.on("notification", () => this._wake("notify"));
-        let broken = null;
-        c.on("error", (e) => { broken = e; this._wake("listener"); });
-        const listening = new Set();
-        while (this._renewing && broken === null) {
-          await this._syncListen(c, listening, [...this.held.keys()]);
-          await new Promise((resolve) => { this._onHeld = resolve; setTimeout(resolve, 1000); });
-          this._onHeld = null;
-        }
-        if (broken) throw broken;
-      } catch (e) {
-        pause = this._nextPause(pause);
-        this._emit("listen failed", { error: errorText(e), pauseMs: pause });
-        await this._pauseFor(pause);
-      } finally {
-        if (c) this._drop(c);
-      }
-    }
-  },
-
-  async _syncListen(c, listening, slots) {
-    for (const s of slots) {
-      if (listening.has(s)) continue;
-      const ch = (await c.query("SELECT slot_channel($1, $2) AS c", [this.name, s])).rows[0].c;
-      await c.query(`LISTEN ${c.escapeIdentifier(ch)}`);
-      listening.add(s);
-    }
-    for (const s of [...listening]) {
-      if (slots.includes(s)) continue;
-      const ch = (await c.query("SELECT slot_channel($1, $2) AS c", [this.name, s])).rows[0].c;
-      await c.query(`UNLISTEN ${c.escapeIdentifier(ch)}`);
-      listening.delete(s);
     }
   },
 };
