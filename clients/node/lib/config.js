@@ -3,6 +3,9 @@
 // reads once from the server (methods mixed into Worker.prototype): the
 // mode (a session or a pooler), the table, its key, its partitions, the fetch.
 const { durationMs, intervalText, makeHolder, isConnectionLost } = require("./util");
+const { OPTIONS, RENAMED } = require("./vocabulary");
+
+const OPTION_NAMES = new Set(OPTIONS.map(([name]) => name));
 
 // the columns a fetch adds to the table's own (taken off before the handler sees a row)
 const KEY = "pg_claim:key", ROUTE = "pg_claim:route", FAILURE = "pg_claim:failure", RETRY = "pg_claim:retry";
@@ -31,6 +34,11 @@ const MAX_LEASE_SLOTS = 1024;
  */
 function configure(w, options) {
   const o = options || {};
+  for (const k of Object.keys(o)) {
+    if (OPTION_NAMES.has(k)) continue;
+    const hint = RENAMED[k] ? ` (renamed ${RENAMED[k]} in 0.6.0)` : "";
+    throw new TypeError(`pg-claim: unknown option ${k}${hint}: the options are those of docs/libraries.md (describe().options)`);
+  }
   const str = (k, required) => {
     if (o[k] === undefined || o[k] === null) {
       if (required) throw new TypeError(`pg-claim: option ${k} is required`);
@@ -53,6 +61,8 @@ function configure(w, options) {
   w.n = int("n", undefined, 1);
   w.batch = int("batch", 50, 1);
   w.maxAttempts = int("maxAttempts", 5, 1);
+  w.maxSlots = int("maxSlots", w.n, 1);
+  if (w.maxSlots > w.n) throw new TypeError(`pg-claim: option maxSlots must be between 1 and n = ${w.n}, got ${w.maxSlots}`);
   if (typeof o.handler !== "function") throw new TypeError("pg-claim: option handler must be a function (client, rows, batch) => Promise");
   w.handler = o.handler;
   w.mode = o.mode === undefined ? "lease" : o.mode;
@@ -68,8 +78,8 @@ function configure(w, options) {
   w.pollMs = o.pollInterval === undefined ? null : durationMs(o.pollInterval, "pollInterval");
   w.idleMs = Math.round(o.idleInTransactionTimeout === undefined ? w.ttlMs : durationMs(o.idleInTransactionTimeout, "idleInTransactionTimeout"));
   w.holder = str("holder") || makeHolder();
-  w.connection = { ...(o.connection || {}), ...(o.connectionString ? { connectionString: o.connectionString } : {}) };
-  w.notifyConnection = o.notifyConnectionString ? { connectionString: o.notifyConnectionString } : null;
+  w.connection = { ...(o.connection || {}), ...(str("conninfo") ? { connectionString: o.conninfo } : {}) };
+  w.notifyConnection = str("notifyConninfo") ? { connectionString: o.notifyConninfo } : null;
   w.sessionPool = Boolean(o.sessionPool);
   w.metricsPort = o.metricsPort === undefined || o.metricsPort === null ? null : int("metricsPort", null, 0);
   w.metricsHost = str("metricsHost") || "127.0.0.1";
@@ -95,7 +105,7 @@ const methods = {
     const direct = pid === client.processID;
     if (this.mode === "auto") {
       this.mode = direct || this.sessionPool ? "session" : "lease";
-      this._emit("mode", { mode: this.mode, why: direct ? "a direct connection" : this.sessionPool ? "sessionPool" : "a pooler answered the start-up" });
+      this._emit("mode", { mode: this.mode, why: direct ? "a direct connection" : this.sessionPool ? "a session pool" : "a pooler answered the start-up" });
       if (this.mode === "lease") return null;
     }
     if (!direct && !this.sessionPool) {
@@ -154,7 +164,7 @@ const methods = {
     await client.query(`SELECT count(*) FROM (${this._fetchText(0, null)} LIMIT 0) x`);
     if (this.pollMs === null) this.pollMs = this.mode === "session" || this.notifyConnection ? 30000 : 1000;
     this._ready = true;
-    this._emit("start", { mode: this.mode, table: t, key: this.key, method: this.method || "auto", partitioned: this.partitioned });
+    this._emit("started", { mode: this.mode, table: t, key: this.key, method: this.method || "auto", partitioned: this.partitioned });
   },
 
   async _partition(client, slot) {

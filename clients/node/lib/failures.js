@@ -127,7 +127,8 @@ const methods = {
         this.stats.deadItems++;
         if (this._prom) this._prom.dead.inc({ fleet: this.name, slot: f.slot });
       }
-      this._emit("failure", f);
+      if (f.state === "dead") this._emit("dead", f);
+      else this._emit("failed", f);
     }
     return { ok: complete ? ok.length : 0, failed: outcomes.length, retryMs, complete };
   },
@@ -144,7 +145,7 @@ const methods = {
       const { state } = await this._record(client, w, cursor, it, error);
       outcomes.push({ slot, item: it.key, error, state });
     } else {
-      this._emit("transaction ended", { slot, item: it.key, error });
+      this._emit("transaction_ended", { slot, item: it.key, error });
     }
     await this._commit(client);
   },

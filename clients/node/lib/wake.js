@@ -51,7 +51,7 @@ const methods = {
   _waitingMs() {
     const retryMs = this._nextRetryMs();
     const ms = waitMs(this.pollMs, retryMs);
-    this._emit("waiting", { ms, retryMs });
+    this._emit("idle", { ms, retryMs });
     return ms;
   },
 
@@ -75,7 +75,7 @@ const methods = {
         if (broken) throw broken;
       } catch (e) {
         pause = this._nextPause(pause);
-        this._emit("listen failed", { error: errorText(e), pauseMs: pause });
+        this._emit("listen_failed", { error: errorText(e), pauseMs: pause });
         await this._pauseFor(pause);
       } finally {
         if (c) this._drop(c);

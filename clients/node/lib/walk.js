@@ -57,7 +57,7 @@ const methods = {
     const listening = new Set();
     const claim = async () => {
       const r = (await client.query("SELECT claim_slots($1, $2, $3) AS s, pg_backend_pid() AS pid",
-        [this.name, this.n, this.n])).rows[0];
+        [this.name, this.n, this.maxSlots])).rows[0];
       if (r.pid !== server) {
         throw new NotASessionError(`pg-claim: claim_slots ran in server process ${r.pid}, not ${server}:`
           + " the pool is not in session mode (its claim stays with that server connection)");
@@ -143,17 +143,21 @@ const methods = {
     // a worker paused inside its fenced transaction (SIGSTOP, a GC pause)
     // holds its slot: the server ends that transaction after idleMs, so
     // the slot moves on as a lease would
-    const idle = this.idleMs > 0 ? `SET LOCAL idle_in_transaction_session_timeout = ${this.idleMs}; ` : "";
-    const open = token === null ? "BEGIN"
-      : `BEGIN; ${idle}SELECT fence(${client.escapeLiteral(this.name)}, ${slot}, ${token}::bigint)`;
+    const idle = this.idleMs > 0 ? `; SET LOCAL idle_in_transaction_session_timeout = ${this.idleMs}` : "";
+    // the guard: lease mode the fence, session mode the session's own lock
+    const name = client.escapeLiteral(this.name);
+    const guard = token === null ? `SELECT ${slot} = ANY (my_slots(${name})) AS mine` : `SELECT fence(${name}, ${slot}, ${token}::bigint)`;
+    const open = `BEGIN${idle}; ${guard}`;
     try {
       const r = await client.query(fetch === null ? open : `${open}; ${fetch}`);
+      if (token === null && !r[idle ? 2 : 1].rows[0].mine) throw Object.assign(new Error("pg-claim: the session no longer holds the slot"), { code: "PC001" });
       return fetch === null ? [] : r[r.length - 1].rows;
     } catch (e) {
       if (isConnectionLost(e)) throw e;
       await client.query("ROLLBACK");
       if (e.code !== "PC001") throw e;
       this.stats.fenced++;
+      this._emit("rejected", { slot, token });
       if (this._prom) this._prom.fenceRejections.inc({ fleet: this.name });
       if (this.held.get(slot) === token) { // until a claim returns it again
         const now = new Map(this.held);
@@ -230,7 +234,7 @@ const methods = {
         if (broken === "lost" || (error && broken === null && isTransient(error))) {
           const st = this._transient(slot, due[0].key);
           st.error = errorText(error || new Error("pg-claim: the handler ended the batch's client"));
-          this._emit("transient", { slot, item: due[0].key, error: st.error, count: st.count, pauseMs: st.pauseMs });
+          this._emit("retrying", { slot, item: due[0].key, error: st.error, count: st.count, pauseMs: st.pauseMs });
           if (broken === "lost") { open = false; throw new TransientBatch(error || new Error(st.error), st.pauseMs); }
           if (st.count < TRANSIENT_LIMIT) {
             await client.query("ROLLBACK");

@@ -8,6 +8,9 @@ const { Stats, PromMetrics } = require("./metrics");
 const config = require("./config");
 const { TransientBatch } = require("./failures");
 const { handleSignals } = require("./signals");
+const { EVENTS } = require("./vocabulary");
+
+const EVENT_NAMES = new Set(EVENTS);
 
 const { configure, NotASessionError } = config;
 
@@ -93,6 +96,7 @@ class Worker {
   }
 
   _emit(type, fields = {}) {
+    if (!EVENT_NAMES.has(type)) throw new Error(`pg-claim: ${type} is not an event of the vocabulary`);
     if (this.onEvent === null) return;
     try {
       this.onEvent({ type, name: this.name, holder: this.holder, ...fields });
@@ -120,8 +124,10 @@ class Worker {
           if (this.mode === "lease" && this.notifyConnection && listener === null) listener = this._listenLoop();
           if (lost) this._emit("reconnected", {});
           lost = false;
-          if (this.mode === "session") await this._serveSession(client, server);
-          else await this._serveLease(client);
+          if (this.mode === "session") {
+            await this._serveSession(client, server);
+            await this._releaseSession(client);
+          } else await this._serveLease(client);
         } catch (e) {
           // the Worker's own statements (the handler's errors are the items')
           if (!(e instanceof TransientBatch) && !isServerState(e)) throw e;

@@ -13,9 +13,9 @@ const w = new Worker<Message>({
   },
   queryTimeout: "5 seconds", metricsPort: 9187, metricsHost: "127.0.0.1",
   onEvent: (e: WorkerEvent) => {
-    if (e.type === "failure") console.log(e.item, e.state);
+    if (e.type === "failed" || e.type === "dead") console.log(e.item, e.state);
     if (e.type === "lost") { const why: LostReason = e.reason; console.log(e.slot, why); }
-    if (e.type === "transient") console.log(e.item, e.count, e.pauseMs);
+    if (e.type === "retrying") console.log(e.item, e.count, e.pauseMs);
   },
 });
 const transient: boolean = isTransient(new Error("x"));

@@ -28,25 +28,51 @@ class Claimer:
                             (self.name, self.n, self.holder, self.max_slots if max_ is None else max_,
                              datetime.timedelta(seconds=self._ttl_s))).fetchall()
 
-    def _changed(self, gained: List[Tuple[int, int]], lost: List[Tuple[int, int]]) -> None:
+    def _changed(self, gained: List[Tuple[int, int]], lost: List[Tuple[int, int]],
+                 reason: Any = "given back") -> None:
+        """The held slots changed: counted and told (a `lost` and a `gained`
+        event per slot, then `slots`). `reason`: of every lost slot, or a
+        function (slot, token) -> reason."""
         held = sorted(self._held.snapshot())
         self.stats.slots(len(gained), len(lost), len(held))
+        self._tell_lost(lost, reason)
+        for s, t in gained:
+            self._emit("gained", slot=s, token=t if self.running_mode == "lease" else None)
         self._emit("slots", held=held, gained=[s for s, _ in gained], lost=[s for s, _ in lost])
         self._wake.set()
+
+    def _taken(self, conn: psycopg.Connection, gone: List[int]) -> set:
+        """Of the slots `gone` from a claim's result, those another holder
+        has a lease of (taken), not given back for balance."""
+        if not gone:
+            return set()
+        rows = conn.execute("SELECT slot FROM lease_holders(%s) WHERE slot = ANY(%s) AND NOT expired"
+                            " AND holder IS DISTINCT FROM %s", (self.name, gone, self.holder)).fetchall()
+        return {r[0] for r in rows}
+
+    def _tell_lost(self, lost: List[Tuple[int, int]], reason: Any) -> None:
+        for s, t in lost:
+            self._emit("lost", slot=s, token=t if self.running_mode == "lease" else None,
+                       reason=reason(s, t) if callable(reason) else reason)
 
     def _claimer(self, conn: Optional[psycopg.Connection]) -> None:
         """claim_leases every ttl/3 on a connection of its own, whatever the
         batches do. A failed call is tried again at the next period on a new
         connection; the slots are dropped once no call succeeded for a ttl.
         An error that is not the connection's stops the worker."""
-        period = self._ttl_s / 3
+        period = self._renew_s or self._ttl_s / 3
         failing = False
         while True:
             asked = time.monotonic()
             try:
                 conn = conn or self._connect(self.conninfo, deadline=1 / 3)
                 rows = self._claim(conn)
+                again = {s for s, _ in rows}
+                others = self._taken(conn, [s for s in self._held.snapshot() if s not in again])
                 gained, lost = self._held.replace(rows, asked)
+                # a slot back with a new token: the lease ran out in between
+                reason: Any = lambda s, _t: ("expired" if s in again  # noqa: E731
+                                             else "taken" if s in others else "given back")
                 if failing:
                     failing = self._claim_failing = False
                     self._wake.set()
@@ -59,11 +85,11 @@ class Claimer:
                     self.stop()
                     return
                 failing = self._claim_failing = True
-                gained, lost = [], self._held.failed(time.monotonic())
+                gained, lost, reason = [], self._held.failed(time.monotonic()), "expired"
                 self._emit("claim_failed", error=(str(e).strip().splitlines() or [type(e).__name__])[0])
                 self._wake.set()  # an idle work loop waits at most until the slots are to be dropped
             if gained or lost:
-                self._changed(gained, lost)
+                self._changed(gained, lost, reason)
             if self._stop.wait(max(0.0, asked + period - time.monotonic())):
                 break
         if conn is not None:
@@ -134,8 +160,9 @@ class Claimer:
             self._emit("leave_failed", error=str(e).strip())
             return
         gave = sorted(self._held.snapshot())
-        self._held.replace([], time.monotonic())
+        _, lost = self._held.replace([], time.monotonic())
         self.stats.slots(0, len(gave), 0)
+        self._tell_lost(lost, "released")
         self._emit("left", slots=gave)
 
     def _grace(self) -> float:
@@ -143,23 +170,22 @@ class Claimer:
         long the slots are given back for: ttl/4 (at least 0.5 s)."""
         return max(0.5, (self._ttl_s or 30.0) / 4)
 
-    @staticmethod
-    def session_check(conn: psycopg.Connection) -> int:
+    def session_check(self, conn: psycopg.Connection) -> int:
         """The server process of `conn` if the connection is one server
-        session; raises PoolerError otherwise. It compares the server
+        session (or session_pool is set); raises PoolerError otherwise. It compares the server
         process that runs a statement (pg_backend_pid()) with the one the
         connection was opened with (the server's start-up reply): a pooler
         answers the start-up itself, with a number of its own (PgBouncer in
         any pool mode, and other poolers that do not pass the server's
         through)."""
         (pid,) = conn.execute("SELECT pg_backend_pid()").fetchone()  # type: ignore[misc]
-        if pid != conn.info.backend_pid:
+        if pid != conn.info.backend_pid and not self.session_pool:
             raise PoolerError(
                 f"the server process (pid {pid}) is not the one the connection was opened with"
                 f" (pid {conn.info.backend_pid}): a connection pooler is in between. Session mode holds"
                 " its slots with session locks and LISTENs, which need one server session per"
-                " connection: connect to PostgreSQL directly, or use mode='lease' (works through"
-                " transaction-mode poolers).")
+                " connection: connect to PostgreSQL directly, use mode='lease' (works through"
+                " transaction-mode poolers), or session_pool=True through a pool in session mode.")
         return pid
 
     def _run_session(self) -> None:

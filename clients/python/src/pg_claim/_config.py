@@ -37,12 +37,15 @@ def make_holder() -> str:
 class Config:
     """The options of a Worker (see Worker) and what it reads once."""
 
-    def __init__(self, conninfo: str = "", *, name: str, table: str, n: int, pending: str,
-                 handler: Handler, batch: int = 50, mode: str = "lease", ttl: Interval = "30 seconds",
+    def __init__(self, conninfo: str = "", *, connection: Optional[Dict[str, Any]] = None, name: str,
+                 table: str, n: int, pending: str, handler: Handler, batch: int = 50, mode: str = "lease",
+                 ttl: Interval = "30 seconds", renew_interval: Optional[Interval] = None,
+                 idle_in_transaction_timeout: Optional[Interval] = None,
+                 query_timeout: Optional[Interval] = None,
                  key: Optional[str] = None, route: Optional[str] = None, method: Optional[str] = None,
                  max_slots: Optional[int] = None, holder: Optional[str] = None,
                  notify_conninfo: Optional[str] = None, poll_interval: Optional[float] = None,
-                 max_attempts: int = 5, backoff: Interval = "10 seconds",
+                 max_attempts: int = 5, backoff: Interval = "10 seconds", session_pool: bool = False,
                  metrics_port: Optional[int] = None, metrics_host: str = "127.0.0.1",
                  on_event: Optional[EventHook] = None) -> None:
         if not isinstance(name, str) or not name:
@@ -72,6 +75,14 @@ class Config:
         if ttl_s is not None and ttl_s <= 0:
             raise ValueError(f"ttl must be positive, got {ttl!r}")
         _seconds(backoff)
+        for what, v in (("renew_interval", renew_interval), ("idle_in_transaction_timeout",
+                        idle_in_transaction_timeout), ("query_timeout", query_timeout)):
+            s = None if v is None else _seconds(v)
+            if s is not None and (s < 0 or (what == "renew_interval" and s == 0)):
+                raise ValueError(f"{what} must be {'positive' if what == 'renew_interval' else 'at least 0'},"
+                                 f" got {v!r}")
+        if connection is not None and not isinstance(connection, dict):
+            raise TypeError(f"connection must be a dict of psycopg.connect() parameters, got {connection!r}")
         self.conninfo, self.name, self.table, self.n = conninfo, name, table, n
         self.pending, self.handler, self.batch, self.mode = pending, handler, batch, mode
         self.ttl, self.key, self.route, self.method = ttl, key, route, method
@@ -79,6 +90,9 @@ class Config:
         self.holder = holder or make_holder()
         self.notify_conninfo, self.poll_interval = notify_conninfo, poll_interval
         self.max_attempts, self.backoff = max_attempts, backoff
+        self.connection, self.session_pool = dict(connection or {}), bool(session_pool)
+        self.renew_interval, self.idle_in_transaction_timeout = renew_interval, idle_in_transaction_timeout
+        self.query_timeout = query_timeout
         self.metrics_port, self.metrics_host, self.on_event = metrics_port, metrics_host, on_event
         self.stats = Stats()
         self._stop = threading.Event()
@@ -87,6 +101,8 @@ class Config:
         self._fatal: Optional[BaseException] = None
         self._held = Held()
         self._ttl_s = ttl_s or 0.0
+        # read with the ttl (_read_table): the claimer's period, the idle and statement limits (s)
+        self._renew_s = self._idle_s = self._query_s = 0.0
         self._ready = False
         self._partitions: Dict[int, sql.Composable] = {}
         self._strikes: Dict[int, Tuple[str, int]] = {}
@@ -105,8 +121,10 @@ class Config:
                     try:
                         self.session_check(conn)
                         self.running_mode = "session"
+                        why = "a session pool" if self.session_pool else "a direct connection"
                     except PoolerError:
-                        self.running_mode = "lease"
+                        self.running_mode, why = "lease", "a pooler answered the start-up"
+                    self._emit("mode", mode=self.running_mode, why=why)
                 else:
                     self.running_mode = self.mode
                 self._read_table(conn)
@@ -121,14 +139,27 @@ class Config:
         # built-in type (box, point, ...) is not that type in NULL::box
         cur = conn.execute(
             "SELECT c.oid, c.oid::regclass::text, pg_catalog.format('%%I.%%I', n.nspname, c.relname),"
-            " extract(epoch FROM %s::interval)::float8, extract(epoch FROM %s::interval)::float8"
+            " extract(epoch FROM %s::interval)::float8, extract(epoch FROM %s::interval)::float8,"
+            " extract(epoch FROM %s::interval)::float8, extract(epoch FROM %s::interval)::float8,"
+            " extract(epoch FROM %s::interval)::float8"
             " FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
             " WHERE c.oid = %s::regclass",
-            (_interval_param(self.ttl), _interval_param(self.backoff), self.table))
-        oid, self._table_text, rowtype, ttl_s, backoff_s = cur.fetchone()  # type: ignore[misc]
+            tuple(None if v is None else _interval_param(v) for v in (
+                self.ttl, self.backoff, self.renew_interval, self.idle_in_transaction_timeout,
+                self.query_timeout)) + (self.table,))
+        oid, self._table_text, rowtype, ttl_s, backoff_s, renew_s, idle_s, query_s = \
+            cur.fetchone()  # type: ignore[misc]
         if ttl_s <= 0 or backoff_s < 0:
             raise Error(f"ttl must be positive and backoff not negative, got {self.ttl!r}, {self.backoff!r}")
+        if renew_s is not None and not 0 < renew_s < ttl_s:
+            raise Error(f"renew_interval must be above 0 and below the ttl ({ttl_s:g} s), got {self.renew_interval!r}")
+        if (idle_s is not None and idle_s < 0) or (query_s is not None and query_s < 0):
+            raise Error("idle_in_transaction_timeout and query_timeout must not be negative, got"
+                        f" {self.idle_in_transaction_timeout!r}, {self.query_timeout!r}")
         self._ttl_s = ttl_s
+        self._renew_s = ttl_s / 3 if renew_s is None else renew_s
+        self._idle_s = ttl_s if idle_s is None else idle_s
+        self._query_s = ttl_s if query_s is None else query_s
         key = self.key
         if key is None:
             cols = [r[0] for r in conn.execute(

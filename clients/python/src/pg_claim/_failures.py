@@ -56,6 +56,8 @@ class Failures:
             try:
                 if recheck and not self._is_pending(conn, table, r):
                     self._commit(conn)  # done by the handler's own COMMIT: no record, not counted
+                    self._emit("transaction_ended", slot=slot, item=item,
+                               error="the handler ended the batch's transaction after its row was done")
                     continue
                 try:
                     self.handler(conn, Batch([r], self.name, slot, token, table))
@@ -114,7 +116,10 @@ class Failures:
             raise
         dead = outcome == "dead"
         self.stats.failure(slot, dead)
-        self._emit("dead" if dead else "failed", slot=slot, item=item, error=error, attempts=attempts)
+        if dead:
+            self._emit("dead", slot=slot, item=item, error=error, attempts=attempts, state="dead")
+        else:
+            self._emit("failed", slot=slot, item=item, error=error, attempts=attempts, state="retry")
         return None if dead else due_in
 
     def _pay_owed(self, conn: psycopg.Connection, slot: int, token: Optional[int],

@@ -42,16 +42,17 @@ class Walker:
             if not session:  # no good claim for a ttl: drop the slots, whatever the claimer does
                 lost = self._held.failed(now)
                 if lost:
-                    self._changed([], lost)
+                    self._changed([], lost, "expired")
             return False
         slot, token, after = nxt
         try:
             done, end, retry_in, cursor = self._step(conn, slot, None if session else token, after)
         except _SlotLost:
             self.stats.add("rejected")
+            self._emit("rejected", slot=slot, token=None if session else token)
             if self._held.drop(slot, token):
                 self.stats.slots(0, 1, len(self._held.snapshot()))
-            self._emit("rejected", slot=slot, token=None if session else token)
+                self._tell_lost([(slot, token)], "taken")
             return True
         if retry_in is not None:
             d = due.setdefault(slot, {})
@@ -76,11 +77,15 @@ class Walker:
         # the back-off after transient failures in a row (reconnects and
         # batches alike): none after a batch that went through
         pause: Optional[float] = None
+        lost_conn = False
         try:
             while not self._stop.is_set():
                 try:
                     if conn is None:
                         conn = self._connect(self.conninfo)
+                        if lost_conn:
+                            self._emit("reconnected")
+                        lost_conn = False
                     if claim is not None:
                         claim(conn)  # session mode: between batches (a new session: checked first)
                     walked = self._walk(conn, quiet, busy, due, session)
@@ -109,9 +114,9 @@ class Walker:
                         continue
                     if conn is not None:
                         conn.close()
-                    conn = None
-                    if session:
-                        self._held.replace([], time.monotonic())  # the claims died with the session
+                    conn, lost_conn = None, True
+                    if session:  # the claims died with the session
+                        self._tell_lost(self._held.replace([], time.monotonic())[1], "connection lost")
                     self._reconnecting(e, pause)
                 if self._fatal is not None:
                     break
@@ -121,6 +126,7 @@ class Walker:
                     conn.execute("SELECT release_slot(%s)", (self.name,))
                     gave = sorted(self._held.snapshot())
                     self.stats.slots(0, len(gave), 0)
+                    self._tell_lost(sorted(self._held.snapshot().items()), "released")
                     self._emit("left", slots=gave)
                 except psycopg.Error:
                     pass
@@ -210,14 +216,17 @@ class Walker:
         leaves one that the server ends after ttl. Raises _SlotLost (rolled
         back) when the slot is no longer this worker's; on success the
         transaction is open: end it with _commit or _rollback."""
-        ms = str(max(1, int(self._ttl_s * 1000)))
-        params = {"slot": slot, "name": self.name, "token": token, "idle": ms}
+        params = {"slot": slot, "name": self.name, "token": token,
+                  "idle": str(max(1, int(self._idle_s * 1000))), "query": str(max(1, int(self._query_s * 1000)))}
         if token is None:
             q = "BEGIN; SELECT %(slot)s = ANY (my_slots(%(name)s)) AS mine"
         else:
             q = "BEGIN; SELECT fence(%(name)s, %(slot)s, %(token)s::bigint)"
-        q += (", set_config('idle_in_transaction_session_timeout', %(idle)s, true),"
-              " set_config('statement_timeout', %(idle)s, true)")
+        # 0: no limit (the server's own setting)
+        if self._idle_s > 0:
+            q += ", set_config('idle_in_transaction_session_timeout', %(idle)s, true)"
+        if self._query_s > 0:
+            q += ", set_config('statement_timeout', %(query)s, true)"
         if fetch is not None:
             q += "; " + self._fetch
             params.update(fetch)

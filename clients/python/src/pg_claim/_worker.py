@@ -18,6 +18,7 @@ from ._failures import Failures
 from ._metrics import serve
 from ._signals import install_signals
 from ._types import Batch, Error, Handler, PoolerError
+from ._vocabulary import EVENTS
 from ._walk import Walker
 from ._wake import Waker
 
@@ -40,6 +41,9 @@ class Worker(Config, Claimer, Walker, Failures, Waker):
         libpq's environment: PGHOST, PGDATABASE, ...). May point at a
         transaction-mode pooler (PgBouncer) in lease mode. No server-side
         prepared statements are used (prepare_threshold=None).
+    connection
+        a dict of further psycopg.connect() parameters of every connection
+        (sslmode, options, ...): they win over the worker's own.
     name, n
         the fleet's name and its number of slots (fixed for the life of a name).
     table
@@ -76,6 +80,13 @@ class Worker(Config, Claimer, Walker, Failures, Waker):
         keepalives, tcp_user_timeout, connect_timeout, a deadline on each
         reply; see README.md), so that a half-open connection never wedges
         a worker; in both modes stop() cuts a wait after ttl/4.
+    renew_interval
+        lease mode: the period of claim_leases (default ttl/3; above 0, below ttl).
+    idle_in_transaction_timeout, query_timeout
+        the longest a batch's transaction may stay idle at a time, and the
+        longest each of its statements may run, the handler's included
+        (SET LOCAL idle_in_transaction_session_timeout, statement_timeout):
+        default the ttl, 0 for no limit.
     key, route, method
         as in my_items: the key column (default: the primary key), the column
         mapped to the slot (default: the key), the mapping (default 'auto';
@@ -102,6 +113,10 @@ class Worker(Config, Claimer, Walker, Failures, Waker):
         (_conn.PAUSE_FIRST doubled up to PAUSE_MAX, ttl/3 in lease mode),
         and goes item by item through record_failure after TRANSIENT_LIMIT
         such failures in a row with the same first item.
+    session_pool
+        session mode through a pool in session mode (PgBouncer's
+        pool_mode = session): each client has its own server connection, so
+        the start-up reply's process is not compared with the server's.
     metrics_port
         serve Prometheus metrics on this port (/metrics): needs
         prometheus_client (pip install 'pg-claim[metrics]').
@@ -110,7 +125,11 @@ class Worker(Config, Claimer, Walker, Failures, Waker):
         machine only; "0.0.0.0" or "::" for every interface).
     on_event
         on_event(event, fields) for logging and metrics, called from the
-        worker's threads; see README.md for the events.
+        worker's threads; the events are those of docs/libraries.md
+        (pg_claim.describe() lists them).
+
+    The options, their defaults and the events are the Node.js library's
+    too, in camelCase: docs/libraries.md.
     """
 
     def run(self) -> None:
@@ -158,6 +177,8 @@ class Worker(Config, Claimer, Walker, Failures, Waker):
         return {s: (t if self.running_mode == "lease" else None) for s, t in snap.items()}
 
     def _emit(self, event: str, **fields: Any) -> None:
+        if event not in EVENTS:  # the vocabulary of docs/libraries.md, shared with pg-claim
+            raise ValueError(f"pg_claim: {event!r} is not an event of the vocabulary")
         log.debug("%s %s", event, fields)
         if self.on_event is not None:
             try:
@@ -181,6 +202,7 @@ class Worker(Config, Claimer, Walker, Failures, Waker):
             extra["connect_timeout"] = 10
         if "application_name" not in params and "PGAPPNAME" not in os.environ:
             extra["application_name"] = f"pg_claim {self.name}"[:63]
+        extra.update(self.connection)  # the caller's driver settings win
         conn = Conn.connect(conninfo, autocommit=True, prepare_threshold=None, **extra)
         conn.deadline_s = float("inf") if session else max(1.5, deadline * ttl_s)
         conn.stop, conn.stop_grace_s = self._stop, self._grace()
