@@ -140,8 +140,15 @@ def calls(texts):
     return functions, named
 
 
+# The one difference, docs/libraries.md ("The SQL they send"): Node.js asks
+# lease_holders after a renewal that lost a slot, to tell `taken` from
+# `given back`; Python does not send a second statement there.
+NODE_ONLY = {"lease_holders"}
+
+
 def test_both_send_the_same_functions_with_the_same_named_arguments():
     py = calls(sources(PY_SRC, ".py").values())
     node_calls = calls(sources(os.path.join(NODE, "lib"), ".js").values())
-    assert py == node_calls
-    assert py[0] == set(FUNCTIONS)
+    assert py[0] | NODE_ONLY == node_calls[0] and not py[0] & NODE_ONLY
+    assert py[1] == node_calls[1]
+    assert node_calls[0] == set(FUNCTIONS)
