@@ -123,6 +123,23 @@ export interface WorkerOptions<Row = Record<string, any>> {
   onEvent?: (event: WorkerEvent & { name: string; holder: string }) => void;
 }
 
+/** A held slot: its number and its token (lease mode: a bigint as a string). */
+export interface HeldSlot<Token = string> { slot: number; token: Token }
+
+/** The slots a worker holds, with its cursor into each share (pg_claim.Held of the Python library). */
+export class Held<Token = string> {
+  constructor(options?: { validMs?: number; marginMs?: number });
+  replace(rows: ({ slot: number; token: Token } | [number, Token])[], asked?: number): { gained: HeldSlot<Token>[]; lost: HeldSlot<Token>[] };
+  failed(now?: number): HeldSlot<Token>[];
+  drop(slot: number, token: Token): boolean;
+  snapshot(): Map<number, Token>;
+  workable(now?: number): boolean;
+  next(now?: number): { slot: number; token: Token; cursor: string | null } | null;
+  validLeft(now?: number): number;
+  pick(slot: number, cursor: string | null, now?: number): { slot: number; token: Token; cursor: string | null } | null;
+  advance(slot: number, token: Token, cursor: string | null): void;
+}
+
 export class Stats {
   items: number;
   batches: number;
