@@ -20,8 +20,8 @@ Scenarios (n slots, W workers at most, batches of 50):
   a       a 200,000-row outbox keyed by id, n = 8, 2 ms per row: 3 workers,
           3 more at 10 s, one killed at 20 s, one paused at 25 s for 2 ttl,
           2 leaving at 40 s;
-  b0, b2  uniform keys, W = 8 on n = 64 (6 workers, 2 join, 2 leave), 0 ms
-          and 2 ms per row;
+  b0, b2  uniform keys, W = 8 on n = 64: 6 workers, 2 join at 10 s, 2 leave
+          at 30 s; 0 ms per row (1,000,000 rows) and 2 ms (200,000);
   c0, c2  skewed: one customer has 30% of the rows, routed by customer
           (route => 'customer'), the same fleet;
   d0, d2  Zipf-distributed customers (s = 1 over 1,000), routed by customer;
@@ -100,16 +100,14 @@ def scenarios(quick):
                                       ("c", "skew", "customer", "one customer 30% of the rows, by customer"),
                                       ("d", "zipf", "customer", "Zipf customers, by customer")):
         for ms in (0, 2):
-            if ms:
-                rows, join, leave = (40_000, 3, 7) if quick else (200_000, 10, 30)
-            else:
-                rows, join, leave = (60_000, 2, 5) if quick else (600_000, 5, 15)
+            join, leave = (3, 7) if quick else (10, 30)
+            rows = (40_000 if quick else 200_000) if ms else (200_000 if quick else 1_000_000)
             out.append(Spec(f"{letter}{ms}", f"{what}, W = 8 on n = 64 (6, 2 join, 2 leave), {ms} ms/row",
                             rows, 64, keys, ms, labels(0, 6),
                             [(join, "join", w) for w in labels(6, 8)]
                             + [(leave, "leave", w) for w in labels(0, 2)], route=route))
     out.append(Spec("e", "no joins: uniform keys, 0 ms/row, W = 32 on n = 64 (items/s)",
-                    60_000 if quick else 600_000, 64, "uniform", 0, labels(0, 32)))
+                    100_000 if quick else 1_000_000, 64, "uniform", 0, labels(0, 32)))
     return out
 
 
@@ -145,14 +143,17 @@ def make_table(spec, cust):
     mapped = spec.route or "id"
     with direct() as d:
         d.execute("DROP TABLE IF EXISTS items")
-        d.execute("CREATE TABLE items (id bigint PRIMARY KEY, customer bigint NOT NULL, slot int,"
+        d.execute("CREATE TABLE items (id bigint PRIMARY KEY, customer bigint NOT NULL, slot int NOT NULL,"
                   " done_at timestamptz, done_by text, times int NOT NULL DEFAULT 0)")
         buf = io.StringIO()
         for i, c in enumerate(cust, 1):
-            buf.write(f"{i}\t{c}\n")
-        with d.cursor().copy("COPY items (id, customer) FROM STDIN") as cp:
+            # slot_of of a bigint is its non-negative remainder (checked below)
+            buf.write(f"{i}\t{c}\t{(c if spec.route else i) % spec.n}\tepoch\n")
+        with d.cursor().copy("COPY items (id, customer, slot, done_at) FROM STDIN") as cp:
             cp.write(buf.getvalue())
-        d.execute(f"UPDATE items SET slot = slot_of({mapped}, {spec.n}), done_at = 'epoch'")
+        (wrong,) = d.execute(f"SELECT count(*) FROM items WHERE slot <> slot_of({mapped}, {spec.n})").fetchone()
+        if wrong:
+            raise Failure(f"{wrong} rows have another slot than slot_of({mapped}, {spec.n})")
         d.execute(f"CREATE INDEX ON items ((slot_of({mapped}, {spec.n})), id) WHERE done_at IS NULL")
         d.execute("CREATE INDEX ON items (id) WHERE done_at IS NULL")
         d.execute("VACUUM ANALYZE items")
@@ -247,8 +248,8 @@ class Run:
                 self.act(action, label)
                 self.applied.append((round(now - self.t0, 2), action, label))
             self.check_alive()
-            if self.scheme == "lease":
-                self.samples.append((time.time(), self.holders(d)))
+            # both schemes (the queue has none): the same load on the server
+            self.samples.append((time.time(), self.holders(d)))
             if now >= next_count:
                 left = d.execute("SELECT count(*) FROM items WHERE done_at IS NULL").fetchone()[0]
                 if left == 0:
@@ -348,9 +349,10 @@ def main():
     finally:
         for run in ACTIVE:
             run.kill_all()
+    command = os.environ.get("BENCH_COMMAND") or " ".join(["bench/balance.py"] + sys.argv[1:])
     meta = {"date": started.strftime("%Y-%m-%d %H:%M UTC"), "cores": os.cpu_count(), "postgresql": version,
-            "command": "bench/balance.py " + " ".join(sys.argv[1:]), "quick": args.quick, "ttl_s": TTL_S,
-            "batch": BATCH, "pool": int(os.environ.get("PGC_POOLER_POOL", "0")) or None,
+            "command": command, "quick": args.quick, "ttl_s": TTL_S, "batch": BATCH,
+            "pool": int(os.environ.get("PGC_POOLER_POOL", "0")) or None,
             "planner": "count shares (floor(n/H) or ceil(n/H) slots per holder)"}
     report.ratios(results)
     text = report.table(meta, results)

@@ -33,7 +33,8 @@ def measure(d, run, ttl_s):
         " WHERE done_by IS NOT NULL GROUP BY done_by")}
     r["rows_by_worker"] = {w: c for w, (_t, c) in sorted(last.items())}
     running = [w for w in run.procs if w not in run.gone]
-    idle_from = {w: last[w][0] if w in last else max(t0, run.started(w) or t0) for w in running}
+    joined = {label: t0 + at for at, action, label in run.applied if action == "join"}
+    idle_from = {w: last[w][0] if w in last else max(t0, run.started(w) or joined.get(w, t0)) for w in running}
     first = min(idle_from, key=idle_from.get)
     r["idle_tail_s"] = round(end - idle_from[first], 3)
     r["idle_tail_pct"] = round(100 * r["idle_tail_s"] / r["makespan_s"], 1)
@@ -59,8 +60,7 @@ def measure(d, run, ttl_s):
             r[f"handover_p{p}_s"] = nearest_rank(lat, p)
         r["handover_max_s"] = max(lat) if lat else None
         r["handover_never"] = sum(1 for x in r["handover_latency_s"].values() if x is None)
-    if spec.name == "a":
-        r["series"] = series(d, t0)
+    r["series"] = series(d, t0)
     return r
 
 

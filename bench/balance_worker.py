@@ -13,7 +13,8 @@ The handler sleeps BAL_HANDLER_MS per row (I/O-bound work), then marks the
 rows done: done_at, done_by (this worker's label) and times + 1, which the
 driver checks is 1 for every row. Events are JSON lines on stdout
 (tests/pylib/fleet_worker.py): "started" before the first claim or query,
-"ready" after the queue's first query, the Worker's own events, "exit".
+"ready" after the queue's first query, the Worker's events of EVENTS
+(none per batch), "exit".
 SIGTERM: the batch at hand is finished, then the worker leaves (the Worker
 gives its slots back with claim_leases(..., max => 0)).
 """
@@ -44,6 +45,8 @@ POLL_S = float(os.environ.get("BAL_POLL_S", "0.1"))
 LIFETIME_S = float(os.environ.get("BAL_LIFETIME_S", "900"))
 
 emit = emitter(LABEL)
+# the Worker's events the driver reads (not one per batch: the queue sends none)
+EVENTS = {"started", "slots", "rejected", "claim_failed", "reconnecting", "left", "leave_failed", "stopped"}
 MARK = "UPDATE items SET done_at = clock_timestamp(), done_by = %s, times = times + 1 WHERE id = ANY(%s)"
 
 
@@ -59,7 +62,7 @@ def lease():
         DSN, name=NAME, table="items", n=N, pending="done_at", batch=BATCH, mode="lease",
         ttl=TTL_S, route=ROUTE, holder=LABEL, poll_interval=POLL_S,
         handler=lambda tx, rows: handle(tx, [r["id"] for r in rows]),
-        on_event=lambda event, fields: emit(event, **fields))
+        on_event=lambda event, fields: event in EVENTS and emit(event, **fields))
     worker.run()  # SIGTERM: worker.stop() (its own handler, main thread)
 
 
