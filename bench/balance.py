@@ -335,6 +335,7 @@ def main():
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     started = datetime.datetime.now(datetime.timezone.utc)
+    load_before = os.getloadavg()[1]
     results = []
     try:
         fresh_database()
@@ -353,7 +354,9 @@ def main():
     meta = {"date": started.strftime("%Y-%m-%d %H:%M UTC"), "cores": os.cpu_count(), "postgresql": version,
             "command": command, "quick": args.quick, "ttl_s": TTL_S, "batch": BATCH,
             "pool": int(os.environ.get("PGC_POOLER_POOL", "0")) or None,
-            "planner": "count shares (floor(n/H) or ceil(n/H) slots per holder)"}
+            "planner": "count shares (floor(n/H) or ceil(n/H) slots per holder)",
+            "load_avg_5min": [round(load_before, 1), round(os.getloadavg()[1], 1)],
+            "seconds": round((datetime.datetime.now(datetime.timezone.utc) - started).total_seconds())}
     report.ratios(results)
     text = report.table(meta, results)
     print(text)
@@ -375,4 +378,7 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the workers are ended (main's finally)
+        sys.exit(f"balance: interrupted ({e}); every worker ended")

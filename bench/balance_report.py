@@ -113,7 +113,8 @@ def table(meta, results):
     lines = [f"balance: {meta['date']}, {meta['cores']} cores, PostgreSQL {meta['postgresql']}, through PgBouncer"
              f" (transaction mode, pool {meta['pool'] or '?'}), ttl {meta['ttl_s']:g} s, batches of {meta['batch']};"
              f" pg_claim's planner: {meta['planner']}",
-             f"command: {meta['command']}", ""]
+             f"command: {meta['command']}; {meta['seconds']} s; load average (5 min) {meta['load_avg_5min'][0]:g}"
+             f" at the start, {meta['load_avg_5min'][1]:g} at the end", ""]
     head = (f"{'case':<5} {'scheme':<6} {'rows':>7} {'makespan s':>10} {'x queue':>7} {'items/s':>8}"
             f" {'idle tail s':>11} {'tail %':>6} {'hand-overs':>10} {'rows/ho':>8} {'ho p50 s':>8}"
             f" {'ho p99 s':>8} {'ho max s':>8} {'bound s':>7} {'x bound':>7} {'once':>4}")
