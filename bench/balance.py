@@ -5,6 +5,7 @@ and pooler (PgBouncer in transaction mode), every scheme in one run, side by
 side (bench/76-balance.sh, `scripts/bench balance`).
 
     bench/balance.py [--quick] [--scenario NAME]... [--out-dir DIR] [--svg FILE]
+    bench/balance.py --plot DIR/balance.json [--svg FILE]    (the plot again)
 
 Needs PGHOST/PGPORT/PGUSER of a server where pg_claim can be created and
 PGC_POOLER_PORT of PgBouncer in transaction mode in front of it
@@ -306,6 +307,15 @@ def run_case(spec, scheme, args, seq, cust):
     return result
 
 
+def plot(meta, results, path):
+    a = [r for r in results if r["scenario"] == "a" and "series" in r]
+    if a:
+        with open(path, "w") as f:
+            f.write(report.svg(a, meta))
+        print(f"balance: plot of scenario a in {path}", file=sys.stderr)
+    return 0
+
+
 ACTIVE = []  # the runs going on: their workers are killed on any exit
 
 
@@ -320,8 +330,13 @@ def main():
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "target", "bench"))
     ap.add_argument("--svg", default=None, help="the plot of scenario a (default OUT_DIR/balance-a.svg)")
     ap.add_argument("--time-limit", type=float, default=None, help="seconds per run (120 quick, 600 full)")
+    ap.add_argument("--plot", metavar="JSON", help="only draw the plot of scenario a again from a balance.json")
     ap.add_argument("--pooler-port", type=int, default=int(os.environ.get("PGC_POOLER_PORT", "0")))
     args = ap.parse_args()
+    if args.plot:
+        with open(args.plot) as f:
+            saved = json.load(f)
+        return plot(saved["meta"], saved["runs"], args.svg or os.path.join(os.path.dirname(args.plot), "balance-a.svg"))
     if not args.pooler_port:
         sys.exit("balance: PgBouncer's port is needed (--pooler-port or PGC_POOLER_PORT)")
     args.time_limit = args.time_limit or (120.0 if args.quick else 600.0)
@@ -364,12 +379,7 @@ def main():
         json.dump({"meta": meta, "runs": results}, f, indent=1)
     with open(os.path.join(args.out_dir, "balance.txt"), "w") as f:
         f.write(text + "\n")
-    a = [r for r in results if r["scenario"] == "a" and "series" in r]
-    if a:
-        svg = args.svg or os.path.join(args.out_dir, "balance-a.svg")
-        with open(svg, "w") as f:
-            f.write(report.svg(a, meta))
-        print(f"balance: plot of scenario a in {svg}", file=sys.stderr)
+    plot(meta, results, args.svg or os.path.join(args.out_dir, "balance-a.svg"))
     bad = [r for r in results if "error" in r or not r.get("exactly_once", False)]
     for r in bad:
         print(f"balance FAILED: {r['scenario']} {r['scheme']}: {r.get('error') or r.get('once_error')}",

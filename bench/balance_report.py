@@ -61,6 +61,8 @@ def measure(d, run, ttl_s):
         r["handover_max_s"] = max(lat) if lat else None
         r["handover_never"] = sum(1 for x in r["handover_latency_s"].values() if x is None)
     r["series"] = series(d, t0)
+    # when each worker made its first call, after the release (joiners: their start-up)
+    r["started_s"] = {w: round(run.started(w) - t0, 2) for w in run.procs if run.started(w) is not None}
     return r
 
 
@@ -90,7 +92,7 @@ def series(d, t0):
     for w, b, c in d.execute(
             "SELECT done_by, floor((extract(epoch FROM done_at)::float8 - %s) / %s)::int AS b, count(*)"
             " FROM items GROUP BY 1, 2 ORDER BY 1, 2", (t0, BUCKET_S)):
-        pts = out.setdefault(w, [[0.0, 0]])
+        pts = out.setdefault(w, [[b * BUCKET_S, 0]])  # from the start of its first bucket
         pts.append([round((b + 1) * BUCKET_S, 2), pts[-1][1] + c])
     return out
 
@@ -231,6 +233,8 @@ def svg(runs, meta):
         g.line(x(r["makespan_s"]), top, x(r["makespan_s"]), top + PH, "#000", 1, "2,2")
         for j, w in enumerate(workers):
             pts = r["series"].get(w)
+            if pts and len(pts) > 1 and pts[0][1] == 0:  # no slope before its first rows
+                pts = [[max(pts[0][0], pts[1][0] - BUCKET_S), 0]] + pts[1:]
             if pts:
                 g.polyline([(x(min(t, r["makespan_s"])), y(c)) for t, c in pts], COLORS[j % len(COLORS)])
         for j, w in enumerate(workers):
