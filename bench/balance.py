@@ -40,14 +40,13 @@ sample of lease_holders, every 0.1 s, where it holds floor(n/H) slots, H the
 live holders); the lower bound one slot's serial work sets (its rows x the
 handler's time per row) and the ratio to it. Every row must be done exactly
 once (times = 1): otherwise the run fails, loudly, and the exit status is 1.
-A text table on stdout, DIR/balance.json, and FILE (default
+A text table on stdout and in DIR/balance.txt, DIR/balance.json, and FILE (default
 DIR/balance-a.svg): rows done over time per worker in scenario a.
 """
 import argparse
 import datetime
 import io
 import json
-import math
 import os
 import random
 import signal
