@@ -192,10 +192,10 @@ hostile() {
 
 # plant: the installing owner plants look-alikes of every function in every
 # schema it can create in (tests/hostile/plant.py). security: other roles
-# attack leases, names, grants and tables (tests/security/run.py, each
-# promise of docs/security.md); test names: -k WORDS.
+# attack leases, names, grants and tables (tests/security/, each promise of
+# docs/security.md); test names: words of test names (or -k EXPR).
 plant() { python3 tests/hostile/plant.py "$@"; }
-security() { python3 tests/security/run.py "$@"; }
+security() { pytests tests/security -- "$@"; }
 
 # The portable edition (docs/portable.md): the file of scripts/portable
 # installed by a database owner that is not a superuser, on a server of a
@@ -208,7 +208,7 @@ security() { python3 tests/security/run.py "$@"; }
 # the file run over earlier builds (tests/portable/upgrade.py); the
 # bad-input matrix and a random caller of tests/hostile/matrix.py on its
 # functions; the promises
-# of docs/security.md that apply to it (tests/security/run.py with
+# of docs/security.md that apply to it (tests/security/ with
 # PGC_SECURITY_PORTABLE); then the pg_regress tests and isolation specs that
 # apply to it (tests/portable/regress.py). Test names: none. A subshell: the
 # test cluster stays for the next layers.
@@ -232,7 +232,7 @@ portable_edition() (
     PGC_HOSTILE_PORTABLE="$sql" python3 tests/hostile/matrix.py --log "$PGC_WORK/pg/server-portable-$PGC_PG_MAJOR.log" &&
         PGC_HOSTILE_PORTABLE="$sql" python3 tests/hostile/matrix.py --log "$PGC_WORK/pg/server-portable-$PGC_PG_MAJOR.log" --random 3000 || return 1
     # the promises of docs/security.md that apply to it, attacked
-    PGC_SECURITY_PORTABLE="$sql" python3 tests/security/run.py || return 1
+    PGC_SECURITY_PORTABLE="$sql" pytests tests/security || return 1
     # the pg_regress tests that apply (tests/portable/regress.txt)
     python3 tests/portable/regress.py "$PGC_PGXS/src/test/regress/pg_regress" "$PGC_BIN" \
         "$PGC_WORK/portable-regress-$PGC_PG_MAJOR" "$sql"

@@ -1,6 +1,5 @@
 """The fleet views' trust rule (docs/security.md, "The fleet views"), played
-by an attacker: tests/security/run.py runs the test_ functions here with
-its own.
+by an attacker.
 
 A fleet's definition names a relation, and reading that relation runs code
 that its owners chose: a view's query, a row-level security policy, a
@@ -15,7 +14,7 @@ extension's owner, a pg_monitor role or a third role.
 """
 import psycopg
 
-from common import ADMIN, as_fleet, check, connect, lease_of, one
+from .common import ADMIN, as_fleet, check, connect, lease_of, one
 
 # The readers the plants are played against: (what, how to connect).
 READERS = [
