@@ -178,23 +178,23 @@ loops() {
 }
 
 # Bad input for every function of the extension, found in the catalog
-# (tests/hostile/matrix.py): the generated matrix, whose table must be the
-# one in docs/reliability.md (on 15, where the docs' table comes from), then
-# 5,000 random calls (the seed is printed); no call may crash its backend,
-# raise XX000, hang, or end in an undocumented SQLSTATE or in an error of
-# pg_claim's without a hint, and the server log must show none either.
+# (tests/hostile/test_matrix.py): the generated matrix, whose table must be
+# the one in docs/reliability.md (on 15, where the docs' table comes from),
+# then 5,000 random calls (the seed is printed; --seed N); no call may crash
+# its backend, raise XX000, hang, or end in an undocumented SQLSTATE or in an
+# error of pg_claim's without a hint, and the server log must show none
+# either. --update-doc docs/reliability.md rewrites the table.
 hostile() {
     local check=()
     [ "$PGC_PG_MAJOR" != 15 ] || check=(--check-doc docs/reliability.md)
-    python3 tests/hostile/matrix.py "${check[@]}" &&
-        python3 tests/hostile/matrix.py --random 5000
+    pytests tests/hostile/test_matrix.py -- --calls 5000 "${check[@]}" "$@"
 }
 
 # plant: the installing owner plants look-alikes of every function in every
-# schema it can create in (tests/hostile/plant.py). security: other roles
+# schema it can create in (tests/hostile/test_plant.py). security: other roles
 # attack leases, names, grants and tables (tests/security/, each promise of
 # docs/security.md); test names: words of test names (or -k EXPR).
-plant() { python3 tests/hostile/plant.py "$@"; }
+plant() { pytests tests/hostile/test_plant.py -- "$@"; }
 security() { pytests tests/security -- "$@"; }
 
 # The portable edition (docs/portable.md): the file of scripts/portable
@@ -206,7 +206,7 @@ security() { pytests tests/security -- "$@"; }
 # hashable key type against the extension's and the partition the server
 # routes a row to, in plain and parallel plans (tests/portable/mappings.py);
 # the file run over earlier builds (tests/portable/upgrade.py); the
-# bad-input matrix and a random caller of tests/hostile/matrix.py on its
+# bad-input matrix and a random caller of tests/hostile/test_matrix.py on its
 # functions; the promises
 # of docs/security.md that apply to it (tests/security/ with
 # PGC_SECURITY_PORTABLE); then the pg_regress tests and isolation specs that
@@ -229,8 +229,8 @@ portable_edition() (
     # the file over each earlier build kept in tests/portable/releases/: the catalog of a fresh install
     PGC_PORTABLE_SQL="$sql" python3 tests/portable/upgrade.py || return 1
     # its public functions against the hostile matrix and a random caller
-    PGC_HOSTILE_PORTABLE="$sql" python3 tests/hostile/matrix.py --log "$PGC_WORK/pg/server-portable-$PGC_PG_MAJOR.log" &&
-        PGC_HOSTILE_PORTABLE="$sql" python3 tests/hostile/matrix.py --log "$PGC_WORK/pg/server-portable-$PGC_PG_MAJOR.log" --random 3000 || return 1
+    PGC_HOSTILE_PORTABLE="$sql" pytests tests/hostile/test_matrix.py -- \
+        --server-log "$PGC_WORK/pg/server-portable-$PGC_PG_MAJOR.log" --calls 3000 || return 1
     # the promises of docs/security.md that apply to it, attacked
     PGC_SECURITY_PORTABLE="$sql" pytests tests/security || return 1
     # the pg_regress tests that apply (tests/portable/regress.txt)
