@@ -119,18 +119,20 @@ sessions() {
 # and resumed (their late writes refused, their tokens refused in SQL), every
 # item exactly once; and what claim_slot does through that pooler.
 # Then wake-up by LISTEN through session and transaction mode, and a session
-# pool smaller than the fleet, seen in slot_status (tests/pooler/wake.py).
+# pool smaller than the fleet, seen in slot_status (tests/pooler/test_wake.py).
+# Test names: words of test names.
 pooler() {
-    pgc_pgbouncer_start 4 && python3 tests/pooler/run.py && python3 tests/pooler/wake.py
+    pgc_pgbouncer_start 4 &&
+        pytests tests/pooler/test_claim_slot.py tests/pooler/test_fleets.py tests/pooler/test_wake.py -- "$@"
 }
 
-# Elastic fleets (claim_leases, tests/pooler/elastic.py) through PgBouncer
+# Elastic fleets (claim_leases, tests/pooler/test_elastic.py) through PgBouncer
 # in transaction mode: Python and Node holders join, leave, are killed and
 # stopped past the ttl; the shares balance, a join moves at most ceil(n/H)
 # slots, late writes are rejected, each customer's items in key order, every
 # item exactly once.
 elastic() {
-    pgc_pgbouncer_start 4 && python3 tests/pooler/elastic.py
+    pgc_pgbouncer_start 4 && pytests tests/pooler/test_elastic.py -- "$@"
 }
 
 # The Node.js worker library (clients/node, pg-claim): its declarations

@@ -136,27 +136,42 @@ def workdir(request):
     shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def databases(request):
+class Databases:
     """databases(NAME, extension=True): NAME dropped and created again (with
-    pg_claim); every database made so is dropped after the module when its
-    tests passed, and kept for inspection otherwise."""
-    made = []
+    pg_claim); databases.adopt(NAME): one the tests make themselves. Every
+    one is dropped after the module when its tests passed, and kept for
+    inspection otherwise."""
 
-    def make(name, extension=True):
+    def __init__(self):
+        self.made = []
+
+    def __call__(self, name, extension=True):
         with connect("postgres", notices=False) as c:
             c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
             c.execute(f"CREATE DATABASE {name}")
-        made.append(name)
+        self.adopt(name)
         if extension:
             with connect(name) as c:
                 c.execute("CREATE EXTENSION pg_claim")
         return name
-    yield make
-    if not module_failed(request):
+
+    def adopt(self, name):
+        if name not in self.made:
+            self.made.append(name)
+        return name
+
+    def drop(self):
         with connect("postgres", notices=False) as c:
-            for name in made:
+            for name in self.made:
                 c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(scope="module")
+def databases(request):
+    d = Databases()
+    yield d
+    if not module_failed(request):
+        d.drop()
 
 
 @pytest.fixture(scope="session")

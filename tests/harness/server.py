@@ -70,6 +70,7 @@ class PgBouncer:
         self.pool = pool
         self.dir = tempfile.mkdtemp(prefix="pgbouncer-", dir=workdir)
         os.chmod(self.dir, 0o755)
+        shutil.chown(self.dir, "postgres")
         ini = os.path.join(self.dir, "pgbouncer.ini")
         with open(os.path.join(self.dir, "userlist.txt"), "w") as f:
             f.write('"postgres" ""\n')

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Wake-up and fleet size through PgBouncer, as docs/wake.md and
-docs/claiming.md ("Fleet size") say (run after tests/pooler/run.py, against
-the same PgBouncer: scripts/lib.sh pgc_pgbouncer_start, whose database entry
-pg_claim_session is the database postgres in session mode with a pool of 2).
+docs/claiming.md ("Fleet size") say (through the
+`pgbouncer` fixture's PgBouncer, whose database entry pg_claim_session is the
+database postgres in session mode with a pool of 2).
 
 1. Session mode: a claim_slot worker LISTENs on slot_channel of its slot and
    gets notify_slot's notification of a new row of its slot.
@@ -14,26 +13,20 @@ pg_claim_session is the database postgres in session mode with a pool of 2).
    waiting client gets its server connection and claims the freed slot, and
    a slot is still unserved.
 """
-import os
-import sys
 import threading
 import time
 
-import psycopg
+import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import POOLER_PORT, Failure, admin, check, log  # noqa: E402
+from harness import Failure, check, connect, log, poll
+
+from .common import admin, pooler_port
 
 SESSION_DB = "pg_claim_session"
 
 
-def direct():
-    return psycopg.connect(dbname="postgres", autocommit=True)
-
-
 def through(dbname):
-    return psycopg.connect(host="127.0.0.1", port=POOLER_PORT, dbname=dbname, user="postgres",
-                           autocommit=True, prepare_threshold=None)
+    return connect(dbname, host="127.0.0.1", port=pooler_port(), user="postgres", prepare_threshold=None)
 
 
 def notified(conn, channel, seconds):
@@ -67,15 +60,13 @@ def pool(database):
 
 
 def wait_for(what, cond, seconds=20):
-    deadline = time.monotonic() + seconds
-    while not cond():
-        if time.monotonic() > deadline:
-            raise Failure(f"timed out waiting for: {what}")
-        time.sleep(0.02)
+    poll(cond, seconds, what, interval=0.02)
 
 
-def main():
-    d = direct()
+@pytest.fixture(scope="module")
+def outbox():
+    """pw_outbox, whose rows notify their slot of 2 (notify_slot)."""
+    d = connect()
     d.execute("CREATE EXTENSION IF NOT EXISTS pg_claim")
     d.execute("DROP TABLE IF EXISTS pw_outbox")
     d.execute("""CREATE TABLE pw_outbox (
@@ -84,34 +75,59 @@ def main():
         created_at timestamptz NOT NULL DEFAULT now(), sent_at timestamptz)""")
     d.execute("CREATE TRIGGER pw_wake AFTER INSERT ON pw_outbox"
               " FOR EACH ROW EXECUTE FUNCTION notify_slot('pw', '2', 'id')")
-    control = direct()
+    yield d
+    d.execute("DROP TABLE pw_outbox")
+    d.close()
 
-    # 1. session mode
+
+@pytest.fixture(scope="module")
+def channel(outbox):
+    """The channel of the slot a worker claimed through the session pool:
+    (the slot, its channel)."""
     w = through(SESSION_DB)
     (slot,) = w.execute("SELECT claim_slot('pw', 2)").fetchone()
     check(slot is not None, "the worker claimed a slot through the session pool")
     (channel,) = w.execute("SELECT slot_channel('pw', %s)", (slot,)).fetchone()
+    yield w, slot, channel
+    w.close()
+
+
+@pytest.fixture
+def control(channel):
+    """A direct listener on the channel."""
+    c = connect()
+    c.execute(f"LISTEN {channel[2]}")
+    yield c
+    c.close()
+
+
+def test_session_mode_listen_wakes_the_worker(outbox, channel, control):
+    w, slot, channel = channel
     w.execute(f"LISTEN {channel}")
-    control.execute(f"LISTEN {channel}")
-    insert_for_slot(d, slot)
+    insert_for_slot(outbox, slot)
     check(notified(w, channel, 20), "session mode: the worker got the notification of its slot")
     check(notified(control, channel, 20), "the direct listener got it too")
     log(f"wake through PgBouncer, session mode: LISTEN {channel} woke the worker of slot {slot}")
-    w.close()
 
-    # 2. transaction mode
+
+def test_transaction_mode_listen_delivers_nothing(outbox, channel, control):
+    _, slot, channel = channel
     t = through("postgres")
     t.execute(f"LISTEN {channel}")
-    insert_for_slot(d, slot)
+    insert_for_slot(outbox, slot)
     check(notified(control, channel, 20), "the direct listener got the notification")
     check(not notified(t, channel, 2), "transaction mode: a LISTEN through the pool delivered a notification")
     t.execute("SELECT 1")
     check(not notified(t, channel, 0.1), "transaction mode: delivered after a statement")
     log("wake through PgBouncer, transaction mode: nothing delivered (the direct listener got it)")
     t.close()
-    control.close()
 
-    # 3. a session pool of 2 for 3 workers
+
+def test_session_pool_smaller_than_the_fleet(outbox, channel):
+    """A session pool of 2 for 3 workers (after the worker of the tests above
+    gave its server connection back)."""
+    channel[0].close()
+    d = outbox
     wait_for("the session pool is idle", lambda: pool(SESSION_DB)["cl_active"] == 0)
     workers, results = [], {}
 
@@ -146,14 +162,3 @@ def main():
         c.close()
     for th in threads:
         th.join(timeout=10)
-    d.execute("DROP TABLE pw_outbox")
-    log("pooler wake and fleet-size test: passed")
-    return 0
-
-
-if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Failure as e:
-        print(f"pooler wake test FAILED: {e}", file=sys.stderr)
-        sys.exit(1)

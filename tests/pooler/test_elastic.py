@@ -1,7 +1,5 @@
-#!/usr/bin/env python3
 """Elastic lease fleets (claim_leases) through a real transaction-mode pooler
-(PgBouncer), the layer `elastic` of scripts/test (PGC_POOLER_PORT,
-PGC_POOLER_POOL: scripts/lib.sh pgc_pgbouncer_start).
+(PgBouncer, the `pgbouncer` fixture's), the layer `elastic` of scripts/test.
 
 Python (psycopg 3, elastic_worker.py) and Node.js (node-postgres,
 elastic_worker.js) workers hold the n = 8 slots of one name, fewer workers
@@ -33,8 +31,7 @@ is their customer's: my_items(..., route => 'customer')); each customer's
 items written in key order, across every hand-over; for each slot, no
 write accepted with a token older than one already written (the log's
 sequence numbers are taken inside the fenced transaction); no more server
-connections than the pool; no worker error. Exits non-zero on any failed
-check.
+connections than the pool; no worker error.
 """
 import collections
 import math
@@ -45,11 +42,9 @@ import sys
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "pylib"))
-sys.path.insert(0, HERE)
-from fleet_driver import Failure, WorkerProcess, check, log, poll, run_fleet_test  # noqa: E402
-from run import POOL, POOLER_PORT, ServerConnections, check_pooler, direct, stop_mid_batch  # noqa: E402
+from harness import Failure, WorkerProcess, check, log, poll
+
+from .common import HERE, ServerConnections, check_pooler, direct, pool_size, pooler_port, stop_mid_batch
 
 DB = "pg_claim_elastic"
 NAME = "elastic"
@@ -160,7 +155,7 @@ class Producer:
 class Fleet:
     def __init__(self, workdir, d, history):
         self.workdir, self.d, self.history = workdir, d, history
-        self.env = dict(os.environ, PGHOST="127.0.0.1", PGPORT=str(POOLER_PORT), PGDATABASE=DB,
+        self.env = dict(os.environ, PGHOST="127.0.0.1", PGPORT=str(pooler_port()), PGDATABASE=DB,
                         PGUSER="postgres", ELASTIC_NAME=NAME, ELASTIC_N=str(N), ELASTIC_TTL_S=str(TTL_S),
                         ELASTIC_PERIOD_S=str(PERIOD_S), ELASTIC_BATCH=str(BATCH),
                         ELASTIC_ITEM_MS=str(ITEM_MS), ELASTIC_LIFETIME_S=str(TIME_LIMIT_S))
@@ -236,12 +231,11 @@ def leave(fleet, w, what):
     check(rc == 0, f"{w} exited with {rc} after leaving: {open(w.err_path).read()[-2000:]}")
 
 
-def run(workdir):
-    with direct("postgres") as d:
-        d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        d.execute(f"CREATE DATABASE {DB}")
+def test_elastic_fleet(workdir, databases):
+    """The six steps above, then the checks of the processing log."""
+    check_pooler(DB)
+    databases(DB)
     with direct(DB) as d:
-        d.execute("CREATE EXTENSION pg_claim")
         d.execute("""
             CREATE TABLE items (id bigserial PRIMARY KEY, customer integer NOT NULL,
                 done boolean NOT NULL DEFAULT false);
@@ -261,7 +255,7 @@ def run(workdir):
     t0 = time.monotonic()
     try:
         log(f"elastic fleets: claim_leases n = {N}, ttl {TTL_S:g} s, called every {PERIOD_S:g} s, through"
-            f" PgBouncer (transaction mode, pool {POOL}); {INITIAL_ITEMS} items and {PRODUCE_PER_S} more a second")
+            f" PgBouncer (transaction mode, pool {pool_size()}); {INITIAL_ITEMS} items and {PRODUCE_PER_S} more a second")
         # 1. two holders
         fleet.start("python")
         fleet.start("node")
@@ -386,14 +380,14 @@ def run(workdir):
     check(not history.backwards, f"a slot's token went back: {history.backwards[:3]}")
     errors = fleet.errors()
     check(not errors, f"worker errors: {errors[:5]}")
-    check(0 < servers.max <= POOL, f"{servers.max} server connections seen for a pool of {POOL}")
+    check(0 < servers.max <= pool_size(), f"{servers.max} server connections seen for a pool of {pool_size()}")
     (tokens,) = d.execute("SELECT count(DISTINCT token) FROM processing_log").fetchone()
     per_lang = {lang: sum(w.count("wrote") for w in fleet.workers if w.lang == lang) for lang in ("python", "node")}
     rejected = [e for w in fleet.workers for e in w.events if e["event"] == "rejected"]
     given_back = given_back_in_flight(fleet.workers)
     d.close()
     log(f"summary: {items} items processed once each by {len(fleet.workers)} holders over at most"
-        f" {servers.max} server connections (pool {POOL}); batches written: {per_lang['python']} Python,"
+        f" {servers.max} server connections (pool {pool_size()}); batches written: {per_lang['python']} Python,"
         f" {per_lang['node']} Node, with {tokens} tokens; no write of an older token after a newer one"
         f" in any slot, each customer's items in key order; {len(rejected)} writes rejected by fence ({len(given_back)} of them batches"
         f" of {sum(e['items'] for e in given_back)} items in all whose slot a rebalance moved while they"
@@ -416,13 +410,3 @@ def given_back_in_flight(workers):
             elif e["event"] == "rejected" and int(e["token"]) != late and fetched.get(e["slot"], [None, False])[1]:
                 out.append(e)
     return out
-
-
-def main():
-    def body(workdir):
-        check_pooler(DB)
-        run(workdir)
-    return run_fleet_test("elastic pooler test", body, TIME_LIMIT_S, [DB])
-
-if __name__ == "__main__":
-    sys.exit(main())
