@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Ordered per key: FIFO per customer, in parallel across customers.
 
 Needs a running cluster with pg_claim installed (PGHOST/PGPORT, as
@@ -36,8 +35,8 @@ must show:
   customer's later messages went before it, while other customers of the
   same share went on; a poison message held back nothing.
 
-Every wait polls with a deadline; the run is bounded by an alarm and no
-worker outlives the driver. Exits non-zero on any failed check.
+Every wait polls with a deadline; the module is bounded by TIME_LIMIT_S and
+no worker outlives it.
 """
 import json
 import os
@@ -47,13 +46,12 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 
 import psycopg
+import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pylib"))
-import fleet_driver  # noqa: E402
-from fleet_driver import Failure, check, log, poll  # noqa: E402
+import harness
+from harness import Failure, check, log, poll
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -72,10 +70,10 @@ TIME_LIMIT_S = 170
 
 
 def connect(dbname=DB):
-    return fleet_driver.connect(dbname, application_name="ordered driver")
+    return harness.connect(dbname, application_name="ordered driver")
 
 
-def check_docs_excerpt():
+def test_docs_show_the_worker_loop_verbatim():
     doc = open(os.path.join(ROOT, "docs", "ordered.md"), encoding="utf-8").read()
     src = open(os.path.join(HERE, "worker.py"), encoding="utf-8").read()
     m = re.search(r"^# docs/ordered\.md: begin\n(.*?)^# docs/ordered\.md: end\n", src, re.S | re.M)
@@ -87,15 +85,6 @@ def check_docs_excerpt():
 
 # --------------------------------------------------------------------------
 # The outbox
-
-def create_database():
-    with connect("postgres") as c:
-        c.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        c.execute(f"CREATE DATABASE {DB}")
-    with connect() as c:
-        c.execute("SET client_min_messages = warning")
-        c.execute("CREATE EXTENSION pg_claim")
-
 
 def fill(c, n):
     """A fresh outbox whose share index is for n slots, with its processing log."""
@@ -466,28 +455,24 @@ def sql_loop_run(c):
                else f"message {poison} set aside, customer 3's {later} later messages sent"))
 
 
-def main():
-    signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(Failure(f"time limit of {TIME_LIMIT_S} s")))
-    signal.alarm(TIME_LIMIT_S)
-    started = time.monotonic()
-    check_docs_excerpt()
-    create_database()
-    with connect() as c:
-        session_run(c)
-        check_checker(c)
-        group_run(c)
-        sql_loop_run(c)
-    with connect("postgres") as c:
-        c.execute(f"DROP DATABASE {DB} WITH (FORCE)")
-    log(f"ordered per key: every check passed in {time.monotonic() - started:.0f} s")
+@pytest.fixture(scope="module")
+def c(databases):
+    """The test database (pg_claim, no notices below warnings) and the driver's connection."""
+    databases(DB, extension=False)
+    with connect() as conn:
+        conn.execute("SET client_min_messages = warning")
+        conn.execute("CREATE EXTENSION pg_claim")
+        yield conn
 
 
-if __name__ == "__main__":
-    try:
-        main()
-    except Failure as e:
-        print(f"FAILED: {e}", file=sys.stderr)
-        sys.exit(1)
-    except Exception:  # noqa: BLE001
-        traceback.print_exc()
-        sys.exit(1)
+def test_session_mode(c):
+    session_run(c)
+    check_checker(c)
+
+
+def test_dynamic_groups(c):
+    group_run(c)
+
+
+def test_sql_loop_of_the_docs(c):
+    sql_loop_run(c)
