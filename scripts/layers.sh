@@ -169,7 +169,7 @@ libs_python() {
 # scraped again, a role without SELECT on a table; promtool lints the scrape,
 # checks contrib/prometheus/alerts.yml and runs its unit tests
 # (tests/exporter/).
-exporter() { python3 tests/exporter/run.py "$@"; }
+exporter() { pytests tests/exporter -- "$@"; }
 
 # The example workers (examples/) in Python, Node.js, Java and Ruby, 4 of each
 # on the example schema: a server restart mid-run, a failing message retried

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """contrib/prometheus against the real exporter (scripts/test exporter).
 
 Two fleets in a database of their own: `mailer` (session holders on two of
@@ -16,21 +15,24 @@ scrape (check metrics), checks contrib/prometheus/alerts.yml and runs its
 unit tests (tests/exporter/alerts_test.yml).
 
 Runs against the server of PGHOST/PGPORT (the scripts/test cluster, which
-listens on 127.0.0.1 with trust authentication).
+listens on 127.0.0.1 with trust authentication). Every value is an
+expectation of its own (expect: the test goes on and fails at the end with
+every one that did not hold).
 """
 import math
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 
-import psycopg
+import pytest
+
+import harness
+from harness import Failure, free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 QUERIES = os.path.join(ROOT, "contrib", "prometheus", "pg_claim.yaml")
@@ -49,6 +51,7 @@ failures = []
 
 
 def check(ok, what):
+    """An expectation: a failure is recorded and the test goes on."""
     if not ok:
         failures.append(what)
         print(f"FAIL {what}", flush=True)
@@ -56,13 +59,7 @@ def check(ok, what):
 
 
 def connect(db=DB, **kw):
-    return psycopg.connect(dbname=db, autocommit=True, **kw)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return harness.connect(db, **kw)
 
 
 # --- the exporter ------------------------------------------------------------
@@ -71,7 +68,7 @@ class Exporter:
     def __init__(self, user, tmp, extra=()):
         exe = shutil.which("prometheus-postgres-exporter")
         if not exe:
-            sys.exit("exporter: prometheus-postgres-exporter is not installed (scripts/lib.sh installs it)")
+            raise Failure("prometheus-postgres-exporter is not installed (scripts/lib.sh installs it)")
         self.port = free_port()
         self.log = os.path.join(tmp, f"exporter-{user}.log")
         env = dict(os.environ,
@@ -94,7 +91,7 @@ class Exporter:
         last = None
         while True:
             if self.proc.poll() is not None:
-                sys.exit(f"exporter: exited with {self.proc.returncode}:\n{open(self.log).read()}")
+                raise Failure(f"the exporter exited with {self.proc.returncode}:\n{open(self.log).read()}")
             try:
                 text = self.scrape()
                 last = parse(text)
@@ -104,7 +101,7 @@ class Exporter:
                 pass
             if time.monotonic() > deadline:
                 print(open(self.log).read()[-4000:])
-                sys.exit(f"exporter: no scrape showed {what} within {deadline_s:.0f} s; last: "
+                raise Failure(f"no scrape of the exporter showed {what} within {deadline_s:.0f} s; last: "
                          f"{sorted(k for k in (last or {}) if k[0].startswith('pg_claim'))[:20]}")
             time.sleep(0.2)
 
@@ -295,13 +292,15 @@ def compare(metrics, c, t0, phase):
     return now, slots, fleets
 
 
-def main():
+def test_exporter_shows_what_the_views_say():
+    """The four steps above; the scrape after each change."""
     for tool in ("prometheus-postgres-exporter", "promtool"):
         if not shutil.which(tool):
-            sys.exit(f"exporter: {tool} is not installed (scripts/lib.sh installs it with apt)")
+            pytest.fail(f"{tool} is not installed (scripts/lib.sh installs it with apt)")
+    failures.clear()
     t_start = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="pg_claim_exporter.")
-    admin = psycopg.connect(dbname="postgres", autocommit=True)
+    admin = connect("postgres")
     c, sessions = setup(admin)
     exporters = []
     try:
@@ -422,11 +421,5 @@ def main():
         admin.execute(f"DROP ROLE IF EXISTS {MONITOR}")
         admin.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    checks = "all" if not failures else f"{len(failures)} failed"
-    print(f"exporter: {checks} checks, {time.monotonic() - t_start:.1f} s")
-    print(f"{1 if not failures else 0} passed, {1 if failures else 0} failed")
-    return 1 if failures else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    harness.log(f"exporter: {len(failures) or 'no'} expectations failed, {time.monotonic() - t_start:.1f} s")
+    harness.check(not failures, f"{len(failures)} expectations failed: {failures[:10]}")
