@@ -176,7 +176,7 @@ exporter() { pytests tests/exporter -- "$@"; }
 # and set aside, a wake-up by NOTIFY, SIGTERM and --exit-when-empty, every
 # message exactly once; and docs/workers.md shows their loops verbatim.
 loops() {
-    PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" python3 tests/loops/run.py "$@"
+    PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" pytests tests/loops -- "$@"
 }
 
 # Bad input for every function of the extension, found in the catalog

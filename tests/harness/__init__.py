@@ -2,10 +2,10 @@
 makes them importable as `harness`): connections, checks and polling with a
 deadline, the server's pg_ctl and PgBouncer, and worker processes that report
 events as JSON lines. Each is defined here once."""
-from .core import Failure, check, log, poll
+from .core import Expectations, Failure, check, log, poll
 from .db import connect, expect_error, one, quiet
 from .fleet import WorkerProcess, failure_state, stop_all
 from .server import PgBouncer, Server, as_postgres, free_port
 
-__all__ = ["Failure", "check", "log", "poll", "connect", "expect_error", "one", "quiet", "WorkerProcess",
+__all__ = ["Expectations", "Failure", "check", "log", "poll", "connect", "expect_error", "one", "quiet", "WorkerProcess",
            "failure_state", "stop_all", "PgBouncer", "Server", "as_postgres", "free_port"]

@@ -27,3 +27,25 @@ def poll(fn, timeout, what, interval=0.05):
         if time.monotonic() > deadline:
             raise Failure(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)
+
+
+class Expectations:
+    """Checks that let a test go on: expect(cond, what) records `what` when
+    cond is false (and prints it; with show_ok, every check) and returns
+    cond; verify() then fails with every one that did not hold."""
+
+    def __init__(self, show_ok=False):
+        self.failed = []
+        self.show_ok = show_ok
+
+    def __call__(self, cond, what):
+        if not cond:
+            self.failed.append(what)
+            print(f"FAIL  {what}", flush=True)
+        elif self.show_ok:
+            print(f"ok    {what}", flush=True)
+        return cond
+
+    def verify(self):
+        failed, self.failed = self.failed, []
+        check(not failed, f"{len(failed)} expectations did not hold: {failed[:10]}")

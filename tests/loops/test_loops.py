@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The example workers (examples/*/worker.*) against a real server.
 
 Needs a running cluster with pg_claim installed that listens on 127.0.0.1
@@ -39,24 +38,23 @@ sent; and, in lease mode (MAILER_MODE=lease) through that PgBouncer, 3
 workers of each language send 600 messages (one bounces), one of them
 SIGKILLed on the way (its slots move on after the 2 s TTL): every good
 message once, the bounce set aside, SIGTERM stops the others, which give
-their slots back. Exits non-zero on any failed check.
+their slots back. Each part is a test: test_language[LANG], test_jdbc_binding,
+test_cut_over, test_stale_failure, test_refused_behind_pooler,
+test_leases_through_pgbouncer (scripts/test loops python pooler).
 """
 import os
 import re
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 import psycopg
+import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pylib"))
-import fleet_driver  # noqa: E402
-from fleet_driver import Failure, check, log  # noqa: E402
+import harness
+from harness import Failure, PgBouncer, check, failure_state, log
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -68,18 +66,14 @@ MAX_ATTEMPTS = 3
 POLL_S = 60  # the workers' fallback poll: longer than any wait of the test
 TIME_LIMIT_S = 520
 LANGUAGES = ("python", "node", "java", "ruby")
-for var in ("PGPORT", "PGC_DATA", "PGC_BIN"):
-    if var not in os.environ:
-        sys.exit(f"tests/loops/run.py: {var} is not set (scripts/test sets it)")
-DATA, BIN = os.environ["PGC_DATA"], os.environ["PGC_BIN"]
 
 
 def connect(dbname=DB):
-    return psycopg.connect(host="127.0.0.1", dbname=dbname, user="postgres", autocommit=True)
+    return harness.connect(dbname, host="127.0.0.1", user="postgres")
 
 
 def poll(fn, timeout, what):
-    """fleet_driver.poll, where a call that finds the server restarting counts
+    """harness.poll, where a call that finds the server restarting counts
     as not yet."""
 
     def attempt():
@@ -88,7 +82,7 @@ def poll(fn, timeout, what):
         except psycopg.OperationalError:
             return None  # the server restarting
 
-    return fleet_driver.poll(attempt, timeout, what)
+    return harness.poll(attempt, timeout, what)
 
 
 def check_docs():
@@ -171,13 +165,6 @@ def sent(d):
     return d.execute("SELECT count(DISTINCT outbox_id) FROM deliveries").fetchone()[0]
 
 
-def restart_server():
-    log_file = os.path.join(os.path.dirname(DATA), "server-" + os.path.basename(DATA)[len("data-"):] + ".log")
-    subprocess.run(["runuser", "-u", "postgres", "--", "env", "-u", "RUST_BACKTRACE",
-                    os.path.join(BIN, "pg_ctl"), "-D", DATA, "-l", log_file, "-m", "fast", "-w", "-t", "60",
-                    "restart"], check=True, stdout=subprocess.DEVNULL)
-
-
 def stop_all(workers):
     for w in workers:
         if w.proc.poll() is None:
@@ -206,7 +193,7 @@ def worker_env():
     return env
 
 
-def run_language(lang, classes, workdir):
+def run_language(lang, classes, workdir, cluster):
     d = fresh_database()
     env = worker_env()
     insert(d, ITEMS, poison_at=ITEMS // 2)
@@ -218,13 +205,13 @@ def run_language(lang, classes, workdir):
         workers = [Worker(command(lang, classes), env, workdir, lang) for _ in range(WORKERS)]
         poll(lambda: sent(d) >= ITEMS // 5, 60, f"{ITEMS // 5} messages sent")
         d.close()
-        restart_server()
+        cluster.restart()
         d = connect()
         (before,) = d.execute("SELECT count(*) FROM deliveries WHERE delivered_at < pg_postmaster_start_time()"
                               ).fetchone()
         check(before < ITEMS - 1, f"every message was sent before the restart ({before})")
         poll(lambda: sent(d) == ITEMS - 1, 90, f"all {ITEMS - 1} good messages sent after the restart")
-        poll(lambda: fleet_driver.failure_state(d, "mailer", poison) == "dead", 30, "the bouncing message to be set aside")
+        poll(lambda: failure_state(d, "mailer", poison) == "dead", 30, "the bouncing message to be set aside")
         for w in workers:
             check(w.proc.poll() is None, f"{w} exited: {w.lines[-3:]} {w.stderr()}")
             # an idle worker notices the restart at its next call, within a second or so
@@ -357,67 +344,12 @@ def cut_over(workdir):
         " because a queue worker had sent them)")
 
 
-class PgBouncer:
-    """Debian's PgBouncer 1.18 in pool_mode = transaction (4 server
-    connections) in front of the server, configured as scripts/lib.sh
-    pgc_pgbouncer_start does it, run as the postgres user; stop() ends it."""
-
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="pg_claim-loops-pgbouncer-")
-        os.chmod(self.dir, 0o755)
-        shutil.chown(self.dir, "postgres")
-        with socket.socket() as sk:
-            sk.bind(("127.0.0.1", 0))
-            self.port = sk.getsockname()[1]
-        ini = os.path.join(self.dir, "pgbouncer.ini")
-        with open(os.path.join(self.dir, "userlist.txt"), "w") as f:
-            f.write('"postgres" ""\n')
-        with open(ini, "w") as f:
-            f.write(f"""[databases]
-* = host=127.0.0.1 port={os.environ['PGPORT']}
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = {self.port}
-unix_socket_dir =
-auth_type = trust
-auth_file = {self.dir}/userlist.txt
-pool_mode = transaction
-default_pool_size = 4
-max_client_conn = 200
-server_reset_query =
-ignore_startup_parameters = extra_float_digits,options
-logfile = {self.dir}/pgbouncer.log
-pidfile = {self.dir}/pgbouncer.pid
-""")
-        for f in os.listdir(self.dir):
-            shutil.chown(os.path.join(self.dir, f), "postgres")
-        subprocess.run(["runuser", "-u", "postgres", "--", "/usr/sbin/pgbouncer", "-q", "-d", ini], check=True)
-        fleet_driver.poll(self._answers, 20, "PgBouncer to accept connections")
-
-    def _answers(self):
-        try:
-            with psycopg.connect(host="127.0.0.1", port=self.port, dbname="postgres", user="postgres",
-                                 autocommit=True, prepare_threshold=None) as c:
-                return c.execute("SELECT 1").fetchone()
-        except psycopg.Error:
-            return None
-
-    def stop(self):
-        try:
-            with open(os.path.join(self.dir, "pgbouncer.pid")) as f:
-                os.kill(int(f.read().strip()), signal.SIGTERM)
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.3)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 def behind_pooler(classes, workdir):
     """Each worker started through a transaction-mode PgBouncer refuses to
     work: status 2, `exit refused: ...`, nothing claimed, recorded or sent."""
     d = fresh_database()
     insert(d, 100)
-    bouncer = PgBouncer()
+    bouncer = PgBouncer("127.0.0.1", int(os.environ["PGPORT"]))
     try:
         env = dict(worker_env(), PGPORT=str(bouncer.port))
         for lang in LANGUAGES:
@@ -448,7 +380,7 @@ def leases_through_pooler(classes, workdir):
     SIGKILLed on the way and its slots move on after the TTL, the bounce is
     set aside, every other message is sent once; SIGTERM stops the others,
     which give their leases back."""
-    bouncer = PgBouncer()
+    bouncer = PgBouncer("127.0.0.1", int(os.environ["PGPORT"]))
     try:
         for lang in LANGUAGES:
             d = fresh_database()
@@ -463,7 +395,7 @@ def leases_through_pooler(classes, workdir):
                 workers[0].proc.wait()
                 poll(lambda: sent(d) == LEASE_ITEMS - 1, 60,
                      f"all {LEASE_ITEMS - 1} good messages sent after a SIGKILL")
-                poll(lambda: fleet_driver.failure_state(d, "mailer", LEASE_ITEMS // 3) == "dead", 30,
+                poll(lambda: failure_state(d, "mailer", LEASE_ITEMS // 3) == "dead", 30,
                      "the bouncing message to be set aside")
                 for w in workers[1:]:
                     w.proc.send_signal(signal.SIGTERM)
@@ -522,49 +454,49 @@ def failure_of_sent_message(classes, workdir):
         f" 2 workers of each of {', '.join(LANGUAGES)} with --exit-when-empty sent the other 99 once and exited")
 
 
-def main():
-    def on_alarm(*_):
-        raise Failure(f"the worker loops test did not finish within {TIME_LIMIT_S} s")
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.signal(signal.SIGTERM, lambda signum, _: (_ for _ in ()).throw(Failure(f"signal {signum}")))
-    signal.alarm(TIME_LIMIT_S)
-    workdir = tempfile.mkdtemp(prefix="pg_claim-loops-")
-    ok = False
-    try:
-        check_docs()
-        classes = os.path.join(workdir, "classes")
-        subprocess.run(["javac", "-cp", JDBC_JAR, "-d", classes, os.path.join(EXAMPLES, "java", "Worker.java"),
-                        os.path.join(HERE, "JdbcBinding.java")], check=True)
-        logs = os.path.join(workdir, "stderr")
-        os.mkdir(logs)
-        for part in sys.argv[1:] or LANGUAGES + ("jdbc", "cut-over", "stale-failure", "pooler", "leases"):
-            if part == "jdbc":
-                jdbc_binding(classes)
-            elif part == "stale-failure":
-                failure_of_sent_message(classes, logs)
-            elif part == "pooler":
-                behind_pooler(classes, logs)
-            elif part == "leases":
-                leases_through_pooler(classes, logs)
-            elif part == "cut-over":
-                cut_over(logs)
-            else:
-                run_language(part, classes, logs)
-        ok = True
-    except Exception as e:  # noqa: BLE001 - any failure: report it with the workers' stderr
-        if not isinstance(e, Failure):
-            import traceback
-            traceback.print_exc()
-        print(f"worker loops test FAILED: {e}", file=sys.stderr)
-    finally:
-        signal.alarm(0)
-        shutil.rmtree(workdir, ignore_errors=True)
-    if ok:
-        with connect("postgres") as d:
-            d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        log("worker loops test: passed")
-    return 0 if ok else 1
+@pytest.fixture(scope="module")
+def classes(workdir):
+    """The Java worker and JdbcBinding, compiled."""
+    out = os.path.join(workdir, "classes")
+    subprocess.run(["javac", "-cp", JDBC_JAR, "-d", out, os.path.join(EXAMPLES, "java", "Worker.java"),
+                    os.path.join(HERE, "JdbcBinding.java")], check=True)
+    return out
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+@pytest.fixture(scope="module")
+def logs(workdir, databases):
+    """The workers' stderr files (shown after a failure); the database is
+    dropped after the module when every test passed."""
+    d = os.path.join(workdir, "stderr")
+    os.mkdir(d)
+    databases.adopt(DB)
+    return d
+
+
+def test_docs_show_each_loop_verbatim():
+    check_docs()
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_language(lang, classes, logs, cluster):
+    run_language(lang, classes, logs, cluster)
+
+
+def test_jdbc_binding(classes):
+    jdbc_binding(classes)
+
+
+def test_cut_over(logs):
+    cut_over(logs)
+
+
+def test_stale_failure(classes, logs):
+    failure_of_sent_message(classes, logs)
+
+
+def test_refused_behind_pooler(classes, logs):
+    behind_pooler(classes, logs)
+
+
+def test_leases_through_pgbouncer(classes, logs):
+    leases_through_pooler(classes, logs)
