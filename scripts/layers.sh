@@ -141,11 +141,11 @@ elastic() {
 # of its workers in lease mode through that PgBouncer with a join, SIGSTOP
 # past the ttl, SIGKILL, a leave, two joins, a poison item and a server
 # restart: every item exactly once, the poison item dead after its attempts,
-# SIGTERM stops every worker within 15 s (tests/libs/node_fleet.py).
+# SIGTERM stops every worker within 15 s (tests/libs/test_node_fleet.py).
 libs_node() {
     pgc_pgbouncer_start 4 &&
         (cd clients/node && npm run --silent typecheck && node --test test/) &&
-        PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" python3 tests/libs/node_fleet.py "$@"
+        PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" pytests tests/libs -- "$@"
 }
 
 # The Python worker library (clients/python): pytest on its pure parts and

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """A fleet of the Node.js library's workers (clients/node, pg-claim) through a
-real PgBouncer in transaction mode (PGC_POOLER_PORT, PGC_POOLER_POOL:
-scripts/lib.sh pgc_pgbouncer_start), against a server the test may restart
-(PGC_DATA, PGC_BIN: its data directory and binaries; PGHOST/PGPORT direct).
+real PgBouncer in transaction mode (the `pgbouncer` fixture's), against a
+server the test restarts (the `cluster` fixture: PGC_DATA, PGC_BIN, its data
+directory and binaries; PGHOST/PGPORT direct).
 
 Each worker (node_fleet_worker.js) is a pg-claim Worker in lease mode on
 n = 8 slots, ttl 2 s, batches of 10; its handler works 10 ms per item inside
@@ -26,29 +25,22 @@ Then: every item but the poison one processed exactly once (the processing
 log), by a holder of its slot, never with a token older than one already
 written for that slot; the poison item dead after 3 attempts (item_failures)
 and never written; no worker error; never more server connections than the
-pool. Exits non-zero on any failed check.
+pool.
 """
 import collections
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 
 import psycopg
 
+import harness
+from harness import Failure, WorkerProcess, check, failure_state, log, poll
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tests", "pylib"))
-from fleet_driver import Failure, WorkerProcess, check, failure_state, log, poll, run_fleet_test  # noqa: E402
-
-for var in ("PGC_POOLER_PORT", "PGC_DATA", "PGC_BIN"):
-    if var not in os.environ:
-        sys.exit(f"tests/libs/node_fleet.py: {var} is not set (scripts/test sets it)")
-POOLER_PORT = int(os.environ["PGC_POOLER_PORT"])
-POOL = int(os.environ.get("PGC_POOLER_POOL", "4"))
-DATA, BIN = os.environ["PGC_DATA"], os.environ["PGC_BIN"]
 DB = "node_fleet"
 NAME = "nodefleet"
 N = 8
@@ -65,7 +57,7 @@ LOST_REASONS = ("given back", "taken", "expired", "released")  # clients/node/RE
 
 
 def direct(dbname=DB):
-    return psycopg.connect(dbname=dbname, autocommit=True, application_name=DIRECT_APP)
+    return harness.connect(dbname, application_name=DIRECT_APP)
 
 
 class Worker(WorkerProcess):
@@ -166,23 +158,15 @@ def terminate(w, within=15):
     return time.monotonic() - t0
 
 
-def restart_server():
-    log_file = os.path.join(os.path.dirname(DATA), "server-" + os.path.basename(DATA)[len("data-"):] + ".log")
-    subprocess.run(["runuser", "-u", "postgres", "--", "env", "-u", "RUST_BACKTRACE",
-                    os.path.join(BIN, "pg_ctl"), "-D", DATA, "-l", log_file, "-m", "fast", "-w", "-t", "60",
-                    "restart"], check=True, stdout=subprocess.DEVNULL)
-
-
 def done_count(d):
     return d.execute("SELECT count(*) FROM processing_log").fetchone()[0]
 
 
-def run(workdir):
-    with direct("postgres") as d:
-        d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        d.execute(f"CREATE DATABASE {DB}")
+def test_node_fleet(workdir, databases, pgbouncer, cluster):
+    """The seven steps above, then the checks of the processing log."""
+    POOLER_PORT, POOL = pgbouncer.port, pgbouncer.pool
+    databases(DB)
     with direct() as d:
-        d.execute("CREATE EXTENSION pg_claim")
         d.execute(f"""
             CREATE SEQUENCE item_ids;
             CREATE TABLE items (id bigint PRIMARY KEY, done boolean NOT NULL DEFAULT false);
@@ -263,7 +247,7 @@ def run(workdir):
         before = done_count(d)
         marks = [len(w.events) for w in live]
         d.close()
-        restart_server()
+        cluster.restart()
         d = direct()
         for w, m in zip(live, marks):
             w.wait_event(("reconnecting", "renewal failed"), m, 20)
@@ -331,10 +315,3 @@ def run(workdir):
         f" {watcher.max} server connections (pool {POOL}); the poison item dead after {poison[1]} attempts"
         f" ({poison[2]}); {batches} batches, {fenced} fenced refusals in the workers that exited;"
         f" slots lost: {dict(reasons)}")
-
-
-def main():
-    return run_fleet_test("Node.js library fleet test", run, TIME_LIMIT_S, [DB])
-
-if __name__ == "__main__":
-    sys.exit(main())
