@@ -298,7 +298,7 @@ shards_fdw() {
             pgc_cluster_start "shard-$s-$PGC_PG_MAJOR" 2>/dev/null
             ports+=("$PGPORT")
         done
-        PGPORT="$coord" PGC_SHARD_PORTS="${ports[*]}" python3 tests/shards/run.py
+        PGPORT="$coord" PGC_SHARD_PORTS="${ports[*]}" pytests tests/shards -- "$@"
     )
 }
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Native sharding with postgres_fdw (docs/scale-out.md), on three servers.
 
 Needs the coordinator (PGHOST/PGPORT, pg_claim and postgres_fdw installable)
@@ -20,17 +19,18 @@ on the second), then checks:
    exactly once, each under its own slot, the killed slot's under two
    workers.
 
-Every wait polls with a deadline. Exits non-zero on any failed check.
+Every wait polls with a deadline.
 """
 import os
 import re
-import sys
 import tempfile
 
-import shards
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pylib"))
-import fleet_driver  # noqa: E402
-from fleet_driver import Failure, check  # noqa: E402
+import pytest
+
+import harness
+from harness import Failure, check, log
+
+from . import shards
 
 DB = "pg_claim_shards"
 N = 4
@@ -42,9 +42,9 @@ SHARDS = [int(p) for p in os.environ["PGC_SHARD_PORTS"].split()]
 
 
 def poll(fn, timeout, what, fleet=None):
-    """fleet_driver.poll; on a time-out, the fleet's last events are in the failure."""
+    """harness.poll; on a time-out, the fleet's last events are in the failure."""
     try:
-        return fleet_driver.poll(fn, timeout, what)
+        return harness.poll(fn, timeout, what)
     except Failure as e:
         if not fleet:
             raise
@@ -146,19 +146,25 @@ def fleet():
     return killed_slot_workers
 
 
-def main():
+@pytest.fixture(scope="module")
+def layout():
+    """The coordinator's partitioned table over the shard servers (shards.py);
+    its databases dropped after the module when its tests passed."""
     shards.build(COORD, SHARDS, DB, N, ITEMS)
-    with shards.connect(COORD, DB) as c:
-        plans(c)
-    workers = fleet()
+    yield
     for port in [COORD, *SHARDS]:
         with shards.connect(port, "postgres") as c:
             c.execute(f"DROP DATABASE {DB} WITH (FORCE)")
-    print(f"shards (postgres_fdw, coordinator + {len(SHARDS)} shard servers, n = {N}): every batch plan and UPDATE"
-          f" reads one partition (key range, order and limit pushed down), one call scans one partition by the servers'"
-          f" counts; {ITEMS} items processed exactly once after SIGKILL of a foreign slot's worker and a standby's"
-          f" takeover ({workers} workers on that slot)")
 
 
-if __name__ == "__main__":
-    fleet_driver.run_main("shards", main)
+def test_batches_read_one_partition(layout):
+    with shards.connect(COORD, DB) as c:
+        plans(c)
+
+
+def test_fleet_every_item_once(layout):
+    workers = fleet()
+    log(f"shards (postgres_fdw, coordinator + {len(SHARDS)} shard servers, n = {N}): every batch plan and UPDATE"
+        f" reads one partition (key range, order and limit pushed down), one call scans one partition by the servers'"
+        f" counts; {ITEMS} items processed exactly once after SIGKILL of a foreign slot's worker and a standby's"
+        f" takeover ({workers} workers on that slot)")
