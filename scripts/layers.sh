@@ -204,15 +204,16 @@ security() { pytests tests/security -- "$@"; }
 # copy of the PostgreSQL installation without pg_claim's files; its mappings
 # compared with the extension's on the test cluster, its claims, leases,
 # failures, my_items and notify_slot against real sessions, other roles and
-# planted look-alikes (tests/portable/run.py); every mapping on every
+# planted look-alikes (tests/portable/test_portable.py); every mapping on every
 # hashable key type against the extension's and the partition the server
-# routes a row to, in plain and parallel plans (tests/portable/mappings.py);
-# the file run over earlier builds (tests/portable/upgrade.py); the
+# routes a row to, in plain and parallel plans (tests/portable/test_mappings.py);
+# the file run over earlier builds (tests/portable/test_upgrade.py); the
 # bad-input matrix and a random caller of tests/hostile/test_matrix.py on its
 # functions; the promises
 # of docs/security.md that apply to it (tests/security/ with
 # PGC_SECURITY_PORTABLE); then the pg_regress tests and isolation specs that
-# apply to it (tests/portable/regress.py). Test names: none. A subshell: the
+# apply to it (tests/portable/regress.py). Test names: words of the pytest
+# tests' names. A subshell: the
 # test cluster stays for the next layers.
 portable_edition() (
     PGC_CLUSTERS=()
@@ -225,16 +226,16 @@ portable_edition() (
     chmod -R a+rX "$inst"
     PGC_BIN="$inst$PGC_PG_LIB/bin"
     pgc_cluster_start "portable-$PGC_PG_MAJOR" 2>/dev/null
-    PGC_EXT_HOST="$ext_host" PGC_EXT_PORT="$ext_port" PGC_PORTABLE_SQL="$sql" python3 tests/portable/run.py "$@" || return 1
-    # every mapping of both editions against each other and the partition routing, plain and parallel
-    PGC_EXT_HOST="$ext_host" PGC_EXT_PORT="$ext_port" PGC_PORTABLE_SQL="$sql" python3 tests/portable/mappings.py || return 1
-    # the file over each earlier build kept in tests/portable/releases/: the catalog of a fresh install
-    PGC_PORTABLE_SQL="$sql" python3 tests/portable/upgrade.py || return 1
-    # its public functions against the hostile matrix and a random caller
-    PGC_HOSTILE_PORTABLE="$sql" pytests tests/hostile/test_matrix.py -- \
-        --server-log "$PGC_WORK/pg/server-portable-$PGC_PG_MAJOR.log" --calls 3000 || return 1
-    # the promises of docs/security.md that apply to it, attacked
-    PGC_SECURITY_PORTABLE="$sql" pytests tests/security || return 1
+    # in one pytest run: the edition against the extension (test_portable.py); every mapping
+    # of both editions against each other and the partition routing, plain and parallel
+    # (test_mappings.py); the file over each earlier build kept in tests/portable/releases/:
+    # the catalog of a fresh install (test_upgrade.py); its public functions against the
+    # hostile matrix and a random caller; the promises of docs/security.md that apply to it
+    PGC_EXT_HOST="$ext_host" PGC_EXT_PORT="$ext_port" PGC_PORTABLE_SQL="$sql" \
+        PGC_HOSTILE_PORTABLE="$sql" PGC_SECURITY_PORTABLE="$sql" pytests \
+        tests/portable/test_portable.py tests/portable/test_mappings.py tests/portable/test_upgrade.py \
+        tests/hostile/test_matrix.py tests/security -- \
+        --server-log "$PGC_WORK/pg/server-portable-$PGC_PG_MAJOR.log" --calls 3000 "$@" || return 1
     # the pg_regress tests that apply (tests/portable/regress.txt)
     python3 tests/portable/regress.py "$PGC_PGXS/src/test/regress/pg_regress" "$PGC_BIN" \
         "$PGC_WORK/portable-regress-$PGC_PG_MAJOR" "$sql"

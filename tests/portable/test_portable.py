@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The portable edition (docs/portable.md) on a server without pg_claim's
 library: installed by a database owner that is not a superuser, installed
 again over itself, its mappings against the extension's on thousands of
@@ -13,12 +12,14 @@ default PGHOST) of the server with the extension, PGC_PORTABLE_SQL the generated
 import os
 import random
 import subprocess
-import sys
 import threading
 import time
 import uuid
 
 import psycopg
+import pytest
+
+from harness import Expectations, log
 
 HOST = os.environ["PGHOST"]
 PORT = os.environ["PGPORT"]
@@ -27,13 +28,9 @@ EXT_HOST = os.environ.get("PGC_EXT_HOST", HOST)
 SQL_FILE = os.environ["PGC_PORTABLE_SQL"]
 DB = "pg_claim_portable"
 OWNER = "portable_owner"
-FAILED = []
+check = Expectations(show_ok=True)  # each test verifies its checks at its end
 
 
-def check(cond, what):
-    print(("ok    " if cond else "FAIL  ") + what)
-    if not cond:
-        FAILED.append(what)
 
 
 def conn(port=PORT, user="postgres", db=DB, path="claim, public"):
@@ -503,19 +500,36 @@ def tle_registration():
         c.execute("DROP SCHEMA claim_tle CASCADE; DROP SCHEMA pgtle CASCADE")
 
 
-def main():
+@pytest.fixture(scope="module")
+def seed():
+    """The random keys' seed (PGC_SEED repeats a run), once the edition is set up."""
     seed = int(os.environ.get("PGC_SEED", random.randrange(1 << 30)))
-    print(f"portable: seed {seed} (PGC_SEED={seed} repeats it)")
-    t0 = time.monotonic()
+    log(f"portable: seed {seed} (PGC_SEED={seed} repeats it)")
     setup()
+    check.verify()
+    return seed
+
+
+def test_mappings_as_the_extensions(seed):
     mappings(seed)
+    check.verify()
+
+
+def test_claims(seed):
     claims()
+    check.verify()
+
+
+def test_leases_and_security(seed):
     leases_and_security()
+    check.verify()
+
+
+def test_items_and_wake(seed):
     items_and_wake()
+    check.verify()
+
+
+def test_tle_registration(seed):
     tle_registration()
-    print(f"portable: {len(FAILED)} failed, {time.monotonic() - t0:.1f} s")
-    return 1 if FAILED else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    check.verify()

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Every mapping of both editions on every key type PostgreSQL can hash,
 against each other and against PostgreSQL itself:
 
@@ -15,16 +14,17 @@ against each other and against PostgreSQL itself:
   keys included; enums and the types built on them hash by OID, which differs
   between two databases, so for them only the partition is compared.
 
-Environment as tests/portable/run.py: PGHOST and PGPORT of the portable
+Environment as tests/portable/test_portable.py: PGHOST and PGPORT of the portable
 server, PGC_EXT_PORT (and PGC_EXT_HOST) of the extension's, PGC_PORTABLE_SQL.
 PGC_MAPPING_ROWS rows per type (default 400).
 """
 import os
 import subprocess
-import sys
 import time
 
 import psycopg
+
+from harness import Expectations, log
 
 HOST = os.environ["PGHOST"]
 PORT = os.environ["PGPORT"]
@@ -35,7 +35,7 @@ ROWS = int(os.environ.get("PGC_MAPPING_ROWS", "400"))
 DB = "pg_claim_mappings"  # the extension's: DB + "_ext"
 MODULUS = 7
 NS = [1, 2, 3, 7, 64, 1000, 2147483647]
-FAILED = []
+check = Expectations(show_ok=True)  # each test verifies its checks at its end
 
 SETUP = """
 CREATE TYPE public.mood AS ENUM ('sad', 'ok', 'happy', 'élan');
@@ -107,10 +107,6 @@ ICU = "CREATE COLLATION public.ci (provider = icu, locale = 'und-u-ks-level2', d
 BY_OID = {"enum", "composite_enum"}
 
 
-def check(cond, what):
-    print(("ok    " if cond else "FAIL  ") + what)
-    if not cond:
-        FAILED.append(what)
 
 
 def connect(port, portable):
@@ -243,7 +239,7 @@ def values(c, name):
     return out, bounds
 
 
-def main():
+def test_every_mapping_on_every_key_type():
     t0 = time.monotonic()
     icu = fresh(EXT_PORT, False) & fresh(PORT, True)
     if not icu:
@@ -282,9 +278,5 @@ def main():
                       + (f" (portable: {vp[fn][1] or 'values'})" if not same else "") + first
                       + (" (by OID: each its own)" if name in BY_OID and fn in ("pg_hash_slot", "range_slot")
                          and ve[fn][1] is None else ""))
-    print(f"mappings: {len(run)} key types, {ROWS} rows each, {len(FAILED)} failed, {time.monotonic() - t0:.1f} s")
-    return 1 if FAILED else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    log(f"mappings: {len(run)} key types, {ROWS} rows each, {len(check.failed)} failed, {time.monotonic() - t0:.1f} s")
+    check.verify()

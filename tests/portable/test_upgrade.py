@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The portable file over each earlier build kept in tests/portable/releases/
 (the release 0.5.0, and the first 0.5.0 build, whose pg_claim_current had
 fewer OUT parameters): installed by a database owner that is not a
@@ -8,21 +7,22 @@ the rows, the index and the column, and leave the schema's catalog as a fresh
 install of the current file leaves it: every function (arguments, result,
 body, markings, privileges), view, table column, index and comment.
 
-Environment as tests/portable/run.py: PGHOST and PGPORT of the portable
+Environment as tests/portable/test_portable.py: PGHOST and PGPORT of the portable
 server, PGC_PORTABLE_SQL the current file.
 """
 import glob
 import os
 import subprocess
-import sys
 
 import psycopg
+
+from harness import Expectations, log
 
 HOST, PORT = os.environ["PGHOST"], os.environ["PGPORT"]
 SQL_FILE = os.environ["PGC_PORTABLE_SQL"]
 RELEASES = sorted(glob.glob(os.path.join(os.path.dirname(os.path.abspath(__file__)), "releases", "*.sql")))
 OWNER = "portable_upgrader"
-FAILED = []
+check = Expectations(show_ok=True)  # each test verifies its checks at its end
 
 CATALOG = """
 SELECT 'function ' || p.oid::regprocedure || ' -> ' || pg_get_function_result(p.oid) || ' args '
@@ -52,10 +52,6 @@ WHERE c.relnamespace = 'claim'::regnamespace AND NOT t.tgisinternal
 """
 
 
-def check(cond, what):
-    print(("ok    " if cond else "FAIL  ") + what)
-    if not cond:
-        FAILED.append(what)
 
 
 def connect(db, user="postgres"):
@@ -83,7 +79,7 @@ def catalog(db):
         return set(r[0] for r in c.execute(CATALOG))
 
 
-def main():
+def test_over_each_earlier_build():
     with psycopg.connect(host=HOST, port=PORT, user="postgres", dbname="postgres", autocommit=True) as c:
         for db in ["pg_claim_upgrade_fresh"] + [f"pg_claim_upgrade_{i}" for i in range(len(RELEASES))]:
             c.execute(f"DROP DATABASE IF EXISTS {db}")
@@ -129,9 +125,5 @@ def main():
         for db in ["pg_claim_upgrade_fresh"] + [f"pg_claim_upgrade_{i}" for i in range(len(RELEASES))]:
             c.execute(f"DROP DATABASE IF EXISTS {db}")
         c.execute(f"DROP ROLE IF EXISTS {OWNER}")
-    print(f"upgrade: {len(RELEASES)} earlier builds, {len(FAILED)} failed")
-    return 1 if FAILED else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    log(f"upgrade: {len(RELEASES)} earlier builds, {len(check.failed)} failed")
+    check.verify()
