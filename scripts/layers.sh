@@ -321,15 +321,21 @@ citus_layer() {
     )
 }
 
-# The fault fleet (tests/faults) on a cluster of its own, which it stops,
-# kills, fails over to a promoted replica and cuts off behind a silent
-# partition; with --soak MINUTES the same fleet under random faults. A
+# The fault fleet (tests/faults/test_faults.py) on a cluster of its own,
+# which it stops, kills, fails over to a promoted replica and cuts off behind
+# a silent partition; test names: the faults (cancels, lock-table,
+# partition, restart, backend-kill, sigstop, failover). soak: the same fleet
+# under random faults for two minutes (tests/faults/test_soak.py). A
 # subshell, so that the cluster of the other layers stays as it is.
-faults() (
+faults() { fault_fleet test_faults.py "$@"; }
+soak() { fault_fleet test_soak.py --soak 2 "$@"; }
+fault_fleet() (
+    local module="$1"
+    shift
     PGC_CLUSTERS=() PGC_POOLERS=()
     trap pgc_cleanup EXIT
     pgc_faults_cluster_start "faults-$PGC_PG_MAJOR"
-    python3 tests/faults/run.py "$@"
+    pytests "tests/faults/$module" -- -s "$@"
 )
 
 

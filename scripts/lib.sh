@@ -451,10 +451,10 @@ pgc_cluster_start() {
 
 # pgc_faults_cluster_start NAME: the cluster of the fault tests (tests/faults):
 # listening on every address (the partition fault reaches it from a network
-# namespace; tests/faults/run.py admits only that subnet in pg_hba.conf),
+# namespace; tests/faults admits only that subnet in pg_hba.conf),
 # commits flushed before they return (a crash must not lose a committed
 # claim), and a small lock table (the lock-table fault fills it). Exports
-# FAULTS_DATA (its data directory) and PGC_BIN for tests/faults/run.py.
+# FAULTS_DATA (its data directory) and PGC_BIN for tests/faults.
 pgc_faults_cluster_start() {
     pgc_cluster_start "$1" "listen_addresses = '*'" "synchronous_commit = on" \
         "max_locks_per_transaction = 64"
