@@ -105,8 +105,12 @@ deb_package() { tests/package/deb.sh --pg "$PGC_PG_MAJOR" "$@"; }
 # marked <!-- not run: REASON --> is skipped and counted. Test names: files.
 # Then the project layout of docs/architecture.md against the tree, the
 # relative links and #anchors between the pages, and the README's quick
-# start against the Python library's (tests/docs/layout.py, no server).
-docs_examples() { python3 tests/docs/run.py "$@" && python3 tests/docs/layout.py; }
+# start against the Python library's (tests/docs/test_layout.py, no server).
+docs_examples() {
+    local f docs=()
+    for f in "$@"; do docs+=(--doc "$f"); done
+    pytests tests/docs -- "${docs[@]}"
+}
 
 sessions() {
     PG_CLAIM_TEST_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=postgres" \

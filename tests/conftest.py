@@ -27,6 +27,8 @@ def pytest_addoption(parser):
     g.addoption("--check-doc", default=None, metavar="FILE", help="hostile: FILE's tables must be this run's")
     g.addoption("--update-doc", default=None, metavar="FILE", help="hostile: write this run's tables into FILE")
     g.addoption("--soak", type=float, default=None, metavar="MINUTES", help="faults: random faults for MINUTES")
+    g.addoption("--doc", action="append", metavar="FILE", help="docs: the examples of FILE only (repeatable)")
+    g.addoption("--keep", action="store_true", help="docs: leave the databases")
 
 
 class Cluster:

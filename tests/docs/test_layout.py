@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The project layout of docs/architecture.md against the tree, and every
 link between the project's pages.
 
@@ -28,14 +27,14 @@ gets -1, -2, ...). Links inside code are not links.
 
 Quick start: the sql and python blocks of README.md's "## Quick start" are
 those of clients/python/README.md's, which the libs-python layer runs as
-written (clients/python/tests/test_server.py). Needs no server.
-
-    python3 tests/docs/layout.py        # prints what it checked; exits 1 on a failure
+written (clients/python/tests/test_server.py). Needs no server: one test
+each.
 """
 import os
 import re
 import subprocess
-import sys
+
+from harness import check, log
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -202,19 +201,20 @@ def check_quick_start():
     return []
 
 
-def main():
+def test_layout_lists_the_tree():
     files, dirs = existing_paths()
-    entries, layout_errors = check_layout(files, dirs)
-    links, link_errors = check_links(files, dirs)
-    quick_errors = check_quick_start()
-    errors = layout_errors + link_errors + quick_errors
-    for e in errors:
-        print(e)
-    print(f"layout: {entries} entries of {ARCHITECTURE} against the tree, {len(layout_errors)} failed; "
-          f"links: {links} relative links and anchors, {len(link_errors)} failed; "
-          f"quick start: {'differs' if quick_errors else 'the same as ' + LIBRARY_README}")
-    return 1 if errors else 0
+    entries, errors = check_layout(files, dirs)
+    log(f"layout: {entries} entries of {ARCHITECTURE} against the tree, {len(errors)} failed")
+    check(not errors, "\n".join(errors))
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def test_links_and_anchors():
+    files, dirs = existing_paths()
+    links, errors = check_links(files, dirs)
+    log(f"links: {links} relative links and anchors, {len(errors)} failed")
+    check(not errors, "\n".join(errors))
+
+
+def test_quick_start_is_the_librarys():
+    errors = check_quick_start()
+    check(not errors, "\n".join(errors))

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Every ```sql example of README.md, CHANGELOG.md and docs/*.md runs as written.
 
 Needs a running cluster with pg_claim installed (PGHOST/PGPORT, as
@@ -33,29 +32,29 @@ footer '(N rows)' may be left out), and must be what the server returns.
 A block that creates an extension not installed on this server (postgres_fdw
 on some builds) is skipped with the later blocks of its database.
 
-Prints one line per file (blocks run, failed, skipped with their reasons) and
-the failures; exits non-zero on any failure.
+Each file is a test (test_examples[FILE]) that logs one line (blocks run,
+failed, skipped with their reasons) and fails with its failures.
 
-    python3 tests/docs/run.py                   # every file
-    python3 tests/docs/run.py docs/claiming.md  # some files
-    python3 tests/docs/run.py --keep ...        # leave the databases
-    python3 tests/docs/run.py -v ...            # and show each statement's first rows
+    python3 -m pytest tests/docs/test_examples.py                        # every file
+    python3 -m pytest tests/docs/test_examples.py --doc docs/claiming.md  # some files
+    python3 -m pytest tests/docs/test_examples.py --keep ...              # leave the databases
 """
-import argparse
 import difflib
 import os
 import re
-import sys
-import time
 
 import psycopg
+import pytest
+
+import harness
+from harness import log
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 FIXTURES = os.path.join(HERE, "fixtures.sql")
 STATEMENT_TIMEOUT = "60s"
-VERBOSE = False
-ROLE_COMMENT = "created by tests/docs/run.py"
+VERBOSE = False  # each statement's first rows, with pytest -vv
+ROLE_COMMENT = "created by tests/docs/test_examples.py"
 
 FENCE = re.compile(r"^( *)```sql\s*$")
 NOT_RUN = re.compile(r"^\s*<!--\s*not run:\s*(.+?)\s*-->\s*$")
@@ -175,7 +174,7 @@ def expectation(block_lines, end_line):
 
 
 def connect(dbname):
-    c = psycopg.connect(dbname=dbname, autocommit=True, application_name="docs examples")
+    c = harness.connect(dbname, application_name="docs examples")
     c.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
     c.execute("SET TimeZone = 'UTC'")  # as the outputs in the docs show them
     return c
@@ -348,21 +347,30 @@ def run_file(path, fixtures, keep):
     return ran, skipped, failures
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("files", nargs="*", help="Markdown files (default: README.md and docs/*.md)")
-    p.add_argument("--keep", action="store_true", help="leave the docs_* databases")
-    p.add_argument("-v", "--verbose", action="store_true", help="show each statement's first rows")
-    a = p.parse_args()
-    global VERBOSE
-    VERBOSE = a.verbose
-    given = [os.path.relpath(os.path.abspath(f), ROOT) for f in a.files]
+def doc_files(config):
+    """The files of --doc (relative to the checkout), or README.md,
+    CHANGELOG.md and docs/*.md."""
+    given = [os.path.relpath(os.path.abspath(f), ROOT) for f in config.getoption("--doc") or []]
     for f in given:
         if not os.path.isfile(os.path.join(ROOT, f)) or f.startswith(".."):
-            sys.exit(f"docs: no file {f} in the repository")
-    os.chdir(ROOT)
-    files = given or ["README.md", "CHANGELOG.md"] + sorted(
+            raise pytest.UsageError(f"docs: no file {f} in the repository")
+    return given or ["README.md", "CHANGELOG.md"] + sorted(
         os.path.join("docs", f) for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md"))
+
+
+def pytest_generate_tests(metafunc):
+    if "doc" in metafunc.fixturenames:
+        metafunc.parametrize("doc", doc_files(metafunc.config))
+
+
+@pytest.fixture(scope="module")
+def fixtures(request):
+    """The fixtures of fixtures.sql, and the roles they name: made for the
+    module (those an earlier run left dropped first), dropped after it
+    unless --keep."""
+    global VERBOSE
+    VERBOSE = request.config.getoption("verbose") > 1
+    os.chdir(ROOT)
     roles, leftover, fixtures = load_fixtures()
     with connect("postgres") as c:
         have = {r for (r,) in c.execute("SELECT rolname FROM pg_roles")}
@@ -371,7 +379,7 @@ def main():
                 try:
                     c.execute(f"DROP ROLE {r}")
                 except psycopg.Error as e:
-                    sys.exit(f"docs: cannot drop the role {r} an earlier run left: {e.diag.message_primary}")
+                    pytest.fail(f"docs: cannot drop the role {r} an earlier run left: {e.diag.message_primary}")
         # roles of an earlier run that did not end are this run's too
         ours = {r for (r,) in c.execute(
             "SELECT rolname FROM pg_roles WHERE shobj_description(oid, 'pg_authid') = %s", (ROLE_COMMENT,))}
@@ -380,41 +388,24 @@ def main():
             if r not in have:
                 c.execute(f"CREATE ROLE {r} NOLOGIN")
                 c.execute(f"COMMENT ON ROLE {r} IS '{ROLE_COMMENT}'")
-    t0 = time.monotonic()
-    totals = [0, 0, 0]
-    failures = []
-    try:
-        for f in files:
-            ran, skipped, failed = run_file(f, fixtures, a.keep)
-            line = f"{f}: {ran} run, {len(failed)} failed, {len(skipped)} skipped"
-            if skipped:
-                reasons = {}
-                for s in skipped:
-                    reasons[s] = reasons.get(s, 0) + 1
-                line += " (skipped: " + "; ".join(s + (f" x{k}" if k > 1 else "") for s, k in reasons.items()) + ")"
-            print(line, flush=True)
-            totals[0] += ran
-            totals[1] += len(failed)
-            totals[2] += len(skipped)
-            failures += failed
-    finally:
-        if not a.keep:
-            with connect("postgres") as c:
-                for r in created + leftover:
-                    if c.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (r,)).fetchone():
-                        try:
-                            c.execute(f"DROP ROLE {r}")
-                        except psycopg.Error as e:
-                            print(f"docs: role {r} left: {e.diag.message_primary}", file=sys.stderr)
-    for why in failures:
-        print("FAILED " + why)
-    print(f"docs: {totals[0]} blocks run, {totals[1]} failed, {totals[2]} skipped "
-          f"in {len(files)} files ({time.monotonic() - t0:.1f} s)")
-    return 1 if failures else 0
+    yield fixtures
+    if not request.config.getoption("--keep"):
+        with connect("postgres") as c:
+            for r in created + leftover:
+                if c.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (r,)).fetchone():
+                    try:
+                        c.execute(f"DROP ROLE {r}")
+                    except psycopg.Error as e:
+                        log(f"docs: role {r} left: {e.diag.message_primary}")
 
 
-if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except psycopg.OperationalError as e:
-        sys.exit(f"docs: the server went away: {e}")
+def test_examples(doc, fixtures, request):
+    ran, skipped, failed = run_file(doc, fixtures, request.config.getoption("--keep"))
+    line = f"{doc}: {ran} run, {len(failed)} failed, {len(skipped)} skipped"
+    if skipped:
+        reasons = {}
+        for s in skipped:
+            reasons[s] = reasons.get(s, 0) + 1
+        line += " (skipped: " + "; ".join(s + (f" x{k}" if k > 1 else "") for s, k in reasons.items()) + ")"
+    log(line)
+    harness.check(not failed, "\n".join("FAILED " + why for why in failed))
