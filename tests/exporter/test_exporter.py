@@ -32,7 +32,7 @@ import urllib.request
 import pytest
 
 import harness
-from harness import Failure, free_port
+from harness import Expectations, Failure, free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 QUERIES = os.path.join(ROOT, "contrib", "prometheus", "pg_claim.yaml")
@@ -47,15 +47,7 @@ SLOT_METRICS = ["pending", "oldest_pending_seconds", "oldest_claimable_seconds",
 FLEET_METRICS = ["slots", "holders", "unserved_slots", "pending_items", "oldest_pending_seconds",
                  "oldest_claimable_seconds", "failing_items", "dead_items"]
 
-failures = []
-
-
-def check(ok, what):
-    """An expectation: a failure is recorded and the test goes on."""
-    if not ok:
-        failures.append(what)
-        print(f"FAIL {what}", flush=True)
-    return ok
+check = Expectations()  # the test verifies them at its end
 
 
 def connect(db=DB, **kw):
@@ -297,7 +289,6 @@ def test_exporter_shows_what_the_views_say():
     for tool in ("prometheus-postgres-exporter", "promtool"):
         if not shutil.which(tool):
             pytest.fail(f"{tool} is not installed (scripts/lib.sh installs it with apt)")
-    failures.clear()
     t_start = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="pg_claim_exporter.")
     admin = connect("postgres")
@@ -421,5 +412,5 @@ def test_exporter_shows_what_the_views_say():
         admin.execute(f"DROP ROLE IF EXISTS {MONITOR}")
         admin.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    harness.log(f"exporter: {len(failures) or 'no'} expectations failed, {time.monotonic() - t_start:.1f} s")
-    harness.check(not failures, f"{len(failures)} expectations failed: {failures[:10]}")
+    harness.log(f"exporter: {len(check.failed) or 'no'} expectations failed, {time.monotonic() - t_start:.1f} s")
+    check.verify()
