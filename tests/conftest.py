@@ -198,8 +198,9 @@ def roles():
 
 
 class Fleet:
-    """The worker processes a module started (add them as they start);
-    every one still running is stopped after the module."""
+    """The worker processes (harness.WorkerProcess) a module started: add
+    each as it starts; every one still running is stopped after the module
+    (stop() earlier, kill=True for SIGKILL)."""
 
     def __init__(self):
         self.workers = []
@@ -208,8 +209,8 @@ class Fleet:
         self.workers.append(w)
         return w
 
-    def stop(self, within=5):
-        stop_all(self.workers, within)
+    def stop(self, within=5, kill=False):
+        stop_all(self.workers, within, kill)
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,6 @@ import subprocess
 import sys
 import time
 
-import psycopg
-
 import harness
 from harness import as_postgres, check, free_port, poll
 
@@ -60,7 +58,7 @@ class Server(harness.Server):
         return super().dsn(db)
 
     def connect(self, db=DB, **kw):
-        return psycopg.connect(self.dsn(db), autocommit=True, application_name="faults driver", **kw)
+        return harness.connect(conninfo=self.dsn(db), application_name="faults driver", **kw)
 
 
 class Cluster:

@@ -83,14 +83,14 @@ class WorkerProcess:
             return None
 
 
-def stop_all(workers, within=5):
+def stop_all(workers, within=5, kill=False):
     """Every worker still running resumed (a stopped one would not act on
-    SIGTERM) and sent SIGTERM; those not gone within `within` seconds
-    killed."""
+    SIGTERM) and sent SIGTERM (SIGKILL with kill=True); those not gone within
+    `within` seconds killed."""
     for w in workers:
         if w.proc.poll() is None:
             os.kill(w.pid, signal.SIGCONT)
-            w.proc.terminate()
+            w.proc.kill() if kill else w.proc.terminate()
     deadline = time.monotonic() + within
     for w in workers:
         try:

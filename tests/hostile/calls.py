@@ -8,6 +8,8 @@ import sys
 import time
 
 import psycopg
+
+import harness
 from psycopg import sql
 
 from .values import (GONE, PAIRS, RECREATE_GONE, TEMP_FIXTURE, FIXTURES, pair_expr, valid,  # noqa: F401
@@ -108,11 +110,11 @@ class Runner:
         self.dsn = dsn
         self.failures = failures
         self.stats = {}
-        self.other = psycopg.connect(dsn, autocommit=True)
+        self.other = harness.connect(conninfo=dsn)
         self.connect()
 
     def connect(self):
-        self.conn = psycopg.connect(self.dsn, autocommit=True)
+        self.conn = harness.connect(conninfo=self.dsn)
         self.conn.add_notice_handler(lambda d: None)
         self.conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
         self.conn.execute("SET lock_timeout = '5s'")
@@ -204,11 +206,11 @@ def summarize(rows):
 
 
 def prepare_database(admin_dsn):
-    with psycopg.connect(admin_dsn, autocommit=True) as c:
+    with harness.connect(conninfo=admin_dsn) as c:
         c.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
         c.execute(f"CREATE DATABASE {DB}")
     dsn = admin_dsn + f" dbname={DB}"
-    with psycopg.connect(dsn, autocommit=True) as c:
+    with harness.connect(conninfo=dsn) as c:
         c.add_notice_handler(lambda d: None)
         if os.environ.get("PGC_HOSTILE_PORTABLE"):
             c.execute(open(os.environ["PGC_HOSTILE_PORTABLE"], encoding="utf-8").read())

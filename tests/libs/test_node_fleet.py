@@ -162,7 +162,7 @@ def done_count(d):
     return d.execute("SELECT count(*) FROM processing_log").fetchone()[0]
 
 
-def test_node_fleet(workdir, databases, pgbouncer, cluster):
+def test_node_fleet(workdir, databases, pgbouncer, cluster, fleet):
     """The seven steps above, then the checks of the processing log."""
     POOLER_PORT, POOL = pgbouncer.port, pgbouncer.pool
     databases(DB)
@@ -181,12 +181,12 @@ def test_node_fleet(workdir, databases, pgbouncer, cluster):
     env.pop("PGSERVICE", None)
     d = direct()
     watcher, producer = Watcher(), Producer()
-    workers, live, stopped = [], [], []
+    workers, live, stopped = fleet.workers, [], []
     count = iter(range(1, 100))
 
     def start():
         w = Worker(f"js-{next(count)}", workdir, env)
-        workers.append(w)
+        fleet.add(w)
         live.append(w)
         return w
 
@@ -277,10 +277,7 @@ def test_node_fleet(workdir, databases, pgbouncer, cluster):
         for w in stopped:
             os.kill(w.pid, signal.SIGCONT)
         producer.stop()
-        for w in workers:
-            if w.proc.poll() is None:
-                w.proc.kill()
-                w.proc.wait()
+        fleet.stop(kill=True)
         watcher.stop()
 
     items = ITEMS + producer.produced

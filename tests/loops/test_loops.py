@@ -115,6 +115,7 @@ class Worker:
             self.proc = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "--"] + cmd, cwd=ROOT,
                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                          stderr=err, env=env, text=True)
+        self.pid = self.proc.pid
         self.lines = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -166,10 +167,7 @@ def sent(d):
 
 
 def stop_all(workers):
-    for w in workers:
-        if w.proc.poll() is None:
-            w.proc.kill()
-            w.proc.wait()
+    harness.stop_all(workers, kill=True)
 
 
 def fresh_database():

@@ -11,6 +11,7 @@ import time
 
 import psycopg
 
+import harness
 from harness import Failure, WorkerProcess, check, log, poll
 from harness.server import admin as pooler_admin
 
@@ -42,13 +43,13 @@ def pool_size():
 
 def direct(dbname=DB):
     """A direct connection to the server (PGHOST/PGPORT)."""
-    return psycopg.connect(dbname=dbname, autocommit=True, application_name=DIRECT_APP)
+    return harness.connect(dbname=dbname, application_name=DIRECT_APP)
 
 
 def pooled(dbname=DB):
     """A client connection through PgBouncer (no server-side prepares: 1.18)."""
-    return psycopg.connect(host="127.0.0.1", port=pooler_port(), dbname=dbname, user="postgres",
-                           autocommit=True, prepare_threshold=None)
+    return harness.connect(host="127.0.0.1", port=pooler_port(), dbname=dbname, user="postgres",
+                           prepare_threshold=None)
 
 
 def admin(command):

@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 
-from harness import Failure, WorkerProcess, check, log, poll
+from harness import Failure, WorkerProcess, check, log, poll, stop_all
 
 from .common import HERE, ServerConnections, check_pooler, direct, pool_size, pooler_port, stop_mid_batch
 
@@ -207,12 +207,7 @@ class Fleet:
         return [(w.holder, e) for w in self.workers for e in w.events if e["event"] in ("error", "garbage")]
 
     def stop_all(self):
-        for w in self.workers:
-            if w.proc.poll() is None:
-                os.kill(w.pid, signal.SIGCONT)
-                w.proc.kill()
-        for w in self.workers:
-            w.proc.wait()
+        stop_all(self.workers, kill=True)
 
 
 def leave(fleet, w, what):

@@ -24,6 +24,7 @@ import time
 
 import psycopg
 
+import harness
 from harness import Expectations, log
 
 HOST = os.environ["PGHOST"]
@@ -110,15 +111,14 @@ BY_OID = {"enum", "composite_enum"}
 
 
 def connect(port, portable):
-    return psycopg.connect(host=HOST if portable else EXT_HOST, port=port, user="postgres",
+    return harness.connect(host=HOST if portable else EXT_HOST, port=port, user="postgres",
                            dbname=DB if portable else DB + "_ext",
-                           autocommit=True, options="-csearch_path=claim,public")
+                           options="-csearch_path=claim,public")
 
 
 def fresh(port, portable):
     db = DB if portable else DB + "_ext"
-    with psycopg.connect(host=HOST if portable else EXT_HOST, port=port, user="postgres", dbname="postgres",
-                         autocommit=True) as c:
+    with harness.connect("postgres", host=HOST if portable else EXT_HOST, port=port, user="postgres") as c:
         c.execute(f"DROP DATABASE IF EXISTS {db}")
         c.execute(f"CREATE DATABASE {db}")
     with connect(port, portable) as c:

@@ -19,6 +19,7 @@ import uuid
 import psycopg
 import pytest
 
+import harness
 from harness import Expectations, log
 
 HOST = os.environ["PGHOST"]
@@ -34,7 +35,7 @@ check = Expectations(show_ok=True)  # each test verifies its checks at its end
 
 
 def conn(port=PORT, user="postgres", db=DB, path="claim, public"):
-    c = psycopg.connect(host=EXT_HOST if port == EXT_PORT else HOST, port=port, user=user, dbname=db, autocommit=True,
+    c = harness.connect(host=EXT_HOST if port == EXT_PORT else HOST, port=port, user=user, dbname=db,
                         options=f"-csearch_path={path.replace(' ', '')}" if path else "")
     return c
 

@@ -14,8 +14,7 @@ import glob
 import os
 import subprocess
 
-import psycopg
-
+import harness
 from harness import Expectations, log
 
 HOST, PORT = os.environ["PGHOST"], os.environ["PGPORT"]
@@ -55,7 +54,7 @@ WHERE c.relnamespace = 'claim'::regnamespace AND NOT t.tgisinternal
 
 
 def connect(db, user="postgres"):
-    return psycopg.connect(host=HOST, port=PORT, user=user, dbname=db, autocommit=True,
+    return harness.connect(host=HOST, port=PORT, user=user, dbname=db,
                            options="-csearch_path=claim,public")
 
 
@@ -67,7 +66,7 @@ def install(db, path):
 
 
 def fresh(db):
-    with psycopg.connect(host=HOST, port=PORT, user="postgres", dbname="postgres", autocommit=True) as c:
+    with harness.connect(host=HOST, port=PORT, user="postgres", dbname="postgres") as c:
         c.execute(f"DROP DATABASE IF EXISTS {db}")
         c.execute(f"CREATE DATABASE {db} OWNER {OWNER}")
     with connect(db, OWNER) as c:
@@ -80,7 +79,7 @@ def catalog(db):
 
 
 def test_over_each_earlier_build():
-    with psycopg.connect(host=HOST, port=PORT, user="postgres", dbname="postgres", autocommit=True) as c:
+    with harness.connect(host=HOST, port=PORT, user="postgres", dbname="postgres") as c:
         for db in ["pg_claim_upgrade_fresh"] + [f"pg_claim_upgrade_{i}" for i in range(len(RELEASES))]:
             c.execute(f"DROP DATABASE IF EXISTS {db}")
         c.execute(f"DROP ROLE IF EXISTS {OWNER}")
@@ -121,7 +120,7 @@ def test_over_each_earlier_build():
         check(kept == (1, 1) and before == after and valid and used == len(range(3, 501, 8)),
               f"over {name}: the leases {kept[0]} and failure record {kept[1]} kept, the generated column and the "
               f"index on the mappings kept and valid ({used} rows of slot 3)")
-    with psycopg.connect(host=HOST, port=PORT, user="postgres", dbname="postgres", autocommit=True) as c:
+    with harness.connect(host=HOST, port=PORT, user="postgres", dbname="postgres") as c:
         for db in ["pg_claim_upgrade_fresh"] + [f"pg_claim_upgrade_{i}" for i in range(len(RELEASES))]:
             c.execute(f"DROP DATABASE IF EXISTS {db}")
         c.execute(f"DROP ROLE IF EXISTS {OWNER}")

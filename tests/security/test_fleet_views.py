@@ -14,11 +14,13 @@ extension's owner, a pg_monitor role or a third role.
 """
 import psycopg
 
+import harness
+
 from .common import ADMIN, as_fleet, check, connect, lease_of, one
 
 # The readers the plants are played against: (what, how to connect).
 READERS = [
-    ("a superuser", lambda: psycopg.connect(ADMIN + " dbname=pg_claim_security", autocommit=True)),
+    ("a superuser", lambda: harness.connect(conninfo=ADMIN + " dbname=pg_claim_security")),
     ("the extension's owner", lambda: connect("sec_owner")),
     ("a pg_monitor role", lambda: connect("sec_monitor")),
     ("a third role", lambda: connect("sec_other")),
@@ -83,7 +85,7 @@ PLANTS = {
 
 
 def plant():
-    su = psycopg.connect(ADMIN + " dbname=pg_claim_security", autocommit=True)
+    su = harness.connect(conninfo=ADMIN + " dbname=pg_claim_security")
     su.execute("DROP SCHEMA IF EXISTS fv CASCADE")
     su.execute("CREATE SCHEMA fv AUTHORIZATION sec_attacker")
     su.execute("DROP TABLE IF EXISTS public.reader_secret")
@@ -222,7 +224,7 @@ def test_fleet_views_show_what_the_caller_can_read():
     pending rows its own SELECT sees; a role that may not read the table
     sees pending NULL, not an error; lease holders and tokens as
     lease_holders shows them."""
-    su = psycopg.connect(ADMIN + " dbname=pg_claim_security", autocommit=True)
+    su = harness.connect(conninfo=ADMIN + " dbname=pg_claim_security")
     own = connect("sec_owner")
     own.execute("CREATE TABLE public.tenant_jobs (id bigint PRIMARY KEY, tenant text NOT NULL, "
                 "done boolean NOT NULL DEFAULT false)")

@@ -3,6 +3,8 @@ neither read, renew, release, fence nor take a live lease or fleet of a
 name; a fleet shares it through a common role."""
 import psycopg
 
+import harness
+
 from .common import ADMIN, DB, as_fleet, check, connect, expect_error, lease_of, one, poll
 
 
@@ -125,7 +127,7 @@ def test_expired_lease_can_be_taken_by_another_role():
 def test_fleet_shares_name_through_common_role():
     """Workers that log in as different roles share a name through a common
     role: as sec_fleet, worker b sees, renews and fences worker a's lease."""
-    with psycopg.connect(ADMIN + f" dbname={DB}", autocommit=True) as c:
+    with harness.connect(conninfo=ADMIN + f" dbname={DB}") as c:
         c.execute("ALTER ROLE sec_worker_a IN DATABASE pg_claim_security SET role = 'sec_fleet'")
         c.execute("ALTER ROLE sec_worker_b IN DATABASE pg_claim_security SET role = 'sec_fleet'")
     try:
@@ -138,6 +140,6 @@ def test_fleet_shares_name_through_common_role():
         check(r is not None, "a worker of the same fleet role could not renew the fleet's lease")
         b.execute("SELECT fence('sec_shared', %s, %s)", (slot, token))
     finally:
-        with psycopg.connect(ADMIN + f" dbname={DB}", autocommit=True) as c:
+        with harness.connect(conninfo=ADMIN + f" dbname={DB}") as c:
             c.execute("ALTER ROLE sec_worker_a IN DATABASE pg_claim_security RESET role")
             c.execute("ALTER ROLE sec_worker_b IN DATABASE pg_claim_security RESET role")
