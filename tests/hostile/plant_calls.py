@@ -7,6 +7,8 @@ import zlib
 
 import psycopg
 
+import harness
+
 from .calls import ALLOWED, fail, summarize
 from .plant_setup import KEY_TABLES, N_SHARES, OWNER, STATEMENT_TIMEOUT_MS, connect, ident, polymorphic
 from .values import valid
@@ -202,7 +204,7 @@ def run_calls(admin, db, extschema, roles, calls_of, baseline, failures, report,
 
 
 def check_rolsuper(admin, failures, when):
-    with psycopg.connect(admin, autocommit=True) as c:
+    with harness.connect(conninfo=admin) as c:
         sup = c.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (OWNER,)).fetchone()[0]
         if sup:
             c.execute(f"ALTER ROLE {OWNER} NOSUPERUSER")

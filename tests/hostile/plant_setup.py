@@ -4,6 +4,8 @@ it can create in."""
 import random
 
 import psycopg
+
+import harness
 from psycopg import sql
 
 from .values import FIXTURES
@@ -38,7 +40,7 @@ def ident(*parts):
 
 
 def reset_cluster(admin):
-    with psycopg.connect(admin, autocommit=True) as c:
+    with harness.connect(conninfo=admin) as c:
         for db, _ in VARIANTS:
             c.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
         for r in (OWNER, THIRD):
@@ -50,7 +52,7 @@ def reset_cluster(admin):
 def setup_variant(admin, db, extschema):
     """Creates db owned by OWNER, which installs pg_claim; returns the
     extension's schema."""
-    with psycopg.connect(admin, autocommit=True) as c:
+    with harness.connect(conninfo=admin) as c:
         c.execute(f"CREATE DATABASE {db} OWNER {OWNER}")
     with connect(admin, db, OWNER) as c:
         c.execute("CREATE SCHEMA own")
@@ -92,7 +94,7 @@ def setup_variant(admin, db, extschema):
 
 def connect(admin, db, role):
     conninfo = admin + f" dbname={db}" + (f" user={role}" if role else "")
-    c = psycopg.connect(conninfo, autocommit=True)
+    c = harness.connect(conninfo=conninfo)
     return c
 
 
