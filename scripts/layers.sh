@@ -31,7 +31,14 @@ pgtest() {
     rm -f "$inst$PGC_PG_SHARE"/extension/pg_claim* "$inst$PGC_PG_PKGLIB"/pg_claim.so
     local rc=0 system
     system="$(pgc_system_files | xargs -r stat -c '%n %i %s %y %z')"
-    PGRX_HOME="$PGC_PGRX_HOME" cargo pgrx test "$PGC_FEATURE" "$@" --runas postgres --pgdata "$data" || rc=$?
+    # --profile pgtest (Cargo.toml): cargo test and cargo-pgrx's build of
+    # the library for the test server (which gets the profile it is given)
+    # use one profile; with the dev-dependencies' features that pg_test adds
+    # to the library's build (Cargo.toml), that build reuses every
+    # dependency of the tests' build. Under the default profiles (`test`
+    # for cargo test, `dev` for the library) it built pgrx-pg-sys (its
+    # bindings generated again), pgrx and their dependencies a second time.
+    PGRX_HOME="$PGC_PGRX_HOME" cargo pgrx test "$PGC_FEATURE" "$@" --profile pgtest --runas postgres --pgdata "$data" || rc=$?
     rm -rf "$parent"
     if [ "$(pgc_system_files | xargs -r stat -c '%n %i %s %y %z')" != "$system" ]; then
         echo "pg_claim: pg_claim's files in the system PostgreSQL changed during the layer" >&2
