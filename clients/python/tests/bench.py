@@ -139,7 +139,6 @@ class Probe:
         cpu = time.process_time() - self.cpu0
         q, w = self._pooler()
         server = self._server()
-        # the pooler's counters are updated once a second (stats_period)
         return ((q - self.q0) / batches, (w - self.w0) / 1000 / batches, cpu * 1000 / batches,
                 server / batches if self.statements else None)
 
@@ -151,7 +150,6 @@ def drain(probe, items):
     while remaining():
         time.sleep(0.05)
     dt = time.monotonic() - t0
-    time.sleep(1.1)  # the pooler's counters are updated once a second
     return dt, probe.stop(items / BATCH)
 
 

@@ -172,6 +172,11 @@ class Worker(Batches):
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._notified = False
+        self._notices = 0  # notifications so far (a resting slot is looked at again after one)
+        # (slot, token) -> when a slot whose last pass handled nothing is looked at again
+        # (other slots still busy): poll_interval later, or after a notification
+        self._resting: Dict[Tuple[int, int], float] = {}
+        self._rest_notices = 0
         self._fatal: Optional[BaseException] = None
         self._held = Held()
         self._ttl_s = ttl_s or 0.0
@@ -438,7 +443,11 @@ class Worker(Batches):
             _, s, a = min(ready, key=lambda x: x[0])
             del due[s][a]
             nxt = self._held.pick(s, a)
-        nxt = nxt or self._held.next()
+        if self._rest_notices != self._notices:
+            self._rest_notices = self._notices
+            self._resting.clear()
+        nxt = nxt or self._held.next(now, {s for (s, t), until in self._resting.items()
+                                           if until > now and held.get(s) == t})
         if nxt is None:
             if not session:  # no good claim for a ttl: drop the slots, whatever the claimer does
                 lost = self._held.failed(now)
@@ -462,6 +471,8 @@ class Worker(Batches):
             quiet[(slot, token)] = False
         if end:  # the pass over the share is over: quiet when it handled nothing
             quiet[(slot, token)] = not busy.pop(slot, False)
+            if quiet[(slot, token)]:  # not fetched again at each turn of the busy slots
+                self._resting[(slot, token)] = now + (self.poll_interval or (30.0 if self._listening() else 1.0))
         self._held.advance(slot, token, cursor)
         return True
 
@@ -578,6 +589,7 @@ class Worker(Batches):
 
     def _notify(self) -> None:
         self._notified = True
+        self._notices += 1
         self._wake.set()
 
     def _idle(self, due: Due, on_slice: Optional[Callable[[float], bool]] = None,
@@ -702,11 +714,13 @@ class Worker(Batches):
                         self._idle(due, (lambda left: self._session_slice(c, claim, left)) if session else None)
                         quiet.clear()
                         busy.clear()
+                        self._resting.clear()
                 except psycopg.Error as e:
                     if not transient(e, conn, own=True):
                         raise
                     pause = next_pause(pause, self._pause_cap())
                     quiet.clear()
+                    self._resting.clear()
                     if conn is not None and not conn.broken and not conn.closed \
                             and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
                         # the connection works (a deadlock, a serialization failure,
