@@ -10,7 +10,7 @@
 // timer standing for one call to another service; --row-ms: milliseconds
 // per row of the batch, added to it), each number of workers
 // and each way, that many workers in this process, each on connections of
-// its own through --pooled, start on an empty table and poll it every 50 ms;
+// its own through --pooled, start on an empty table and poll it every 200 ms;
 // once they are ready (the Workers hold their shares of the n slots),
 // --items rows are inserted (with ANALYZE, in one transaction) and the time
 // from that commit until all are done is measured. Batches of --batch (50);
@@ -81,7 +81,7 @@ async function skipLocked(count, ioMs, timed) {
       const { rows } = await c.query("SELECT id FROM jobs WHERE NOT done ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED", [BATCH]);
       if (rows.length) await handle(c, rows.map((r) => r.id), ioMs);
       await c.query("COMMIT");
-      if (!rows.length) await sleep(50); // the same poll as the Worker's
+      if (!rows.length) await sleep(200); // the same poll as the Worker's
     }
     await c.end();
   };
@@ -95,7 +95,7 @@ async function skipLocked(count, ioMs, timed) {
 async function library(count, ioMs, timed) {
   const workers = Array.from({ length: count }, () => new Worker({
     connectionString: dbUrl(POOLED), name: "bench", table: "jobs", n: N, pending: "done", batch: BATCH,
-    mode: "lease", ttl: "6 seconds", pollInterval: 50,
+    mode: "lease", ttl: "6 seconds", pollInterval: 200,
     handler: (client, rows) => handle(client, rows.map((r) => r.id), ioMs),
   }));
   const runs = workers.map((w) => w.run());

@@ -92,6 +92,10 @@ class Worker {
     this._waiter = null;
     this._woken = false;
     this._prom = null;
+    // slot -> {token, until}: a slot whose last pass handled nothing, not
+    // fetched again at each turn of the busy slots until pollInterval has
+    // passed or a notification came (then every slot is looked at again)
+    this._resting = new Map();
     this._ready = false;
     this._stopWaiters = new Set();
     this._pause = 0; // the reconnect back-off now
@@ -202,6 +206,7 @@ class Worker {
   }
 
   _wake(why) {
+    if (why === "notify") this._resting.clear();
     if (this._waiter) this._waiter(why);
     else if (why === "notify") this._woken = true;
   }
@@ -391,7 +396,13 @@ class Worker {
    */
   _pick(last) {
     const due = this._dueRetry();
-    return due ? { slot: due.slot, side: due } : { slot: nextSlot([...this.held.keys()], last), side: null };
+    if (due) return { slot: due.slot, side: due };
+    const now = Date.now(), held = [...this.held.keys()];
+    const turn = held.filter((s) => {
+      const r = this._resting.get(s);
+      return !r || r.until <= now || r.token !== this.held.get(s);
+    });
+    return { slot: nextSlot(turn.length ? turn : held, last), side: null };
   }
 
   /** After a batch: a transient failure waits its back-off (true: retry that slot); else the back-off is over. */
@@ -419,10 +430,13 @@ class Worker {
         if (!side) last = slot - 1; // the same slot again
         continue;
       }
-      if (pass.after(slot, done, this.held.keys())) {
+      const quiet = pass.after(slot, done, this.held.keys());
+      if (!side && done.end && pass.quiet.has(slot)) this._resting.set(slot, { token: this.held.get(slot), until: Date.now() + this.pollMs });
+      if (quiet) {
         const why = await this._wait(this._waitingMs());
         if (why === "notify") this._emit("woken", {});
         pass.clear();
+        this._resting.clear();
       }
     }
   }
