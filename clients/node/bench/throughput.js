@@ -78,7 +78,7 @@ async function skipLocked(count, ioMs, timed) {
     await c.connect();
     while (!stop) {
       await c.query("BEGIN");
-      const { rows } = await c.query("SELECT id FROM jobs WHERE NOT done ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED", [BATCH]);
+      const { rows } = await c.query("SELECT * FROM jobs WHERE NOT done ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED", [BATCH]);
       if (rows.length) await handle(c, rows.map((r) => r.id), ioMs);
       await c.query("COMMIT");
       if (!rows.length) await sleep(200); // the same poll as the Worker's
