@@ -115,10 +115,12 @@ const poolerStats = () => on(POOLED.replace(/\/[^/]*$/, "/pgbouncer"), async (c)
   const r = (await c.query("SHOW STATS")).rows.find((x) => x.database === DB);
   return r ? [Number(r.total_query_count), Number(r.total_wait_time)] : [0, 0];
 });
-const serverMs = () => on(dbUrl(DIRECT), async (c) => Number((await c.query(
-  `SELECT coalesce(sum(total_exec_time), 0)::float8 AS ms FROM pg_stat_statements
+// [execution, planning] ms (planning: 0 unless pg_stat_statements.track_planning)
+const serverMs = () => on(dbUrl(DIRECT), async (c) => (await c.query(
+  `SELECT coalesce(sum(total_exec_time), 0)::float8 AS run, coalesce(sum(total_plan_time), 0)::float8 AS plan
+   FROM pg_stat_statements
    WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-     AND query !~* 'pg_stat_statements|count\\(\\*\\) FROM jobs'`)).rows[0].ms));
+     AND query !~* 'pg_stat_statements|count\\(\\*\\) FROM jobs'`)).rows.map((r) => [r.run, r.plan])[0]);
 
 async function drain() {
   if (statements) await on(dbUrl(DIRECT), (c) => c.query("SELECT pg_stat_statements_reset()"));
@@ -129,8 +131,9 @@ async function drain() {
   while (await left() > 0) await sleep(10);
   const s = Number(process.hrtime.bigint() - t0) / 1e9;
   const cpu = process.cpuUsage(cpu0), [q1, w1] = await poolerStats(), batches = ITEMS / BATCH;
-  const server = statements ? await serverMs() / batches : null;
-  return { s, diag: [(q1 - q0) / batches, (w1 - w0) / 1000 / batches, (cpu.user + cpu.system) / 1000 / batches, server] };
+  const [run, plan] = statements ? await serverMs() : [0, 0];
+  return { s, diag: [(q1 - q0) / batches, (w1 - w0) / 1000 / batches, (cpu.user + cpu.system) / 1000 / batches,
+    statements ? (run + plan) / batches : null, plan / batches] };
 }
 
 const median = (xs) => {
@@ -180,14 +183,15 @@ const fmt = (x) => Math.round(x).toLocaleString("en-US");
   }
   console.log(`\nwhere a batch's time went (per batch of ${BATCH} items, medians of the rounds): round trips through the pooler,`
     + " ms waited for a server connection, client CPU ms (this process),"
-    + ` server execution ms${statements ? "" : " (not measured: no pg_stat_statements)"}`);
+    + ` server ms${statements ? "" : " (not measured: no pg_stat_statements)"}`
+    + " (execution, and planning where pg_stat_statements.track_planning is on)");
   console.log("| handler | workers | way | round trips | pool wait | client CPU | server time |");
   console.log("|---|---|---|---|---|---|---|");
   for (const { what, w, diag } of spent) {
     for (const [way, label] of [["lib", "pg-claim Worker"], ["queue", "SKIP LOCKED loop"]]) {
       const m = (i) => median(diag[way].map((d) => d[i]));
       console.log(`| ${what} | ${w} | ${label} | ${m(0).toFixed(2)} | ${m(1).toFixed(3)} ms | ${m(2).toFixed(3)} ms`
-        + ` | ${statements ? `${m(3).toFixed(3)} ms` : "-"} |`);
+        + ` | ${statements ? `${m(3).toFixed(3)} ms${m(4) ? ` (planning ${m(4).toFixed(3)} ms)` : ""}` : "-"} |`);
     }
   }
   await on(DIRECT, (c) => c.query(`DROP DATABASE IF EXISTS ${DB} WITH (FORCE)`));

@@ -119,13 +119,14 @@ class Probe:
         return 0, 0
 
     def _server(self):
+        """The server's execution and planning ms (planning: 0 unless pg_stat_statements.track_planning)."""
         if not self.statements:
-            return 0.0
+            return 0.0, 0.0
         with direct() as d:
-            (ms,) = d.execute("SELECT coalesce(sum(total_exec_time), 0)::float8 FROM pg_stat_statements"
+            return d.execute("SELECT coalesce(sum(total_exec_time), 0)::float8, coalesce(sum(total_plan_time), 0)::float8"
+                             " FROM pg_stat_statements"
                               " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
-                              " AND query !~* 'pg_stat_statements|count\\(\\*\\) FROM jobs'").fetchone()
-            return ms
+                             " AND query !~* 'pg_stat_statements|count\\(\\*\\) FROM jobs'").fetchone()
 
     def start(self):
         if self.statements:
@@ -135,12 +136,13 @@ class Probe:
         self.cpu0 = time.process_time()
 
     def stop(self, batches):
-        """Per batch: (round trips, ms waited for a server connection, client CPU ms, server ms or None)."""
+        """Per batch: (round trips, ms waited for a server connection, client CPU ms, server ms or None,
+        of it planning)."""
         cpu = time.process_time() - self.cpu0
         q, w = self._pooler()
-        server = self._server()
+        run, plan = self._server()
         return ((q - self.q0) / batches, (w - self.w0) / 1000 / batches, cpu * 1000 / batches,
-                server / batches if self.statements else None)
+                (run + plan) / batches if self.statements else None, plan / batches)
 
 
 def drain(probe, items):
@@ -316,13 +318,16 @@ def main():
     print()
     print(f"where a batch's time went (per batch of {BATCH} items, medians of the rounds): round trips through"
           " the pooler, ms waited for a server connection, client CPU ms (every thread of this process),"
-          f" server execution ms{'' if probe.statements else ' (not measured: no pg_stat_statements)'}")
+          f" server ms{'' if probe.statements else ' (not measured: no pg_stat_statements)'}"
+          " (execution, and planning where pg_stat_statements.track_planning is on)")
     print("| handler | workers | way | round trips | pool wait | client CPU | server time |")
     print("|---|---|---|---|---|---|---|")
     for what, w, diag in spent:
         for way, label in (("lib", "pg_claim.Worker"), ("queue", "SKIP LOCKED loop")):
             cols = [median([d[i] for d in diag[way]]) for i in range(3)]
-            srv = "-" if not probe.statements else f"{median([d[3] for d in diag[way]]):.3f} ms"
+            plan = median([d[4] for d in diag[way]])
+            srv = "-" if not probe.statements else f"{median([d[3] for d in diag[way]]):.3f} ms" + (
+                f" (planning {plan:.3f} ms)" if plan else "")
             print(f"| {what} | {w} | {label} | {cols[0]:.2f} | {cols[1]:.3f} ms | {cols[2]:.3f} ms | {srv} |")
     with direct("postgres") as d:
         d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
