@@ -94,7 +94,7 @@ async function skipLocked(count, ioMs, timed) {
 
 async function library(count, ioMs, timed) {
   const workers = Array.from({ length: count }, () => new Worker({
-    connectionString: dbUrl(POOLED), name: "bench", table: "jobs", n: N, pending: "done", batch: BATCH,
+    conninfo: dbUrl(POOLED), name: "bench", table: "jobs", n: N, pending: "done", batch: BATCH,
     mode: "lease", ttl: "6 seconds", pollInterval: 200,
     handler: (client, rows) => handle(client, rows.map((r) => r.id), ioMs),
   }));

@@ -3,7 +3,7 @@
 const http = require("http");
 
 /** Upper bounds of the batch latency histogram, in seconds. */
-const BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+const { BUCKETS } = require("./vocabulary");
 
 /** Plain counters, always kept (`worker.stats`). */
 class Stats {
