@@ -68,8 +68,8 @@ class PromMetrics {
     this.reconnects = c("pg_claim_reconnects_total", "Connections lost and opened again");
     this.latency = new prom.Histogram({
       name: "pg_claim_batch_duration_seconds",
-      help: "Batch latency: seconds from the batch's rows fetched (after BEGIN, fence and fetch) to its COMMIT,"
-        + " item-by-item retries included (the batches that had items due)",
+      help: "batch latency: seconds from the batch's BEGIN (with its fence and fetch) to its COMMIT,"
+        + " item-by-item retries included (the batches that committed items)",
       labelNames: ["fleet"], buckets: BUCKETS, ...labels,
     });
     this.held = new prom.Gauge({ name: "pg_claim_slots_held", help: "Slots held now", labelNames: ["fleet"], ...labels });

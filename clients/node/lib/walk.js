@@ -210,6 +210,7 @@ const methods = {
     const w = this._walk(slot, token);
     const partition = await this._partition(client, slot);
     const cursor = side ? side.cursor : w.after;
+    const t0 = process.hrtime.bigint(); // the batch latency: from its BEGIN (with the fence and fetch) to its COMMIT
     const rows = await this._begin(client, slot, token, this._fetchText(slot, cursor));
     if (rows === null) return { handled: 0, end: true, fenced: true };
     let open = true;
@@ -230,7 +231,6 @@ const methods = {
       // five transient failures in a row of this first item: the failure path
       let first = s && s.slot === slot && s.key === due[0].key && s.count >= TRANSIENT_LIMIT ? { key: s.key, error: s.error } : null;
       let failure = first ? first.error : null;
-      const t0 = process.hrtime.bigint();
       if (failure === null) {
         let error = null;
         try {
@@ -283,6 +283,12 @@ const methods = {
   /** Counts a committed batch: `ok` items handled, `failed` recorded. */
   _counted(slot, token, ok, failed, t0) {
     const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+    // counted as the Python library does: the batches that committed items
+    if (ok > 0) this._countBatch(slot, ok, seconds);
+    this._emit("batch", { slot, token, items: ok, failed, seconds });
+  },
+
+  _countBatch(slot, ok, seconds) {
     this.stats.items += ok;
     this.stats.batches++;
     this.stats.batchSeconds += seconds;
@@ -291,7 +297,6 @@ const methods = {
       this._prom.batches.inc({ fleet: this.name, slot });
       this._prom.latency.observe({ fleet: this.name }, seconds);
     }
-    this._emit("batch", { slot, token, items: ok, failed, seconds });
   },
 
   _advance(slot, w, next, end) {
