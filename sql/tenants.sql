@@ -68,6 +68,10 @@ CREATE FUNCTION @extschema@.pg_claim_tenant_column(rel oid, col text, arg text) 
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE t oid;
 BEGIN
+    IF NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = rel) THEN
+        RAISE EXCEPTION 'relation with OID % does not exist', rel USING ERRCODE = '42P01',
+            HINT = 'Pass the table''s oid: ''orders''::regclass::oid.';
+    END IF;
     SELECT a.atttypid INTO t FROM pg_attribute a
     WHERE a.attrelid = rel AND a.attname = col AND a.attnum > 0 AND NOT a.attisdropped;
     IF t IS NULL THEN
@@ -117,6 +121,10 @@ BEGIN
     END IF;
     IF spread IS NOT NULL AND (spread < 1 OR spread > n) THEN
         PERFORM @extschema@.pg_claim_bad_spread(n, spread);
+    END IF;
+    IF spread IS NULL AND spread_key IS NOT NULL THEN
+        RAISE EXCEPTION 'spread_key "%" needs spread', spread_key USING ERRCODE = '22023',
+            HINT = 'spread_key picks one of a tenant''s k slots: pass spread => k with it, or leave both out.';
     END IF;
     SELECT c.oid::regclass::text INTO tbl FROM pg_class c WHERE c.oid = rel AND c.relkind IN ('r', 'p', 'v', 'm', 'f');
     IF tbl IS NULL THEN

@@ -353,14 +353,6 @@ extension_sql_file!(
     requires = ["my_items_sql", "failures", "slot_status"]
 );
 
-// slot_of_spread, my_items_fair and my_items_fair_query (SQL and PL/pgSQL
-// only; the portable edition runs the same file).
-extension_sql_file!(
-    "../sql/tenants.sql",
-    name = "tenants",
-    requires = ["slot_of_crc32_jump_slot"]
-);
-
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]
 mod tests {

@@ -99,6 +99,7 @@ SELECT t AS statement, pc_try(t) AS result FROM (VALUES
     ('SELECT * FROM my_items_fair(NULL::fair_items, 1, 4, fair => ''tenant'', route => ''Tenant'')'),
     ('SELECT * FROM my_items_fair(NULL::fair_items, 1, 4, fair => ''tenant'', spread => 2, spread_key => ''order_id'')'),
     ('SELECT * FROM my_items_fair(NULL::fair_items, 1, 4, fair => ''tenant'', spread => 5)'),
+    ('SELECT * FROM my_items_fair(NULL::fair_items, 1, 4, fair => ''tenant'', spread_key => ''id'')'),
     ('SELECT * FROM my_items_fair(NULL::fair_items, 1, 4, fair => ''tenant'', pending => ''sent_at'')'),
     ('SELECT * FROM my_items_fair(NULL::fair_items, 1, 4, fair => ''tenant'', pending => ''id'')'),
     ('SELECT * FROM my_items_fair(NULL::fair_items, 4, 4, fair => ''tenant'')'),
