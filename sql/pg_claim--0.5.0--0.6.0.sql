@@ -999,19 +999,19 @@ BEGIN
                 HINT = 'Name the column that orders a tenant''s rows: key => ''id''.';
         END IF;
     END IF;
-    PERFORM @extschema@.pg_claim_tenant_column(rel, fair, 'fair');
-    PERFORM @extschema@.pg_claim_tenant_column(rel, key, 'key');
+    PERFORM @extschema@.pg_claim_tenant_column(rel, fair, 'fair'::pg_catalog.text);
+    PERFORM @extschema@.pg_claim_tenant_column(rel, key, 'key'::pg_catalog.text);
     route := coalesce(route, fair);
-    PERFORM @extschema@.pg_claim_tenant_column(rel, route, 'route');
+    PERFORM @extschema@.pg_claim_tenant_column(rel, route, 'route'::pg_catalog.text);
     IF spread IS NULL THEN
         slot_expr := format('@extschema@.slot_of(x.%I, %s)', route, n);
     ELSE
         spread_key := coalesce(spread_key, key);
-        PERFORM @extschema@.pg_claim_tenant_column(rel, spread_key, 'spread_key');
+        PERFORM @extschema@.pg_claim_tenant_column(rel, spread_key, 'spread_key'::pg_catalog.text);
         slot_expr := format('@extschema@.slot_of_spread(x.%I, x.%I, %s, %s)', route, spread_key, n, spread);
     END IF;
     IF pending IS NOT NULL THEN
-        pt := @extschema@.pg_claim_tenant_column(rel, pending, 'pending');
+        pt := @extschema@.pg_claim_tenant_column(rel, pending, 'pending'::pg_catalog.text);
         SELECT NOT a.attnotnull INTO pnull FROM pg_attribute a WHERE a.attrelid = rel AND a.attname = pending;
         IF pt = 'boolean'::regtype THEN
             pend := format('NOT x.%I', pending);
