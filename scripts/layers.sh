@@ -141,9 +141,10 @@ pooler() {
 # in transaction mode: Python and Node holders join, leave, are killed and
 # stopped past the ttl; the shares balance, a join moves at most ceil(n/H)
 # slots, late writes are rejected, each customer's items in key order, every
-# item exactly once.
+# item exactly once. Then a tenant's k slots (slot_of_spread) held by k
+# different holders of a claim_leases fleet (tests/pooler/test_tenants.py).
 elastic() {
-    pgc_pgbouncer_start 4 && pytests tests/pooler/test_elastic.py -- "$@"
+    pgc_pgbouncer_start 4 && pytests tests/pooler/test_elastic.py tests/pooler/test_tenants.py -- "$@"
 }
 
 # The Node.js worker library (clients/node, pg-claim): its declarations

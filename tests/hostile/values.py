@@ -277,6 +277,17 @@ VALID_BY_FUNCTION = {
     ("pg_claim_fleet_backlog_query", "age"): "NULL::text",
     ("pg_claim_fleet_put", "tbl"): "'hm_items'::regclass::oid",
     ("pg_claim_fleet_put", "key"): "NULL::text",
+    ("my_items_fair", "fair"): "'email'::text",
+    ("my_items_fair", "spread"): "NULL::integer",
+    ("my_items_fair", "spread_key"): "NULL::text",
+    ("my_items_fair_query", "rel"): "'hm_items'::regclass::oid",
+    ("my_items_fair_query", "fair"): "'email'::text",
+    ("my_items_fair_query", "spread"): "NULL::integer",
+    ("my_items_fair_query", "spread_key"): "NULL::text",
+    ("pg_claim_tenant_column", "rel"): "'hm_items'::regclass::oid",
+    ("pg_claim_tenant_column", "col"): "'email'::text",
+    ("pg_claim_tenant_column", "arg"): "'fair'::text",
+    ("slot_of_spread", "k"): "1",
 }
 
 
