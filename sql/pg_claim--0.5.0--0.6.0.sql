@@ -941,6 +941,40 @@ BEGIN
     RETURN t;
 END $$;
 
+-- The argument x.<col> of the generated call to a mapping taking `types`
+-- (slot_of: int2, int4, int8, text, bytea, uuid; slot_of_spread: int8,
+-- text), exact-typed: cast to the parameter type when the column's declared
+-- type is another (a varchar, char(n) or domain column; an int2 or int4
+-- column for an int8 parameter), so that the call matches only pg_claim's
+-- own function and no overload anyone creates for the declared type. An
+-- index built the natural way (slot_of(col, 8) on a varchar column) holds
+-- the same expression: PostgreSQL inserts the same cast implicitly there.
+CREATE FUNCTION @extschema@.pg_claim_tenant_arg(rel oid, col text, arg text, types regtype[]) RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    t oid := @extschema@.pg_claim_tenant_column(rel, col, arg);
+    b oid := t;
+    nb oid;
+    want oid;
+BEGIN
+    LOOP
+        SELECT ty.typbasetype INTO nb FROM pg_type ty WHERE ty.oid = b AND ty.typtype = 'd';
+        EXIT WHEN nb IS NULL;
+        b := nb;
+    END LOOP;
+    IF b = ANY (types::oid[]) THEN
+        want := b;
+    ELSIF b IN ('int2'::regtype, 'int4'::regtype) AND 'int8'::regtype = ANY (types) THEN
+        want := 'int8'::regtype;
+    ELSIF (SELECT ty.typcategory FROM pg_type ty WHERE ty.oid = b) = 'S' AND 'text'::regtype = ANY (types) THEN
+        want := 'text'::regtype;
+    END IF;
+    IF want IS NULL OR want = t THEN
+        RETURN format('x.%I', col);
+    END IF;
+    RETURN format('(x.%I)::pg_catalog.%s', col, (SELECT ty.typname FROM pg_type ty WHERE ty.oid = want));
+END $$;
+
 -- my_items_fair_query: the query my_items_fair runs ($1: the slot). The
 -- slot's rows are those whose slot expression equals the slot: slot_of(route,
 -- n), or with spread => k, slot_of_spread(route, spread_key, n, k) (route
@@ -1002,13 +1036,15 @@ BEGIN
     PERFORM @extschema@.pg_claim_tenant_column(rel, fair, 'fair'::pg_catalog.text);
     PERFORM @extschema@.pg_claim_tenant_column(rel, key, 'key'::pg_catalog.text);
     route := coalesce(route, fair);
-    PERFORM @extschema@.pg_claim_tenant_column(rel, route, 'route'::pg_catalog.text);
     IF spread IS NULL THEN
-        slot_expr := format('@extschema@.slot_of(x.%I, %s)', route, n);
+        slot_expr := format('@extschema@.slot_of(%s, %s)', @extschema@.pg_claim_tenant_arg(rel, route,
+            'route'::pg_catalog.text, '{int2,int4,int8,text,bytea,uuid}'::pg_catalog.regtype[]), n);
     ELSE
         spread_key := coalesce(spread_key, key);
-        PERFORM @extschema@.pg_claim_tenant_column(rel, spread_key, 'spread_key'::pg_catalog.text);
-        slot_expr := format('@extschema@.slot_of_spread(x.%I, x.%I, %s, %s)', route, spread_key, n, spread);
+        slot_expr := format('@extschema@.slot_of_spread(%s, %s, %s, %s)',
+            @extschema@.pg_claim_tenant_arg(rel, route, 'route'::pg_catalog.text, '{int8,text}'::pg_catalog.regtype[]),
+            @extschema@.pg_claim_tenant_arg(rel, spread_key, 'spread_key'::pg_catalog.text, '{int8,text}'::pg_catalog.regtype[]),
+            n, spread);
     END IF;
     IF pending IS NOT NULL THEN
         pt := @extschema@.pg_claim_tenant_column(rel, pending, 'pending'::pg_catalog.text);
@@ -1024,16 +1060,16 @@ BEGIN
         END IF;
     END IF;
     RETURN format($q$WITH RECURSIVE pgc_tenants(pgc_tenant, pgc_i) AS (
-    (SELECT x.%1$I, 1 FROM %2$s x WHERE %3$s = $1 AND %4$s ORDER BY x.%1$I LIMIT 1)
+    (SELECT x.%1$I, 1 FROM %2$s x WHERE %3$s OPERATOR(pg_catalog.=) $1 AND %4$s ORDER BY x.%1$I LIMIT 1)
     UNION ALL
-    SELECT (SELECT x.%1$I FROM %2$s x WHERE %3$s = $1 AND %4$s AND x.%1$I > t.pgc_tenant
-            ORDER BY x.%1$I LIMIT 1), t.pgc_i + 1
-    FROM pgc_tenants t WHERE t.pgc_tenant IS NOT NULL AND t.pgc_i < %5$s
+    SELECT (SELECT x.%1$I FROM %2$s x WHERE %3$s OPERATOR(pg_catalog.=) $1 AND %4$s AND x.%1$I OPERATOR(pg_catalog.>) t.pgc_tenant
+            ORDER BY x.%1$I LIMIT 1), t.pgc_i OPERATOR(pg_catalog.+) 1
+    FROM pgc_tenants t WHERE t.pgc_tenant IS NOT NULL AND t.pgc_i OPERATOR(pg_catalog.<) %5$s
 ), pgc_ts AS (SELECT pgc_tenant FROM pgc_tenants WHERE pgc_tenant IS NOT NULL),
-pgc_per AS (SELECT ((%5$s + count(*) - 1) / greatest(count(*), 1))::bigint AS pgc_q FROM pgc_ts)
+pgc_per AS (SELECT (((%5$s OPERATOR(pg_catalog.+) pg_catalog.count(*)) OPERATOR(pg_catalog.-) 1) OPERATOR(pg_catalog./) greatest(pg_catalog.count(*), 1))::pg_catalog.int8 AS pgc_q FROM pgc_ts)
 SELECT (r.pgc_row).* FROM pgc_ts CROSS JOIN pgc_per CROSS JOIN LATERAL (
-    SELECT x AS pgc_row, x.%6$I AS pgc_key, row_number() OVER (ORDER BY x.%6$I) AS pgc_rn
-    FROM %2$s x WHERE %3$s = $1 AND %4$s AND x.%1$I = pgc_ts.pgc_tenant
+    SELECT x AS pgc_row, x.%6$I AS pgc_key, pg_catalog.row_number() OVER (ORDER BY x.%6$I) AS pgc_rn
+    FROM %2$s x WHERE %3$s OPERATOR(pg_catalog.=) $1 AND %4$s AND x.%1$I OPERATOR(pg_catalog.=) pgc_ts.pgc_tenant
     ORDER BY x.%6$I LIMIT pgc_per.pgc_q) r
 ORDER BY r.pgc_rn, pgc_ts.pgc_tenant, r.pgc_key LIMIT %5$s$q$, fair, tbl, slot_expr, pend, batch, key);
 END $$;

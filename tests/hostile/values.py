@@ -287,6 +287,10 @@ VALID_BY_FUNCTION = {
     ("pg_claim_tenant_column", "rel"): "'hm_items'::regclass::oid",
     ("pg_claim_tenant_column", "col"): "'email'::text",
     ("pg_claim_tenant_column", "arg"): "'fair'::text",
+    ("pg_claim_tenant_arg", "rel"): "'hm_items'::regclass::oid",
+    ("pg_claim_tenant_arg", "col"): "'email'::text",
+    ("pg_claim_tenant_arg", "arg"): "'route'::text",
+    ("pg_claim_tenant_arg", "types"): "'{int8,text}'::regtype[]",
     ("slot_of_spread", "k"): "1",
 }
 

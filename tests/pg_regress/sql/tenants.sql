@@ -108,4 +108,27 @@ SELECT t AS statement, pc_try(t) AS result FROM (VALUES
     ('SELECT * FROM my_items_fair(NULL::int, 1, 4, fair => ''tenant'')')
 ) AS v(t);
 
+-- exact-typed calls: a varchar tenant column is passed as text, so a
+-- look-alike slot_of(varchar, integer) planted in pg_claim's schema, and a
+-- text > operator planted in a schema searched before pg_catalog, never run
+CREATE TABLE fair_vc (id bigint PRIMARY KEY, tenant varchar(20) NOT NULL, done boolean NOT NULL DEFAULT false);
+INSERT INTO fair_vc SELECT g, 't' || (g % 5), false FROM generate_series(1, 200) g;
+CREATE FUNCTION slot_of(key varchar, n integer) RETURNS integer LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'planted slot_of ran'; END$$;
+CREATE SCHEMA fair_plant;
+CREATE FUNCTION fair_plant.gt(a text, b text) RETURNS boolean LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'planted > ran'; END$$;
+CREATE OPERATOR fair_plant.> (LEFTARG = text, RIGHTARG = text, FUNCTION = fair_plant.gt);
+SET search_path = fair_plant, public, pg_catalog;
+SELECT position('(x.tenant)::pg_catalog.text' IN my_items_fair_query('fair_vc'::regclass, 0, 4, fair => 'tenant')) > 0
+    AS tenant_cast_to_text;
+SELECT count(*) = (SELECT count(*) FROM fair_vc WHERE slot_of(tenant::text, 4) = 0 AND NOT done)
+    AS whole_slot_no_plant_ran
+FROM my_items_fair(NULL::fair_vc, 0, 4, fair => 'tenant', batch => 1000, pending => 'done');
+RESET search_path;
+DROP OPERATOR fair_plant.> (text, text);
+DROP SCHEMA fair_plant CASCADE;
+DROP FUNCTION slot_of(varchar, integer);
+DROP TABLE fair_vc;
+
 DROP TABLE ten_rows, fair_items, fair_spread;
