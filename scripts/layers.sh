@@ -340,7 +340,7 @@ citus_layer() {
         PGC_CLUSTERS=()
         trap pgc_cleanup EXIT
         pgc_citus_start "citus-coordinator" "citus-worker-1" "citus-worker-2"
-        PGPORT="${PGC_CITUS_PORTS[0]}" PGC_CITUS_WORKERS="${PGC_CITUS_PORTS[*]:1}" python3 tests/citus/run.py
+        PGPORT="${PGC_CITUS_PORTS[0]}" PGC_CITUS_WORKERS="${PGC_CITUS_PORTS[*]:1}" pytests tests/citus -- "$@"
     )
 }
 
