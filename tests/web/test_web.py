@@ -17,6 +17,9 @@ web server reading through the same PgBouncer:
 5. the failure records paged; the page with JavaScript off (refreshes);
 6. the portable edition in a database of its own: the same pages, an action.
 
+One test each, in this order, on one module fixture (`web`: the fleet of 3
+workers, a web server with --allow-actions and one without, the browser).
+
 --screenshot FILE (scripts/test web --screenshot FILE) saves the fleet page
 as a PNG (docs/img/web.png)."""
 import os
@@ -314,8 +317,8 @@ def check_portable(driver, workdir, pgbouncer):
             cells = wait_until(lambda: texts(driver, "#fleet-name") == ["jobs"] and grid(driver), 10, "its page")
             for slot, holder, pending, token in want:
                 got = cells[slot]
-                check((got["holder"], got["pending"], got["token"]) ==
-                      (holder or f"unserved{got['holder'][8:]}", fmt_int(pending), "-" if token is None else str(token)),
+                shown = holder or f"unserved{got['holder'][8:]}", fmt_int(pending), "-" if token is None else str(token)
+                check((got["holder"], got["pending"], got["token"]) == shown,
                       f"portable slot {slot}: {got} != {(holder, pending, token)}")
             click_form(driver, "retry", "7")
             out = wait_until(lambda: one_text(driver, "p.message"), 10, "the portable retry's outcome")
