@@ -9,7 +9,7 @@
 # claim_slot on the coordinator and each batch on the server that holds the
 # slot's partition (a keyset query on it); and on Citus where it is built
 # (installed as docs/scale-out.md says: a coordinator and two worker nodes, the layout of
-# tests/citus/run.py). For W = 4, 8, 16, 32 workers: items/s; the CPU time
+# tests/citus/test_citus.py). For W = 4, 8, 16, 32 workers: items/s; the CPU time
 # each server spends per batch (a server's postmaster collects the CPU time
 # of its exited backends: read from /proc before and after the drain), the
 # cost of a batch, which the servers sharing the CPUs of one machine does not

@@ -182,9 +182,9 @@ libs_python() {
 # it updates itself, actions work with --allow-actions and are refused
 # without it or without the CSRF token, planted <script> in names, holders,
 # items and errors never runs, JavaScript off still shows the page, the
-# portable edition (tests/web/run.py).
+# portable edition (tests/web/test_web.py).
 web() {
-    pgc_pgbouncer_start 8 && python3 tests/web/run.py "$@"
+    pgc_pgbouncer_start 8 && pytests tests/web -- "$@"
 }
 
 # contrib/prometheus against Debian's prometheus-postgres-exporter: two
@@ -341,7 +341,7 @@ citus_layer() {
         PGC_CLUSTERS=()
         trap pgc_cleanup EXIT
         pgc_citus_start "citus-coordinator" "citus-worker-1" "citus-worker-2"
-        PGPORT="${PGC_CITUS_PORTS[0]}" PGC_CITUS_WORKERS="${PGC_CITUS_PORTS[*]:1}" python3 tests/citus/run.py
+        PGPORT="${PGC_CITUS_PORTS[0]}" PGC_CITUS_WORKERS="${PGC_CITUS_PORTS[*]:1}" pytests tests/citus -- "$@"
     )
 }
 

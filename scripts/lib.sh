@@ -305,7 +305,7 @@ pytests() {
     (($# == 0)) || shift
     while (($#)); do
         case "$1" in
-        -k | --seed | --calls | --seconds | --server-log | --check-doc | --update-doc | --soak | --doc) opts+=("$1" "${2:-}"); shift ;;
+        -k | --seed | --calls | --seconds | --server-log | --check-doc | --update-doc | --soak | --doc | --screenshot) opts+=("$1" "${2:-}"); shift ;;
         -*) opts+=("$1") ;;
         *) words+=("${1//-/_}") ;;
         esac

@@ -29,6 +29,7 @@ def pytest_addoption(parser):
     g.addoption("--soak", type=float, default=None, metavar="MINUTES", help="faults: random faults for MINUTES")
     g.addoption("--doc", action="append", metavar="FILE", help="docs: the examples of FILE only (repeatable)")
     g.addoption("--keep", action="store_true", help="docs: leave the databases")
+    g.addoption("--screenshot", default=None, metavar="FILE", help="web: save the fleet page as a PNG in FILE")
 
 
 class Cluster:

@@ -1,5 +1,5 @@
 """A lease fleet of pg_claim.Worker on Citus, through PgBouncer, while Citus
-moves the shards (tests/citus/run.py runs it; docs/scale-out.md, "Citus").
+moves the shards (tests/citus/test_citus.py runs it; docs/scale-out.md, "Citus").
 
 In a database of its own on the coordinator and the two worker nodes:
 `orders` (CUSTS customers, each with its items in `seq` order by id)
@@ -38,21 +38,16 @@ import re
 import signal
 import sys
 
+from harness import WorkerProcess, check, connect, poll
+
+from .servers import Servers
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tests", "pylib"))
-import fleet_driver  # noqa: E402
-from fleet_driver import WorkerProcess, check, log, poll  # noqa: E402
-from servers import Servers  # noqa: E402
 
 DB = "pg_claim_citus_lease"
 NAME = "citus_orders"
 N, CUSTS, ITEMS, BATCH, ITEM_US, TTL_S, WORKERS = 4, 40, 4000, 25, 6000, 3, 3
 MARK = "UPDATE orders SET done = true WHERE skey = %s AND id = ANY(%s::bigint[])"
-
-
-def connect(port, dbname=DB):
-    return fleet_driver.connect(dbname, port=port)
 
 
 def task_nodes(c, sql, params):
@@ -69,10 +64,10 @@ def node_of(c, key):
 
 
 def create_db(port):
-    with connect(port, "postgres") as c:
+    with connect("postgres", port=port) as c:
         c.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
         c.execute(f"CREATE DATABASE {DB}")
-    with connect(port) as c:
+    with connect(DB, port=port) as c:
         c.execute("SET client_min_messages = warning")
         c.execute("CREATE EXTENSION citus")
         c.execute("CREATE EXTENSION pg_claim")
@@ -81,7 +76,7 @@ def create_db(port):
 def build(coord, nodes):
     for port in [coord, *nodes]:
         create_db(port)
-    with connect(coord) as c:
+    with connect(DB, port=coord) as c:
         c.execute("SET client_min_messages = warning")
         c.execute("SELECT citus_set_coordinator_host('127.0.0.1', %s)", (coord,))
         for port in nodes:
@@ -157,7 +152,7 @@ class Driver:
         are over first (no backend of the fleet active)."""
         self.fleet.signal(signal.SIGSTOP)
         try:
-            with connect(self.coord) as c:
+            with connect(DB, port=self.coord) as c:
                 poll(lambda: not c.execute(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND state = 'active'"
                     " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
@@ -212,21 +207,9 @@ def routed(c, keys):
 
 
 def run(coord, nodes, workdir):
-    """The fleet of the module's docstring; its line for the layer's report.
-    On a failure, the tail of each worker's stderr first."""
-    try:
-        return _run(coord, nodes, workdir)
-    except BaseException:
-        for f in sorted(os.listdir(workdir)):
-            err = open(os.path.join(workdir, f), errors="replace").read()
-            if err:
-                print(f"--- stderr of {f[:-4]}:\n{err[-3000:]}", file=sys.stderr)
-        raise
-
-
-def _run(coord, nodes, workdir):
+    """The fleet of the module's docstring; its line for the layer's report."""
     build(coord, nodes)
-    with Servers() as servers, connect(coord) as c:
+    with Servers() as servers, connect(DB, port=coord) as c:
         keys = dict(c.execute("SELECT slot, key FROM slot_keys").fetchall())
         pooler = servers.pooler(coord, 4)
         c.execute("SELECT citus_stat_counters_reset(0)")
@@ -275,7 +258,7 @@ def _run(coord, nodes, workdir):
         finally:
             fleet.kill()
         fleet_single, fleet_multi = single - driver.own[0], multi - driver.own[1]
-        with connect(coord) as c:
+        with connect(DB, port=coord) as c:
             total, distinct, wrong = c.execute(
                 "SELECT count(*), count(DISTINCT item), count(*) FILTER (WHERE l.slot <> slot_of(l.cust, %s)"
                 " OR l.skey <> k.key) FROM processing_log l JOIN slot_keys k ON k.slot = slot_of(l.cust, %s)",
@@ -291,7 +274,7 @@ def _run(coord, nodes, workdir):
               f"the fleet ran {fleet_single} single-shard and {fleet_multi} multi-shard queries for {batches} batches"
               f" and {fetches} fetches (expected at least {2 * batches} and exactly {fetches})")
         for port in [coord, *nodes]:
-            with connect(port, "postgres") as c:
+            with connect("postgres", port=port) as c:
                 c.execute(f"DROP DATABASE {DB} WITH (FORCE)")
     return (f"a lease fleet of {WORKERS} pg_claim.Worker through PgBouncer processed {ITEMS} items exactly once,"
             f" each customer's in order, through a shard move, a node added and a rebalance; {batches} batches"

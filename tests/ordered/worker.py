@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One ordered-outbox worker (psycopg 3), started by tests/ordered/run.py.
+"""One ordered-outbox worker (psycopg 3), started by tests/ordered/test_ordered.py.
 
 It sends the messages of `outbox` FIFO per customer: its share is every
 customer whose customer_id maps to the slots it holds, which it walks with
@@ -19,8 +19,8 @@ aside in outbox_failed and goes on with the customer). Each failed attempt
 is recorded in `attempts`. It reports its claims as JSON lines on stdout.
 
 The part between the "docs/ordered.md" markers is shown verbatim in
-docs/ordered.md ("The worker loop in Python"); run.py fails when the two
-differ.
+docs/ordered.md ("The worker loop in Python"); test_ordered.py fails when
+the two differ.
 """
 import json
 import os

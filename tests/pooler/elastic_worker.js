@@ -1,5 +1,5 @@
 // One elastic lease worker in Node.js (node-postgres), started by
-// tests/pooler/elastic.py.
+// tests/pooler/test_elastic.py.
 //
 // It connects through PgBouncer in pool_mode = transaction (the PG*
 // environment variables). A timer loop calls claim_leases(ELASTIC_NAME,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """One elastic lease worker in Python (psycopg 3), started by
-tests/pooler/elastic.py.
+tests/pooler/test_elastic.py.
 
 It connects through PgBouncer in pool_mode = transaction (the PG* environment
 variables). A thread calls claim_leases(ELASTIC_NAME, ELASTIC_N, holder,

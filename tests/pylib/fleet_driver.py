@@ -1,6 +1,5 @@
-"""What the scripts of tests/shards and tests/citus that are not pytest
-modules (shards.py, the benchmark's and the fleets' program; citus/run.py)
-import: a main that reports a failure in one line, and tests/harness's
+"""What the scripts that are not pytest modules (tests/shards/shards.py, the
+benchmark's and the fleets' program; bench/balance.py) import: a main that reports a failure in one line, and tests/harness's
 connections, checks and polling, re-exported."""
 import os
 import sys

@@ -162,7 +162,7 @@ SHARD_OF = """
     WHERE ft.ftrelid = %s::regclass"""
 
 
-# citus mode (tests/citus/run.py): items distributed by skey, each slot's
+# citus mode (tests/citus/test_citus.py): items distributed by skey, each slot's
 # rows under the key of one shard (slot_keys), one router query per statement
 FETCH_CITUS = "SELECT id, done FROM items WHERE skey = %s AND id > %s ORDER BY id LIMIT %s"
 MARK_CITUS = "UPDATE items SET done = true WHERE skey = %s AND id = ANY(%s::bigint[])"
@@ -177,7 +177,7 @@ def worker(port, db, n, batch, item_us, mode="fdw"):
     exactly the slot's rows (a keyset query on it; the processing log there,
     in the batch's transaction). mode "citus": claim_slot on the Citus
     coordinator, the slot's shard key from slot_keys, and every statement a
-    router query on that shard (tests/citus/run.py)."""
+    router query on that shard (tests/citus/test_citus.py)."""
     me = f"w{os.getpid()}"
 
     def emit(event, **kw):

@@ -1,17 +1,16 @@
-"""What the web layer's test (tests/web/run.py) drives: `pg-claim web`
+"""What the web layer's test (tests/web/test_web.py) drives: `pg-claim web`
 servers as processes, and Debian's Chromium headless through Selenium and
 Debian's chromedriver (no browser download: both paths given)."""
 import os
 import subprocess
 import sys
 import threading
-import time
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
-from fleet_driver import Failure
+from harness import Failure, poll
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SRC = os.path.join(ROOT, "clients", "python", "src")
@@ -120,15 +119,19 @@ def post(driver, fields):
 
 
 def wait_until(fn, timeout, what, interval=0.2):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
+    """harness.poll of fn, where an exception of fn counts as not yet (the
+    DOM changes under the driver while the page updates); the last value or
+    exception is in the failure."""
+    last = [None]
+
+    def attempt():
         try:
-            last = fn()
+            last[0] = fn()
         except Exception as e:  # noqa: BLE001 - the DOM changes under the driver while it updates
-            last = e
-        else:
-            if last:
-                return last
-        time.sleep(interval)
-    raise Failure(f"timed out after {timeout:g} s waiting for {what} (last: {last!r})")
+            last[0] = e
+            return None
+        return last[0]
+    try:
+        return poll(attempt, timeout, what, interval)
+    except Failure as e:
+        raise Failure(f"{e} (last: {last[0]!r})") from None

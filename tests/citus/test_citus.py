@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """pg_claim with Citus (docs/scale-out.md, "Citus"), on three servers.
 
 Needs a Citus coordinator (PGHOST/PGPORT) and two Citus worker nodes
@@ -23,21 +22,18 @@ with shared_preload_libraries = 'citus', as scripts/test starts them. Checks:
    shard, a node is added and the shards are rebalanced, with slot_backlog
    and the fleet views checked against each shard's count
    (tests/citus/lease.py).
-
-Exits non-zero on any failed check.
 """
 import os
 import re
-import sys
-import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shards"))
-import shards  # noqa: E402
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pylib"))
-import fleet_driver  # noqa: E402
-from fleet_driver import check, poll  # noqa: E402
-import lease  # noqa: E402
+import pytest
 
+from harness import check, log, poll
+from shards import shards
+
+from . import lease
+
+TIME_LIMIT_S = 300
 DB = "pg_claim_citus"
 N = 4
 ITEMS = 4000
@@ -47,8 +43,22 @@ COORD = int(os.environ["PGPORT"])
 WORKERS = [int(p) for p in os.environ["PGC_CITUS_WORKERS"].split()]
 
 
-def build():
+@pytest.fixture(scope="module")
+def built(request):
+    """The database DB of the module's docstring on the three servers; dropped
+    after the module when its tests passed."""
+    failed = request.session.testsfailed
     shards.build_citus(COORD, WORKERS, DB, N, ITEMS)
+    yield
+    if request.session.testsfailed == failed:
+        for port in [COORD, *WORKERS]:
+            with shards.connect(port, "postgres") as c:
+                c.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+
+
+def test_layout(built):
+    with shards.connect(COORD, DB) as c:
+        layout(c)
 
 
 def layout(c):
@@ -69,6 +79,11 @@ def layout(c):
 
 def explain(c, sql, params):
     return "\n".join(r[0] for r in c.execute("EXPLAIN (VERBOSE, COSTS OFF) " + sql, params).fetchall())
+
+
+def test_router_queries(built):
+    with shards.connect(COORD, DB) as c:
+        router(c)
 
 
 def router(c):
@@ -92,22 +107,22 @@ def router(c):
             check(nodes == [str(node)], f"slot {slot}: the {what} runs on {nodes}, not on {node} only:\n{plan}")
 
 
-def fleet():
-    with tempfile.TemporaryDirectory() as work:
-        with shards.connect(COORD, DB) as c:
-            c.execute("SELECT citus_stat_counters_reset(0)")
-        f = shards.Fleet(COORD, DB, N, BATCH, ITEM_US, 4, 2, work, "citus")
-        try:
-            victim, slot = poll(lambda: next(((e["proc"], e["slot"]) for e in f.events() if e["event"] == "claimed"),
-                                             None), 60, "a worker to claim a slot")
-            poll(lambda: any(e["event"] == "batch" and e["proc"] == victim and e["total"] >= ITEMS // N // 3
-                             for e in f.events()), 60, "the victim to process a third of its share")
-            failed = f.kill_one_then_finish(victim)
-        finally:
-            f.kill()
-        check(not failed, f"workers {failed} failed")
-        takers = {e["proc"] for e in f.events() if e["event"] == "claimed" and e["slot"] == slot}
-        check(len(takers) >= 2, f"no standby took slot {slot} over: {takers}")
+def test_fleet_with_a_kill(built, workdir):
+    """3: the claim_slot fleet drains the table through a SIGKILL and a takeover."""
+    with shards.connect(COORD, DB) as c:
+        c.execute("SELECT citus_stat_counters_reset(0)")
+    f = shards.Fleet(COORD, DB, N, BATCH, ITEM_US, 4, 2, workdir, "citus")
+    try:
+        victim, slot = poll(lambda: next(((e["proc"], e["slot"]) for e in f.events() if e["event"] == "claimed"),
+                                         None), 60, "a worker to claim a slot")
+        poll(lambda: any(e["event"] == "batch" and e["proc"] == victim and e["total"] >= ITEMS // N // 3
+                         for e in f.events()), 60, "the victim to process a third of its share")
+        failed = f.kill_one_then_finish(victim)
+    finally:
+        f.kill()
+    check(not failed, f"workers {failed} failed")
+    takers = {e["proc"] for e in f.events() if e["event"] == "claimed" and e["slot"] == slot}
+    check(len(takers) >= 2, f"no standby took slot {slot} over: {takers}")
     with shards.connect(COORD, DB) as c:
         # the fleet's distributed statements, counted by Citus
         single, multi = shards.citus_executions(c)
@@ -123,24 +138,12 @@ def fleet():
     check(slot_workers >= 2, f"slot {slot}'s items were processed by {slot_workers} worker(s)")
     check(multi == 0 and single >= 2 * ITEMS // BATCH,
           f"the fleet ran {single} single-shard and {multi} multi-shard queries (only single-shard ones expected)")
-    return single
+    log(f"citus (coordinator + {len(WORKERS)} worker nodes, n = {N}): each slot's share is one whole shard, every"
+        f" batch and UPDATE one task on its shard's node; my_items and slot_counts agree; {ITEMS} items processed"
+        f" exactly once after SIGKILL of a worker and a standby's takeover, in {single} single-shard and 0"
+        " multi-shard queries")
 
 
-def main():
-    build()
-    with shards.connect(COORD, DB) as c:
-        layout(c)
-        router(c)
-    single = fleet()
-    with tempfile.TemporaryDirectory() as work:
-        leases = lease.run(COORD, WORKERS, work)
-    for port in [COORD, *WORKERS]:
-        with shards.connect(port, "postgres") as c:
-            c.execute(f"DROP DATABASE {DB} WITH (FORCE)")
-    print(f"citus (coordinator + {len(WORKERS)} worker nodes, n = {N}): each slot's share is one whole shard, every"
-          f" batch and UPDATE one task on its shard's node; my_items and slot_counts agree; {ITEMS} items processed exactly once"
-          f" after SIGKILL of a worker and a standby's takeover, in {single} single-shard and 0 multi-shard queries; {leases}")
-
-
-if __name__ == "__main__":
-    fleet_driver.run_main("citus", main)
+def test_lease_fleet_through_shard_moves(workdir):
+    """4: tests/citus/lease.py, in a database of its own."""
+    log(lease.run(COORD, WORKERS, workdir))

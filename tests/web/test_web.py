@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """`pg-claim web` in a real browser (Debian's Chromium headless, Selenium,
 Debian's chromedriver), against a live fleet of pg_claim.Worker processes
 (lease mode) through PgBouncer in transaction mode (PGC_POOLER_PORT), the
@@ -18,8 +17,11 @@ web server reading through the same PgBouncer:
 5. the failure records paged; the page with JavaScript off (refreshes);
 6. the portable edition in a database of its own: the same pages, an action.
 
---screenshot FILE saves the fleet page as a PNG (docs/img/web.png).
-Exits non-zero on any failed check."""
+One test each, in this order, on one module fixture (`web`: the fleet of 3
+workers, a web server with --allow-actions and one without, the browser).
+
+--screenshot FILE (scripts/test web --screenshot FILE) saves the fleet page
+as a PNG (docs/img/web.png)."""
 import os
 import signal
 import subprocess
@@ -27,18 +29,19 @@ import sys
 import time
 import urllib.parse
 
-import psycopg
+import pytest
+from selenium.webdriver.common.by import By
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tests", "pylib"))
-sys.path.insert(0, os.path.join(ROOT, "clients", "python", "src"))
-from fleet_driver import WorkerProcess, check, log, poll, run_fleet_test  # noqa: E402
-from browser import (SRC, WebServer, browser, click, click_form, grid, one_text, post, table_rows,  # noqa: E402
-                     texts, wait_until)
+from harness import WorkerProcess, check, connect, log, poll
+
+from .browser import (SRC, WebServer, browser, click, click_form, grid, one_text, post, table_rows, texts,
+                      wait_until)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, SRC)
 from pg_claim.cli import fmt_age, fmt_int  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
 
+TIME_LIMIT_S = 150
 DB, PORTABLE_DB = "web_test", "web_portable"
 NAME, N, TTL_S, ITEMS = "fleet", 8, 5.0, 8000
 PLANT = "window.pwned = 1; document.title = 'pwned'"
@@ -47,27 +50,19 @@ EVIL_HOLDER = f"<img src=x onerror=\"{PLANT}\">"
 EVIL_ITEM = f"<svg onload=\"{PLANT}\">"
 EVIL_ERROR = f"</td></table><script>{PLANT}</script>"
 QUOTED = urllib.parse.quote(EVIL)
-POOLER_PORT = int(os.environ.get("PGC_POOLER_PORT") or sys.exit("run.py: PGC_POOLER_PORT is not set"))
-SCREENSHOT = sys.argv[sys.argv.index("--screenshot") + 1] if "--screenshot" in sys.argv else None
 
 
-def direct(dbname=DB, **kw):
-    return psycopg.connect(dbname=dbname, autocommit=True, **kw)
+def dsn(pgbouncer, dbname=DB):
+    """The conninfo of dbname through the layer's PgBouncer (the workers' and web servers')."""
+    return f"host=127.0.0.1 port={pgbouncer.port} dbname={dbname} user=postgres"
 
 
-def pooled(dbname=DB):
-    return f"host=127.0.0.1 port={POOLER_PORT} dbname={dbname} user=postgres"
-
-
-def setup():
-    with direct("postgres") as d:
-        for db in (DB, PORTABLE_DB):
-            d.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
-            d.execute(f"CREATE DATABASE {db}")
-        d.execute("DROP ROLE IF EXISTS web_viewer")
-        d.execute("CREATE ROLE web_viewer LOGIN")
-    with direct() as d:
-        d.execute("CREATE EXTENSION pg_claim")
+def setup(databases, roles):
+    databases(DB)
+    databases(PORTABLE_DB, extension=False)
+    with connect() as d:
+        roles(d, {"web_viewer": "LOGIN"})
+    with connect(DB) as d:
         d.execute(f"""
             CREATE TABLE items (id bigserial PRIMARY KEY, payload text NOT NULL,
                                 done boolean NOT NULL DEFAULT false);
@@ -91,10 +86,10 @@ def setup():
 class Worker(WorkerProcess):
     seq = 0
 
-    def __init__(self, workdir):
+    def __init__(self, workdir, pgbouncer):
         Worker.seq += 1
         self.label = f"w{Worker.seq}"
-        env = dict(os.environ, FLEET_DSN=pooled(), FLEET_TTL_S=str(TTL_S), FLEET_ITEM_MS="20",
+        env = dict(os.environ, FLEET_DSN=dsn(pgbouncer), FLEET_TTL_S=str(TTL_S), FLEET_ITEM_MS="20",
                    FLEET_POLL_S="0.2", PYTHONPATH=SRC)
         env.pop("PGSERVICE", None)
         super().__init__([sys.executable, os.path.join(ROOT, "clients", "python", "tests", "fleet_worker.py")],
@@ -297,11 +292,11 @@ def check_paging_and_nojs(driver, web, d):
     log(f"ok: {len(want)} failure records in pages of 25; without JavaScript the page shows and refreshes")
 
 
-def check_portable(driver, workdir):
+def check_portable(driver, workdir, pgbouncer):
     """6: the portable edition, in a database without the extension."""
     out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "portable"), "--out", workdir],
                          capture_output=True, text=True, check=True).stdout.split()[0]
-    with direct(PORTABLE_DB) as c:
+    with connect(PORTABLE_DB) as c:
         c.execute("CREATE SCHEMA claim")
         c.execute("SET search_path = claim")
         c.execute(open(out, encoding="utf-8").read())
@@ -313,7 +308,7 @@ def check_portable(driver, workdir):
         c.execute("SELECT record_failure('jobs', '7', 'bad row', 1)")
         want = c.execute("SELECT slot, holder, pending, token FROM fleet_slots WHERE fleet = 'jobs' ORDER BY slot"
                          ).fetchall()
-        web = WebServer(pooled(PORTABLE_DB), "--allow-actions")
+        web = WebServer(dsn(pgbouncer, PORTABLE_DB), "--allow-actions")
         try:
             driver.get(web.url + "/")
             check("portable" in one_text(driver, "header") and texts(driver, "a.fleet") == ["jobs"],
@@ -322,8 +317,8 @@ def check_portable(driver, workdir):
             cells = wait_until(lambda: texts(driver, "#fleet-name") == ["jobs"] and grid(driver), 10, "its page")
             for slot, holder, pending, token in want:
                 got = cells[slot]
-                check((got["holder"], got["pending"], got["token"]) ==
-                      (holder or f"unserved{got['holder'][8:]}", fmt_int(pending), "-" if token is None else str(token)),
+                shown = holder or f"unserved{got['holder'][8:]}", fmt_int(pending), "-" if token is None else str(token)
+                check((got["holder"], got["pending"], got["token"]) == shown,
                       f"portable slot {slot}: {got} != {(holder, pending, token)}")
             click_form(driver, "retry", "7")
             out = wait_until(lambda: one_text(driver, "p.message"), 10, "the portable retry's outcome")
@@ -334,40 +329,73 @@ def check_portable(driver, workdir):
     log("ok: the portable edition: the pages equal its views; a dead item retried")
 
 
-def run(workdir):
-    setup()
-    d = direct()
-    workers = [Worker(workdir) for _ in range(3)]
-    web = WebServer(pooled(), "--allow-actions", "--refresh", "1")
-    viewer = WebServer(pooled(), "--refresh", "1")
-    driver = browser()
+class Web:
+    """What the tests share: a direct connection to the test database, the
+    fleet of 3 workers (balanced), a web server with --allow-actions and one
+    without (both --refresh 1), and the browser."""
+    d = web = viewer = driver = None
+    workers = ()
+
+
+@pytest.fixture(scope="module")
+def web(databases, roles, workdir, pgbouncer, fleet):
+    setup(databases, roles)
+    w = Web()
     try:
-        poll(lambda: balanced(d, workers), 20, "the leases to balance over 3 workers")
-        check_values(driver, web, d, workers)
-        check_planted(driver, web, d)
-        check_kill(driver, web, d, workers)
-        if SCREENSHOT:
-            driver.get(web.url + "/fleet?name=" + NAME)
-            wait_until(lambda: driver.find_elements(By.CSS_SELECTOR, "#rate-plot polyline"), 10, "the plot")
-            driver.save_screenshot(SCREENSHOT)
-            log(f"screenshot: {SCREENSHOT}")
-        check_actions(driver, web, viewer, d)
-        check_privileges(driver, d)
-        check_paging_and_nojs(driver, web, d)
-        check_portable(driver, workdir)
-        driver.get(viewer.url + "/fleet?name=" + NAME)
-        check(driver.find_elements(By.CSS_SELECTOR, "form") == [], "a server without --allow-actions shows forms")
-        for w in (web, viewer):
-            check(w.stop() == 0, "pg-claim web did not exit 0 at SIGTERM")
+        w.d = connect(DB)
+        w.workers = [fleet.add(Worker(workdir, pgbouncer)) for _ in range(3)]
+        w.web = WebServer(dsn(pgbouncer), "--allow-actions", "--refresh", "1")
+        w.viewer = WebServer(dsn(pgbouncer), "--refresh", "1")
+        w.driver = browser()
+        poll(lambda: balanced(w.d, w.workers), 20, "the leases to balance over 3 workers")
+        yield w
     finally:
-        driver.quit()
-        for w in workers:
-            if w.proc.poll() is None:
-                w.proc.kill()
-        for w in (web, viewer):
-            if w.proc.poll() is None:
-                w.proc.kill()
+        if w.driver:
+            w.driver.quit()
+        for srv in (w.web, w.viewer):
+            if srv and srv.proc.poll() is None:
+                srv.proc.kill()
+        fleet.stop()
+        if w.d:
+            w.d.close()
 
 
-if __name__ == "__main__":
-    sys.exit(run_fleet_test("web test", run, 150, databases=(DB, PORTABLE_DB)))
+def test_pages_equal_the_views(web):
+    check_values(web.driver, web.web, web.d, web.workers)
+
+
+def test_planted_markup_never_runs(web):
+    check_planted(web.driver, web.web, web.d)
+
+
+def test_killed_worker_moves_on_the_page(web, request):
+    check_kill(web.driver, web.web, web.d, web.workers)
+    shot = request.config.getoption("--screenshot")
+    if shot:
+        web.driver.get(web.web.url + "/fleet?name=" + NAME)
+        wait_until(lambda: web.driver.find_elements(By.CSS_SELECTOR, "#rate-plot polyline"), 10, "the plot")
+        web.driver.save_screenshot(shot)
+        log(f"screenshot: {shot}")
+
+
+def test_actions(web):
+    check_actions(web.driver, web.web, web.viewer, web.d)
+
+
+def test_privileges(web):
+    check_privileges(web.driver, web.d)
+
+
+def test_paging_and_no_javascript(web):
+    check_paging_and_nojs(web.driver, web.web, web.d)
+
+
+def test_portable(web, workdir, pgbouncer):
+    check_portable(web.driver, workdir, pgbouncer)
+
+
+def test_no_forms_without_actions_and_exit(web):
+    web.driver.get(web.viewer.url + "/fleet?name=" + NAME)
+    check(web.driver.find_elements(By.CSS_SELECTOR, "form") == [], "a server without --allow-actions shows forms")
+    for w in (web.web, web.viewer):
+        check(w.stop() == 0, "pg-claim web did not exit 0 at SIGTERM")
