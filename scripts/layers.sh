@@ -157,7 +157,7 @@ elastic() {
 libs_node() {
     pgc_pgbouncer_start 4 &&
         (cd clients/node && npm run --silent typecheck && node --test test/) &&
-        PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" pytests tests/libs -- "$@"
+        PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" pytests tests/libs/test_node_fleet.py -- "$@"
 }
 
 # The Python worker library (clients/python): pytest on its pure parts and
@@ -165,14 +165,14 @@ libs_node() {
 # then a fleet of its workers through PgBouncer in transaction mode with
 # joins, a leave, SIGSTOP past the ttl, SIGKILL, a poison item and a restart
 # of the server: every row exactly once, every worker gone within 15 s of
-# SIGTERM (clients/python/tests/fleet.py). Test names: pytest -k words.
+# SIGTERM (tests/libs/test_python_fleet.py). Test names: pytest -k words.
 libs_python() {
     pgc_ensure_python_libs || return 1
     pgc_pgbouncer_start 4 || return 1
     local k=()
     (($# == 0)) || k=(-k "$*")
     PYTHONPATH="$PGC_ROOT/clients/python/src" python3 -m pytest -q -p no:cacheprovider "${k[@]}" clients/python/tests &&
-        PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" python3 clients/python/tests/fleet.py
+        PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" pytests tests/libs/test_python_fleet.py
 }
 
 # pg-claim web (clients/python, pg_claim/_web*.py) in Debian's Chromium

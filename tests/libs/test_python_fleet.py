@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """A fleet of pg_claim.Worker processes (lease mode) through PgBouncer in
 transaction mode, with faults.
 
@@ -6,7 +5,8 @@ Needs a running cluster with pg_claim installed (PGHOST/PGPORT, as
 scripts/test sets them), PgBouncer in pool_mode = transaction in front of it
 (PGC_POOLER_PORT; scripts/lib.sh pgc_pgbouncer_start), and, for the server
 restart, the cluster's data directory and binaries (PGC_DATA, PGC_BIN; the
-restart is left out, and says so, without them or with --no-restart).
+restart is left out, and says so, without them). The layer `libs-python`
+of scripts/test runs it.
 
 In a database of its own (py_fleet), a table of 3,000 items (one of them a
 poison item whose handler raises) and a producer adding 200 a second, n = 8,
@@ -28,7 +28,7 @@ ttl 2 s, batches of 10 at 10 ms per item, inside the fenced transaction:
 
 Then every item but the poison item is in the processing log exactly once,
 the poison item never, and no write was accepted for a slot with a token
-older than one already written there. Exits non-zero on any failed check.
+older than one already written there.
 """
 import collections
 import os
@@ -40,10 +40,9 @@ import time
 
 import psycopg
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "pylib"))
-from fleet_driver import Failure, WorkerProcess, check, failure_state, log, poll, run_fleet_test  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.join(ROOT, "clients", "python", "tests")
+from harness import Failure, WorkerProcess, check, failure_state, log, poll  # noqa: E402
 
 DB = "py_fleet"
 NAME, N, TTL_S = "fleet", 8, 2.0
@@ -51,9 +50,9 @@ ITEMS, PRODUCE_PER_S, MAX_ATTEMPTS = 3000, 200, 3
 TIME_LIMIT_S = 240
 SETTLE_S = 20
 if "PGC_POOLER_PORT" not in os.environ:
-    sys.exit("fleet.py: PGC_POOLER_PORT is not set (scripts/test sets it: pgc_pgbouncer_start)")
+    sys.exit("test_python_fleet.py: PGC_POOLER_PORT is not set (scripts/test sets it: pgc_pgbouncer_start)")
 POOLER_PORT = int(os.environ["PGC_POOLER_PORT"])
-RESTART = "--no-restart" not in sys.argv[1:] and bool(os.environ.get("PGC_DATA")) and bool(os.environ.get("PGC_BIN"))
+RESTART = bool(os.environ.get("PGC_DATA")) and bool(os.environ.get("PGC_BIN"))
 
 
 def direct(dbname=DB):
@@ -313,8 +312,6 @@ def run(workdir):
     d.close()
 
 
-def main():
-    return run_fleet_test("python library fleet test", run, TIME_LIMIT_S, [DB])
-
-if __name__ == "__main__":
-    sys.exit(main())
+def test_python_fleet(workdir, databases):
+    databases.adopt(DB)
+    run(workdir)
