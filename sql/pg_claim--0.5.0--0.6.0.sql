@@ -994,13 +994,25 @@ SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
 DECLARE
     avg_ numeric;
-    total numeric;
+    known bigint := 0;
+    summed numeric := 0;
+    total numeric := 0;
     members_ text[];
+    hs text[];
+    cs bigint[];
+    sbs numeric[];
+    cbs bigint[];
+    css bigint[];
+    sbss numeric[];
+    cbss bigint[];
+    mks bigint[];
+    marked bigint := 0;
+    wanted bigint := 0;
     mean numeric;
     slack numeric;
-    own numeric;
-    donors text[];
-    weights numeric[];
+    own numeric := 0;
+    donors text[] := '{}';
+    weights numeric[] := '{}';
     i integer;
     best integer;
     fit numeric;
@@ -1008,59 +1020,85 @@ DECLARE
     damp timestamptz := now_ - least(ttl / 3, interval '5 seconds');
     r record;
 BEGIN
-    SELECT pg_catalog.avg(l.backlog) INTO avg_ FROM @extschema@.pg_claim_leases l
-    WHERE l.name = pg_claim_leases_balance.name AND l.slot < n AND NOT l.session;
-    IF avg_ IS NULL THEN
-        RETURN NULL;
-    END IF;
     SELECT pg_catalog.array_agg(m.holder) INTO members_ FROM @extschema@.pg_claim_lease_members m
     WHERE m.name = pg_claim_leases_balance.name AND m.expires_at > now_ AND m.max > 0;
+    -- one read of the name's slots, grouped by live holder (NULL:
+    -- unserved): how many, the sum and count of the reported weights, and
+    -- the same for the slots that stay where they are (not wanted by
+    -- another member, or wanted by this holder, whose marks are made again
+    -- below)
+    SELECT pg_catalog.array_agg(g.h), pg_catalog.array_agg(g.c), pg_catalog.array_agg(g.sb),
+           pg_catalog.array_agg(g.cb), pg_catalog.array_agg(g.cs), pg_catalog.array_agg(g.sbs),
+           pg_catalog.array_agg(g.cbs), pg_catalog.array_agg(g.mk)
+    INTO hs, cs, sbs, cbs, css, sbss, cbss, mks
+    FROM (SELECT u.h, pg_catalog.count(*) AS c, pg_catalog.sum(u.backlog) AS sb,
+                 pg_catalog.count(u.backlog) AS cb,
+                 pg_catalog.count(*) FILTER (WHERE u.stays) AS cs,
+                 pg_catalog.sum(u.backlog) FILTER (WHERE u.stays) AS sbs,
+                 pg_catalog.count(u.backlog) FILTER (WHERE u.stays) AS cbs,
+                 pg_catalog.count(*) FILTER (WHERE u.mark) AS mk
+          FROM (SELECT CASE WHEN l.expires_at > now_ THEN l.holder END AS h, l.backlog,
+                       CASE WHEN l.wanted_by IS NULL OR l.wanted_by = l.holder
+                                 OR l.wanted_by = pg_claim_leases_balance.holder THEN true
+                            ELSE NOT coalesce(l.wanted_by = ANY (members_), false) END AS stays,
+                       l.wanted_by = pg_claim_leases_balance.holder AS mark
+                FROM @extschema@.pg_claim_leases l
+                WHERE l.name = pg_claim_leases_balance.name AND l.slot < n AND NOT l.session) u
+          GROUP BY u.h) g;
+    FOR i IN 1 .. coalesce(pg_catalog.cardinality(hs), 0) LOOP
+        known := known + cbs[i];
+        summed := summed + coalesce(sbs[i], 0);
+        IF hs[i] IS NOT NULL THEN
+            marked := marked + mks[i];
+        END IF;
+    END LOOP;
+    IF known = 0 THEN
+        RETURN NULL;
+    END IF;
+    -- a slot never reported weighs the average of the reported ones; the
+    -- fleet's weight is that of the slots no claim_lease holder holds
+    avg_ := summed / known;
+    FOR i IN 1 .. pg_catalog.cardinality(hs) LOOP
+        IF hs[i] IS NULL OR hs[i] = ANY (members_) THEN
+            total := total + coalesce(sbs[i], 0) + (cs[i] - cbs[i]) * avg_;
+        END IF;
+        IF hs[i] = pg_claim_leases_balance.holder THEN
+            own := coalesce(sbss[i], 0) + (css[i] - cbss[i]) * avg_;
+            wanted := cs[i] - css[i];
+        ELSIF hs[i] = ANY (members_) THEN
+            donors := donors || hs[i];
+            weights := weights || (coalesce(sbss[i], 0) + (css[i] - cbss[i]) * avg_);
+        END IF;
+    END LOOP;
+    mean := total / greatest(coalesce(pg_catalog.cardinality(members_), 0), 1);
+    slack := mean / 10;
 
     -- 1. give back what others want
-    UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
-    WHERE l.name = pg_claim_leases_balance.name
-      AND l.slot = ANY (ARRAY(SELECT o.slot FROM @extschema@.pg_claim_leases o
-                              WHERE o.name = pg_claim_leases_balance.name
-                                AND o.holder = pg_claim_leases_balance.holder AND NOT o.session
-                                AND o.expires_at > now_ AND o.slot < n
-                                AND o.wanted_by <> pg_claim_leases_balance.holder
-                                AND o.wanted_by = ANY (members_)
-                                AND (o.owner IS NULL OR o.owner = role
-                                     OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
-                                AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
-                              FOR UPDATE SKIP LOCKED));
-    GET DIAGNOSTICS i = ROW_COUNT;
-    mine := mine - i;
+    IF wanted > 0 THEN
+        UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
+        WHERE l.name = pg_claim_leases_balance.name
+          AND l.slot = ANY (ARRAY(SELECT o.slot FROM @extschema@.pg_claim_leases o
+                                  WHERE o.name = pg_claim_leases_balance.name
+                                    AND o.holder = pg_claim_leases_balance.holder AND NOT o.session
+                                    AND o.expires_at > now_ AND o.slot < n
+                                    AND o.wanted_by <> pg_claim_leases_balance.holder
+                                    AND o.wanted_by = ANY (members_)
+                                    AND (o.owner IS NULL OR o.owner = role
+                                         OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
+                                    AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
+                                  FOR UPDATE SKIP LOCKED));
+        GET DIAGNOSTICS i = ROW_COUNT;
+        mine := mine - i;
+    END IF;
     -- its own marks are made again below, from the weights of now
-    UPDATE @extschema@.pg_claim_leases l SET wanted_by = NULL
-    WHERE l.name = pg_claim_leases_balance.name
-      AND l.slot = ANY (ARRAY(SELECT o.slot FROM @extschema@.pg_claim_leases o
-                              WHERE o.name = pg_claim_leases_balance.name
-                                AND o.wanted_by = pg_claim_leases_balance.holder
-                                AND o.expires_at > now_
-                              FOR NO KEY UPDATE SKIP LOCKED));
-
-    -- the weights per member (live leases of members, less the slots that
-    -- another member wants: they are on their way), and of the fleet
-    SELECT pg_catalog.array_agg(g.holder ORDER BY g.w DESC, g.holder COLLATE "C"),
-           pg_catalog.array_agg(g.w ORDER BY g.w DESC, g.holder COLLATE "C")
-    INTO donors, weights
-    FROM (SELECT l.holder, pg_catalog.sum(coalesce(l.backlog, avg_)) AS w
-          FROM @extschema@.pg_claim_leases l
-          WHERE l.name = pg_claim_leases_balance.name AND l.slot < n AND NOT l.session
-            AND l.expires_at > now_ AND l.holder = ANY (members_)
-            AND (l.wanted_by IS NULL OR l.wanted_by = l.holder OR NOT l.wanted_by = ANY (members_))
-          GROUP BY l.holder) g;
-    SELECT pg_catalog.sum(coalesce(l.backlog, avg_)) INTO total FROM @extschema@.pg_claim_leases l
-    WHERE l.name = pg_claim_leases_balance.name AND l.slot < n AND NOT l.session
-      AND (l.expires_at IS NULL OR l.expires_at <= now_ OR l.holder = ANY (members_));
-    mean := coalesce(total, 0) / greatest(coalesce(pg_catalog.cardinality(members_), 0), 1);
-    slack := mean / 10;
-    own := 0;
-    i := pg_catalog.array_position(donors, holder);
-    IF i IS NOT NULL THEN
-        own := weights[i];
-        weights[i] := NULL;
+    IF marked > 0 THEN
+        UPDATE @extschema@.pg_claim_leases l SET wanted_by = NULL
+        WHERE l.name = pg_claim_leases_balance.name
+          AND l.slot = ANY (ARRAY(SELECT o.slot FROM @extschema@.pg_claim_leases o
+                                  WHERE o.name = pg_claim_leases_balance.name
+                                    AND o.wanted_by = pg_claim_leases_balance.holder
+                                    AND o.expires_at > now_
+                                  FOR NO KEY UPDATE SKIP LOCKED));
     END IF;
 
     -- 2. unserved slots: those it wants, then the heaviest, while it is
