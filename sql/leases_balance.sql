@@ -78,8 +78,9 @@ REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_report(oid, text, integer, big
 --      least(ttl / 3, 5 s), nor one whose move would not lower the larger
 --      weight (the damping rule: no slot bounces).
 -- Its own earlier marks are cleared first and made again from the weights
--- of now. The mean is the weight of the slots no claim_lease holder holds
--- over the live members whose max is above 0. Each step reads the name's
+-- of now (none is made while one could not be cleared). The mean is the
+-- weight of the slots no claim_lease holder holds over the live members
+-- whose max is above 0. Each step reads the name's
 -- rows at most once, except the marking, which reads the chosen member's
 -- slots once per mark (at most 16 marks per call).
 CREATE FUNCTION @extschema@.pg_claim_leases_balance(
@@ -197,6 +198,10 @@ BEGIN
                                     AND o.wanted_by = pg_claim_leases_balance.holder
                                     AND o.expires_at > now_
                                   FOR NO KEY UPDATE SKIP LOCKED));
+        -- a mark it could not clear (its row locked, as by a release in
+        -- progress) stays: no new marks this time, so none is made twice
+        GET DIAGNOSTICS i = ROW_COUNT;
+        marked := marked - i;
     END IF;
 
     -- 2. unserved slots: those it wants, then the heaviest, while it is
@@ -220,7 +225,7 @@ BEGIN
     END LOOP;
 
     -- 3. marks on the heaviest members' slots
-    WHILE own < mean - slack AND mine + marks < max AND marks < 16 LOOP
+    WHILE marked = 0 AND own < mean - slack AND mine + marks < max AND marks < 16 LOOP
         best := NULL;
         FOR i IN 1 .. coalesce(pg_catalog.cardinality(weights), 0) LOOP
             IF weights[i] IS NOT NULL AND (best IS NULL OR weights[i] > weights[best]) THEN

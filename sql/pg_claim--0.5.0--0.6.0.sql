@@ -1099,6 +1099,10 @@ BEGIN
                                     AND o.wanted_by = pg_claim_leases_balance.holder
                                     AND o.expires_at > now_
                                   FOR NO KEY UPDATE SKIP LOCKED));
+        -- a mark it could not clear (its row locked, as by a release in
+        -- progress) stays: no new marks this time, so none is made twice
+        GET DIAGNOSTICS i = ROW_COUNT;
+        marked := marked - i;
     END IF;
 
     -- 2. unserved slots: those it wants, then the heaviest, while it is
@@ -1122,7 +1126,7 @@ BEGIN
     END LOOP;
 
     -- 3. marks on the heaviest members' slots
-    WHILE own < mean - slack AND mine + marks < max AND marks < 16 LOOP
+    WHILE marked = 0 AND own < mean - slack AND mine + marks < max AND marks < 16 LOOP
         best := NULL;
         FOR i IN 1 .. coalesce(pg_catalog.cardinality(weights), 0) LOOP
             IF weights[i] IS NOT NULL AND (best IS NULL OR weights[i] > weights[best]) THEN
