@@ -42,6 +42,7 @@ from psycopg import sql
 
 from common import (ADMIN, COLLIDE, DB, PORTABLE, ROLES, Failure, as_fleet, check,  # noqa: F401
                     connect, expect_error, lease_of, one, poll)
+import balance
 import fleet_views
 
 # The promises of docs/security.md that do not apply to the portable
@@ -733,7 +734,7 @@ def main():
     ap.add_argument("-k", default="", help="run only the tests whose name contains this")
     ap.add_argument("--keep", action="store_true", help="keep the database and roles")
     a = ap.parse_args()
-    found = list(globals().items()) + list(vars(fleet_views).items())
+    found = list(globals().items()) + list(vars(fleet_views).items()) + list(vars(balance).items())
     tests = [(n, f) for n, f in found if n.startswith("test_") and callable(f) and a.k in n
              and (n not in PORTABLE_ONLY or PORTABLE)]
     if PORTABLE:
