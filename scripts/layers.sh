@@ -128,9 +128,11 @@ pooler() {
 # in transaction mode: Python and Node holders join, leave, are killed and
 # stopped past the ttl; the shares balance, a join moves at most ceil(n/H)
 # slots, late writes are rejected, each customer's items in key order, every
-# item exactly once.
+# item exactly once. Then balancing by remaining work (tests/pooler/balance.py):
+# uneven slots, a SIGSTOP past the ttl, a SIGKILL and a join; holders finish
+# together, every item once, in key order per customer.
 elastic() {
-    pgc_pgbouncer_start 4 && python3 tests/pooler/elastic.py
+    pgc_pgbouncer_start 4 && python3 tests/pooler/elastic.py && python3 tests/pooler/balance.py
 }
 
 # The Node.js worker library (clients/node, pg-claim): its declarations
