@@ -107,6 +107,7 @@ DECLARE
     mks bigint[];
     marked bigint := 0;
     wanted bigint := 0;
+    unserved bigint := 0;
     mean numeric;
     slack numeric;
     own numeric := 0;
@@ -149,6 +150,8 @@ BEGIN
         summed := summed + coalesce(sbs[i], 0);
         IF hs[i] IS NOT NULL THEN
             marked := marked + mks[i];
+        ELSE
+            unserved := cs[i];
         END IF;
     END LOOP;
     IF known = 0 THEN
@@ -206,23 +209,27 @@ BEGIN
 
     -- 2. unserved slots: those it wants, then the heaviest, while it is
     -- light; the lightest ones whatever its weight
-    FOR r IN SELECT l.slot, coalesce(l.backlog, avg_) AS w,
-                    l.wanted_by IS NOT DISTINCT FROM pg_claim_leases_balance.holder AS mark
-             FROM @extschema@.pg_claim_leases l
-             WHERE l.name = pg_claim_leases_balance.name AND l.slot < n
-               AND (l.expires_at <= now_ OR l.expires_at IS NULL)
-               AND (l.wanted_by IS NULL OR l.wanted_by = pg_claim_leases_balance.holder
-                    OR NOT l.wanted_by = ANY (members_))
-             ORDER BY 3 DESC, 2 DESC, l.slot
-             FOR UPDATE SKIP LOCKED LOOP
-        EXIT WHEN mine >= max;
-        CONTINUE WHEN NOT (r.mark OR own < mean OR r.w <= slack);
-        IF (SELECT h.slot FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h)
-           IS NOT NULL THEN
-            mine := mine + 1;
-            own := own + r.w;
-        END IF;
-    END LOOP;
+    -- (only when the one read found some: this holder's give-backs are
+    -- wanted by others, it does not take them)
+    IF unserved > 0 THEN
+        FOR r IN SELECT l.slot, coalesce(l.backlog, avg_) AS w,
+                        l.wanted_by IS NOT DISTINCT FROM pg_claim_leases_balance.holder AS mark
+                 FROM @extschema@.pg_claim_leases l
+                 WHERE l.name = pg_claim_leases_balance.name AND l.slot < n
+                   AND (l.expires_at <= now_ OR l.expires_at IS NULL)
+                   AND (l.wanted_by IS NULL OR l.wanted_by = pg_claim_leases_balance.holder
+                        OR NOT l.wanted_by = ANY (members_))
+                 ORDER BY 3 DESC, 2 DESC, l.slot
+                 FOR UPDATE SKIP LOCKED LOOP
+            EXIT WHEN mine >= max;
+            CONTINUE WHEN NOT (r.mark OR own < mean OR r.w <= slack);
+            IF (SELECT h.slot FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h)
+               IS NOT NULL THEN
+                mine := mine + 1;
+                own := own + r.w;
+            END IF;
+        END LOOP;
+    END IF;
 
     -- 3. marks on the heaviest members' slots
     WHILE marked = 0 AND own < mean - slack AND mine + marks < max AND marks < 16 LOOP
