@@ -873,6 +873,7 @@ END $$;
 -- weight once a weight is known; a hand-over and a leave clear the marks.
 ALTER TABLE @extschema@.pg_claim_leases
     ADD COLUMN IF NOT EXISTS backlog bigint,
+    ADD COLUMN IF NOT EXISTS backlog_at timestamptz,
     ADD COLUMN IF NOT EXISTS wanted_by text;
 
 CREATE OR REPLACE FUNCTION @extschema@.pg_claim_lease_hand(
@@ -959,7 +960,7 @@ BEGIN
         RAISE EXCEPTION 'remaining must be at least 0, got %', remaining USING ERRCODE = '22023',
             HINT = 'remaining is the number of the slot''s pending items: 0 when none is left, NULL to keep the last report.';
     END IF;
-    SELECT l.holder, l.backlog, l.wanted_by INTO r FROM @extschema@.pg_claim_leases l
+    SELECT l.holder, l.backlog, l.backlog_at, l.wanted_by INTO r FROM @extschema@.pg_claim_leases l
     WHERE l.name = pg_claim_lease_report.name AND l.slot = pg_claim_lease_report.slot
       AND l.token = pg_claim_lease_report.token AND l.holder IS NOT NULL AND NOT l.session
       AND l.expires_at > pg_catalog.clock_timestamp()
@@ -972,8 +973,9 @@ BEGIN
         END IF;
         RETURN NULL;
     END IF;
-    IF remaining IS NOT NULL AND r.backlog IS DISTINCT FROM remaining THEN
-        UPDATE @extschema@.pg_claim_leases l SET backlog = remaining
+    IF remaining IS NOT NULL AND (r.backlog IS DISTINCT FROM remaining
+                                  OR r.backlog_at < pg_catalog.clock_timestamp() - interval '10 seconds') THEN
+        UPDATE @extschema@.pg_claim_leases l SET backlog = remaining, backlog_at = pg_catalog.clock_timestamp()
         WHERE l.name = pg_claim_lease_report.name AND l.slot = pg_claim_lease_report.slot
           AND l.token = pg_claim_lease_report.token;
     END IF;
@@ -1019,6 +1021,8 @@ DECLARE
     fit numeric;
     marks integer := 0;
     damp timestamptz := now_ - least(ttl / 3, interval '5 seconds');
+    -- a weight counts for a minute after its report
+    fresh timestamptz := now_ - interval '1 minute';
     r record;
 BEGIN
     SELECT pg_catalog.array_agg(m.holder) INTO members_ FROM @extschema@.pg_claim_lease_members m
@@ -1038,7 +1042,8 @@ BEGIN
                  pg_catalog.sum(u.backlog) FILTER (WHERE u.stays) AS sbs,
                  pg_catalog.count(u.backlog) FILTER (WHERE u.stays) AS cbs,
                  pg_catalog.count(*) FILTER (WHERE u.mark) AS mk
-          FROM (SELECT CASE WHEN l.expires_at > now_ THEN l.holder END AS h, l.backlog,
+          FROM (SELECT CASE WHEN l.expires_at > now_ THEN l.holder END AS h,
+                       CASE WHEN l.backlog_at > fresh THEN l.backlog END AS backlog,
                        CASE WHEN l.wanted_by IS NULL OR l.wanted_by = l.holder
                                  OR l.wanted_by = pg_claim_leases_balance.holder THEN true
                             ELSE NOT coalesce(l.wanted_by = ANY (members_), false) END AS stays,
@@ -1113,7 +1118,7 @@ BEGIN
     -- (only when the one read found some: this holder's give-backs are
     -- wanted by others, it does not take them)
     IF unserved > 0 THEN
-        FOR r IN SELECT l.slot, coalesce(l.backlog, avg_) AS w,
+        FOR r IN SELECT l.slot, CASE WHEN l.backlog_at > fresh THEN l.backlog ELSE avg_ END AS w,
                         l.wanted_by IS NOT DISTINCT FROM pg_claim_leases_balance.holder AS mark
                  FROM @extschema@.pg_claim_leases l
                  WHERE l.name = pg_claim_leases_balance.name AND l.slot < n
@@ -1143,17 +1148,16 @@ BEGIN
         EXIT WHEN best IS NULL OR weights[best] <= own;
         fit := least(mean - own, weights[best] - mean);
         -- the largest slot within fit, else the smallest that lowers the larger
-        SELECT l.slot, coalesce(l.backlog, avg_) AS w INTO r FROM @extschema@.pg_claim_leases l
+        SELECT l.slot, x.w INTO r
+        FROM @extschema@.pg_claim_leases l,
+             LATERAL (SELECT CASE WHEN l.backlog_at > fresh THEN l.backlog ELSE avg_ END AS w) x
         WHERE l.name = pg_claim_leases_balance.name AND l.holder = donors[best] AND NOT l.session
           AND l.slot < n AND l.expires_at > now_ AND l.acquired_at <= damp
           AND (l.wanted_by IS NULL OR NOT l.wanted_by = ANY (members_))
-          AND coalesce(l.backlog, avg_) > 0 AND own + coalesce(l.backlog, avg_) < weights[best]
-        ORDER BY coalesce(l.backlog, avg_) <= fit DESC,
-                 CASE WHEN coalesce(l.backlog, avg_) <= fit THEN -coalesce(l.backlog, avg_)
-                      ELSE coalesce(l.backlog, avg_) END,
-                 l.slot
+          AND x.w > 0 AND own + x.w < weights[best]
+        ORDER BY x.w <= fit DESC, CASE WHEN x.w <= fit THEN -x.w ELSE x.w END, l.slot
         LIMIT 1
-        FOR NO KEY UPDATE SKIP LOCKED;
+        FOR NO KEY UPDATE OF l SKIP LOCKED;
         IF NOT FOUND THEN
             -- nothing of that member can move: the next heaviest
             weights[best] := NULL;

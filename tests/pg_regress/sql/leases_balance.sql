@@ -106,6 +106,18 @@ SELECT lb_age('lbm');
 SELECT count(*) AS c_slots FROM claim_leases('lbm', 4, 'c', max => 1, ttl => '1 minute');
 SELECT lb_wanted('lbm') AS wanted_within_max;
 
+-- A weight counts for a minute after its report: a fleet whose reports
+-- stopped shares by count again (no marks), until its holders report anew.
+SELECT lb_round('lbf', 4, '{a,b}'), lb_round('lbf', 4, '{a,b}');
+SELECT lb_report('lbf', 'a', 100) AS a_reports, lb_report('lbf', 'b', 0) AS b_reports;
+SELECT lb_age('lbf');
+UPDATE pg_claim_leases SET backlog_at = backlog_at - interval '2 minutes' WHERE name = 'lbf';
+SELECT lb_round('lbf', 4, '{b,a,b}');
+SELECT lb_shares('lbf') AS stale_by_count, lb_wanted('lbf') AS stale_wanted;
+SELECT lb_report('lbf', 'a', 100) AS a_reports_again, lb_report('lbf', 'b', 0) AS b_reports_again;
+SELECT count(*) AS b_slots FROM claim_leases('lbf', 4, 'b', ttl => '1 minute');
+SELECT lb_wanted('lbf') AS fresh_wanted;
+
 -- Bad input: SQLSTATE, a message naming the value, a hint.
 SELECT lb_token('lb', 2) AS tok \gset
 SELECT pc_try(format('SELECT report_backlog(%L, 2, %s, -1)', 'lb', :tok)) AS negative_remaining;
