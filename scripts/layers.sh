@@ -163,6 +163,18 @@ libs_python() {
         PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" python3 clients/python/tests/fleet.py
 }
 
+# pg-claim web (clients/python, pg_claim/_web*.py) in Debian's Chromium
+# headless through Selenium, against a fleet of pg_claim.Worker processes
+# through PgBouncer in transaction mode (the server reads through it too):
+# the pages equal the views, a killed worker's slots move on the page while
+# it updates itself, actions work with --allow-actions and are refused
+# without it or without the CSRF token, planted <script> in names, holders,
+# items and errors never runs, JavaScript off still shows the page, the
+# portable edition (tests/web/run.py).
+web() {
+    pgc_pgbouncer_start 8 && python3 tests/web/run.py "$@"
+}
+
 # contrib/prometheus against Debian's prometheus-postgres-exporter: two
 # fleets (session and lease holders, failing and dead items), every exported
 # value checked against the views and the tables, the fleets changed and

@@ -210,6 +210,7 @@ pgc_ensure_clients() {
         python3 -c 'import psycopg' || { echo "pg_claim: could not install psycopg 3" >&2; exit 1; }
     fi
     pgc_ensure_python_libs
+    pgc_ensure_browser
     if [ ! -f "$PGC_ROOT/tests/pooler/node_modules/pg/package.json" ]; then
         pgc_log "installing node-postgres into tests/pooler/node_modules"
         (cd "$PGC_ROOT/tests/pooler" && npm install --silent --no-audit --no-fund --no-package-lock </dev/null)
@@ -267,6 +268,28 @@ pgc_ensure_python_libs() {
         pgc_log "installing ${missing[*]} for $(command -v python3)"
         python3 -m pip install --quiet --root-user-action=ignore "${missing[@]}" </dev/null ||
             { echo "pg_claim: could not install ${missing[*]}" >&2; return 1; }
+    fi
+}
+
+# The browser of the web layer (tests/web): Debian's chromium and
+# chromium-driver, and Selenium from PyPI at a pinned version, which drives
+# that chromedriver when given both paths (and then downloads nothing).
+# 4.51.0: 4.52.0 requires a certifi newer than the index serves here.
+PGC_SELENIUM_VERSION=4.51.0
+pgc_ensure_browser() {
+    local p missing=()
+    for p in chromium chromium-driver; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    if ((${#missing[@]})); then
+        pgc_log "installing Debian packages: ${missing[*]}"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+    if [ "$(python3 -c 'import selenium; print(selenium.__version__)' 2>/dev/null)" != "$PGC_SELENIUM_VERSION" ]; then
+        pgc_log "installing selenium $PGC_SELENIUM_VERSION for $(command -v python3)"
+        python3 -m pip install --quiet --root-user-action=ignore "selenium==$PGC_SELENIUM_VERSION" </dev/null ||
+            { echo "pg_claim: could not install selenium $PGC_SELENIUM_VERSION" >&2; return 1; }
     fi
 }
 

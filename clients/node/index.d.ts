@@ -42,33 +42,37 @@ export type Handler<Row = Record<string, any>> = (client: ClientBase, rows: Row[
  */
 export type LostReason = "given back" | "taken" | "expired" | "released" | "connection lost";
 
+/** The events of docs/libraries.md (the Python library tells the same ones). */
 export type WorkerEvent =
-  | { type: "start"; mode: "lease" | "session"; table: string; key: string; method: string; partitioned: boolean }
   | { type: "mode"; mode: "lease" | "session"; why: string }
-  | { type: "slots"; slots: number[] }
-  | { type: "taken"; slot: number; token: string | null }
+  | { type: "started"; mode: "lease" | "session"; table: string; key: string; method: string; partitioned: boolean }
+  | { type: "slots"; held: number[]; gained: number[]; lost: number[] }
+  | { type: "gained"; slot: number; token: string | null }
   | { type: "lost"; slot: number; token: string | null; reason: LostReason }
   | { type: "batch"; slot: number; token: string | null; items: number; failed: number; seconds: number }
-  | { type: "failure"; slot: number; item: string; error: string; state: "retry" | "dead" }
+  | { type: "failed"; slot: number; item: string; error: string; state: "retry" }
+  | { type: "dead"; slot: number; item: string; error: string; state: "dead" }
+  /** the fence refused the slot's token (PC001): the slot is lost ("taken") */
+  | { type: "rejected"; slot: number; token: string | null }
   /** the handler failed transiently: the batch again after pauseMs; count: in a row for this first item (5: the failure path) */
-  | { type: "transient"; slot: number; item: string; error: string; count: number; pauseMs: number }
+  | { type: "retrying"; slot: number; item: string; error: string; count: number; pauseMs: number }
   /** the handler of item ended the transaction and its row is no longer pending (it committed): no failure recorded */
-  | { type: "transaction ended"; slot: number; item: string; error: string }
+  | { type: "transaction_ended"; slot: number; item: string; error: string }
   /** nothing to do in a whole round: waits ms; retryMs until the next retry of a failed item (null: none) */
-  | { type: "waiting"; ms: number; retryMs: number | null }
+  | { type: "idle"; ms: number; retryMs: number | null }
   | { type: "woken" }
   | { type: "reconnecting"; error: string; pauseMs: number }
   | { type: "reconnected" }
-  | { type: "renewal failed"; error: string }
-  | { type: "listen failed"; error: string; pauseMs: number }
+  | { type: "claim_failed"; error: string }
+  | { type: "listen_failed"; error: string; pauseMs: number }
   | { type: "left"; slots: number[] }
-  | { type: "leave failed"; error: string }
+  | { type: "leave_failed"; error: string }
   | { type: "stopped"; error: string | null };
 
 export interface WorkerOptions<Row = Record<string, any>> {
   /** libpq-style URL; without it (and without `connection`) the PG* environment variables */
-  connectionString?: string;
-  /** further node-postgres client settings (merged under connectionString) */
+  conninfo?: string;
+  /** further node-postgres client settings (merged under conninfo) */
   connection?: ClientConfig;
   /** the fleet's name (claims, failure records, channels) */
   name: string;
@@ -86,7 +90,7 @@ export interface WorkerOptions<Row = Record<string, any>> {
   ttl?: Duration;
   /** lease mode: the period of claim_leases (default ttl / 3) */
   renewInterval?: Duration;
-  /** lease mode: the server ends a batch's transaction idle this long (default ttl; 0: never) */
+  /** the server ends a batch's transaction idle this long (default ttl; 0: never) */
   idleInTransactionTimeout?: Duration;
   /** the client-side deadline of every query on the worker's connections, the handler's included (default ttl; 0: none) */
   queryTimeout?: Duration;
@@ -97,10 +101,12 @@ export interface WorkerOptions<Row = Record<string, any>> {
   route?: string;
   /** my_items' method (default: 'pg_hash' on a table hash-partitioned with modulus n, else 'auto') */
   method?: "auto" | "crc32" | "jump" | "pg_hash";
+  /** at most this many slots per worker (default n) */
+  maxSlots?: number;
   /** lease mode: this worker's holder (default host:pid:random) */
   holder?: string;
   /** a direct connection (not through a transaction pooler) to LISTEN on the held slots' channels */
-  notifyConnectionString?: string;
+  notifyConninfo?: string;
   /** the longest wait when there is nothing to do (default 1 s; 30 s when it LISTENs) */
   pollInterval?: Duration;
   /** record_failure's max_attempts (default 5) */
@@ -115,6 +121,23 @@ export interface WorkerOptions<Row = Record<string, any>> {
   metricsHost?: string;
   /** called with every event (logging, metrics); its errors are ignored */
   onEvent?: (event: WorkerEvent & { name: string; holder: string }) => void;
+}
+
+/** A held slot: its number and its token (lease mode: a bigint as a string). */
+export interface HeldSlot<Token = string> { slot: number; token: Token }
+
+/** The slots a worker holds, with its cursor into each share (pg_claim.Held of the Python library). */
+export class Held<Token = string> {
+  constructor(options?: { validMs?: number; marginMs?: number });
+  replace(rows: ({ slot: number; token: Token } | [number, Token])[], asked?: number): { gained: HeldSlot<Token>[]; lost: HeldSlot<Token>[] };
+  failed(now?: number): HeldSlot<Token>[];
+  drop(slot: number, token: Token): boolean;
+  snapshot(): Map<number, Token>;
+  workable(now?: number): boolean;
+  next(now?: number): { slot: number; token: Token; cursor: string | null } | null;
+  validLeft(now?: number): number;
+  pick(slot: number, cursor: string | null, now?: number): { slot: number; token: Token; cursor: string | null } | null;
+  advance(slot: number, token: Token, cursor: string | null): void;
 }
 
 export class Stats {
@@ -155,3 +178,12 @@ export function isConnectionLost(error: unknown): boolean;
 /** Whether a handler's error is transient (the batch is retried after a back-off, not recorded at once). */
 export function isTransient(error: unknown): boolean;
 export function durationMs(value: Duration, what: string): number;
+
+/** The vocabulary of docs/libraries.md, shared with the Python library: options, events, metrics. */
+export function describe(): {
+  options: { name: string; default: string }[];
+  events: string[];
+  lost_reasons: string[];
+  metrics: { name: string; type: "counter" | "gauge" | "histogram"; labels: string[] }[];
+  buckets: number[];
+};

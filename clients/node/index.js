@@ -7,5 +7,7 @@
 const { Worker, NotASessionError } = require("./lib/worker");
 const { makeHolder, isConnectionLost, isTransient, durationMs } = require("./lib/util");
 const { Stats } = require("./lib/metrics");
+const { describe } = require("./lib/vocabulary");
+const { Held } = require("./lib/held");
 
-module.exports = { Worker, NotASessionError, Stats, makeHolder, isConnectionLost, isTransient, durationMs };
+module.exports = { Worker, NotASessionError, Held, Stats, describe, makeHolder, isConnectionLost, isTransient, durationMs };

@@ -42,11 +42,11 @@ const worker = new Worker({
     }
   },
   onEvent: (e) => {
-    if (e.type === "slots") say("slots", ...e.slots);
-    else if (e.type === "failure") say(e.state === "retry" ? "failed" : "dead", e.item, e.error);
+    if (e.type === "slots") say("slots", ...e.held);
+    else if (e.type === "failed" || e.type === "dead") say(e.type, e.item, e.error);
     else if (e.type === "reconnecting") say("reconnecting", `in ${e.pauseMs / 1000} s:`, e.error);
     else if (e.type === "woken") say("woken");
-    else if (e.type === "waiting") {
+    else if (e.type === "idle") {
       if (EXIT_WHEN_EMPTY && e.retryMs === null) { // nothing left to send or retry in this worker's slots
         emptied = true;
         worker.stop();

@@ -266,7 +266,7 @@ def run(workdir):
         restart_server()
         d = direct()
         for w, m in zip(live, marks):
-            w.wait_event(("reconnecting", "renewal failed"), m, 20)
+            w.wait_event(("reconnecting", "claim_failed"), m, 20)
         poll(lambda: done_count(d) > before + 50, 30, "the fleet to go on after the restart")
         log(f"  server restarted: every worker reconnected; {done_count(d) - before} items since")
         settle(d, live, "after the restart")

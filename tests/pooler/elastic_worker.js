@@ -16,7 +16,9 @@
 "use strict";
 const crypto = require("crypto");
 const os = require("os");
+const path = require("path");
 const { Client } = require("pg");
+const { Held } = require(path.join(__dirname, "..", "..", "clients", "node"));
 
 const NAME = process.env.ELASTIC_NAME;
 const N = Number(process.env.ELASTIC_N);
@@ -47,28 +49,13 @@ async function connect() {
 }
 
 // slot -> token (a string: bigint) of the held slots, as the last call
-// returned them; per slot the cursor into its share, reset when the token
-// changes (a slot taken anew is walked from its beginning).
-const held = new Map();
-const cursor = new Map();
-let validUntil = 0;
-let lastSlot = -1;
+// returned them, with the cursor into each share (the worker library's Held:
+// a slot taken anew is walked from its beginning).
+const held = new Held({ validMs: TTL_MS });
 
-function replace(rows, asked) {
-  const now = new Map(rows.map((r) => [r.slot, r.token]));
-  let changed = false;
-  for (const [slot, token] of held) {
-    if (now.get(slot) !== token) {
-      emit("lost", { slot, token });
-      cursor.delete(slot);
-      changed = true;
-    }
-  }
-  for (const [slot, token] of now) if (held.get(slot) !== token) changed = true;
-  held.clear();
-  for (const [slot, token] of now) held.set(slot, token);
-  if (asked !== null) validUntil = asked + TTL_MS;
-  if (changed) emit("held", { slots: [...held].sort((a, b) => a[0] - b[0]) });
+function changed({ gained, lost }) {
+  for (const { slot, token } of lost) emit("lost", { slot, token });
+  if (gained.length || lost.length) emit("held", { slots: [...held.snapshot()] });
 }
 
 // claim_leases every PERIOD_MS on a connection of its own, whatever the
@@ -82,30 +69,22 @@ async function claimLoop() {
       c = c ?? await connect();
       const { rows } = await c.query("SELECT slot, token FROM claim_leases($1, $2, $3, ttl => $4)",
         [NAME, N, HOLDER, TTL]);
-      replace(rows, asked);
+      changed(held.replace(rows, asked));
     } catch (e) {
       c?.end().catch(() => {});
       c = null;
-      if (Date.now() >= validUntil && held.size > 0) replace([], null);
+      changed({ gained: [], lost: held.failed(Date.now()) });
     }
     await sleep(Math.max(0, asked + PERIOD_MS - Date.now()));
   }
   c?.end().catch(() => {});
 }
 
-function nextSlot() {
-  if (held.size === 0) return null;
-  const slots = [...held.keys()].sort((a, b) => a - b);
-  const slot = slots.find((s) => s > lastSlot) ?? slots[0];
-  lastSlot = slot;
-  return { slot, token: held.get(slot), after: cursor.get(slot) ?? null };
-}
-
 // One batch of the next held slot; false when there was nothing to do.
 async function workOnce(client) {
-  const got = nextSlot();
+  const got = held.next();
   if (got === null) return false;
-  const { slot, token, after } = got;
+  const { slot, token, cursor: after } = got;
   const { rows } = await client.query(
     "SELECT id, done FROM my_items(NULL::items, $1, $2, route => 'customer', after => $3, batch => $4)",
     [slot, N, after, BATCH]);
@@ -125,16 +104,13 @@ async function workOnce(client) {
     } catch (e) {
       await client.query("ROLLBACK").catch(() => {});
       if (e.code !== "PC001") throw e;
-      if (held.get(slot) === token) {
-        held.delete(slot);
-        cursor.delete(slot);
-      }
+      held.drop(slot, token);
       emit("rejected", { slot, token, items: todo.length, how: "PC001" });
       return true;
     }
     emit("wrote", { slot, token, items: todo.length });
   }
-  if (held.get(slot) === token) cursor.set(slot, last);
+  held.advance(slot, token, last);
   return true;
 }
 
@@ -148,7 +124,7 @@ async function main() {
       client = client ?? await connect();
       if (await workOnce(client)) {
         idle = 0;
-      } else if (++idle >= Math.max(1, held.size)) { // a round over the held slots found nothing
+      } else if (++idle >= Math.max(1, held.snapshot().size)) { // a round over the held slots found nothing
         idle = 0;
         await sleep(POLL_MS);
       }
@@ -175,8 +151,8 @@ async function main() {
       await sleep(200);
     }
   }
-  const gone = [...held].sort((a, b) => a[0] - b[0]);
-  held.clear();
+  const gone = [...held.snapshot()];
+  held.replace([], Date.now());
   emit("left", { slots: gone });
 }
 

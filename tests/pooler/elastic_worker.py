@@ -107,7 +107,7 @@ def work_once(conn, held):
 
 def main():
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    held = Held(TTL_S)
+    held = Held(valid_s=TTL_S)
 
     def changed(gained, lost):
         for slot, token in lost:

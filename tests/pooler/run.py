@@ -539,7 +539,7 @@ def busy_pool(workdir):
         for w in workers:
             bad = [e for e in w.events[since[w]:]
                    if (e["event"] == "slots" and e.get("lost")) or e["event"] in (
-                       "lost", "rejected", "claim_failed", "renewal failed", "reconnecting")]
+                       "lost", "rejected", "claim_failed", "reconnecting")]
             if bad:
                 out[w.holder] = bad[:3]
         return out

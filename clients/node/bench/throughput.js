@@ -85,7 +85,7 @@ async function skipLocked(count, ioMs, timed) {
 
 async function library(count, ioMs, timed) {
   const workers = Array.from({ length: count }, () => new Worker({
-    connectionString: dbUrl(POOLED), name: "bench", table: "jobs", n: N, pending: "done", batch: BATCH,
+    conninfo: dbUrl(POOLED), name: "bench", table: "jobs", n: N, pending: "done", batch: BATCH,
     mode: "lease", ttl: "3 seconds", pollInterval: 50,
     handler: (client, rows) => handle(client, rows.map((r) => r.id), ioMs),
   }));

@@ -3,7 +3,7 @@
 const http = require("http");
 
 /** Upper bounds of the batch latency histogram, in seconds. */
-const BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+const { BUCKETS } = require("./vocabulary");
 
 /** Plain counters, always kept (`worker.stats`). */
 class Stats {
@@ -68,8 +68,8 @@ class PromMetrics {
     this.reconnects = c("pg_claim_reconnects_total", "Connections lost and opened again");
     this.latency = new prom.Histogram({
       name: "pg_claim_batch_duration_seconds",
-      help: "Batch latency: seconds from the batch's rows fetched (after BEGIN, fence and fetch) to its COMMIT,"
-        + " item-by-item retries included (the batches that had items due)",
+      help: "batch latency: seconds from the batch's BEGIN (with its fence and fetch) to its COMMIT,"
+        + " item-by-item retries included (the batches that committed items)",
       labelNames: ["fleet"], buckets: BUCKETS, ...labels,
     });
     this.held = new prom.Gauge({ name: "pg_claim_slots_held", help: "Slots held now", labelNames: ["fleet"], ...labels });

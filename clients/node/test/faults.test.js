@@ -120,7 +120,7 @@ test("faults", { skip: SKIP }, async (t) => {
         await sleep(20);
         await mark("walk")(client, rows);
       },
-      onEvent: (e) => { if (e.type === "failure") failures.push({ state: e.state }); },
+      onEvent: (e) => { if (e.type === "failed" || e.type === "dead") failures.push({ state: e.state }); },
     });
     const running = w.run();
     await until(async () => (await failure("walk", 1))?.state === "dead", 15000, "item 1 dead");

@@ -146,7 +146,7 @@ test("the library against a server", { skip: SKIP }, async (t) => {
     const w = new Worker({
       connection: direct, name: "longkeys", table: "longkeys", n: 2, pending: "done", batch: 8, mode: "session", pollInterval: 100,
       handler: async (client, rows) => { await client.query("UPDATE longkeys SET done = true WHERE id = ANY($1)", [rows.map((r) => r.id)]); },
-      onEvent: (e) => { if (e.type === "failure") failures.push(e); },
+      onEvent: (e) => { if (e.type === "failed" || e.type === "dead") failures.push(e); },
     });
     const running = w.run();
     await until(async () => (await sql("SELECT bool_and(done) AS d FROM longkeys"))[0].d === true, 10000, "the drain");
@@ -187,7 +187,7 @@ test("the library against a server", { skip: SKIP }, async (t) => {
       CREATE TRIGGER inbox_wake AFTER INSERT ON inbox FOR EACH ROW EXECUTE FUNCTION notify_slot('wake', '4', 'id')`);
     const done = [];
     const w = new Worker({
-      connection: direct, notifyConnectionString: `postgresql:///${DB}`, name: "wake", table: "inbox", n: 4,
+      connection: direct, notifyConninfo: `postgresql:///${DB}`, name: "wake", table: "inbox", n: 4,
       pending: "sent_at", pollInterval: 60000, ttl: "3 seconds",
       handler: async (client, rows) => {
         await client.query("UPDATE inbox SET sent_at = now() WHERE id = ANY($1)", [rows.map((r) => r.id)]);

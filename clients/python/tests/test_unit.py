@@ -7,7 +7,7 @@ import pytest
 
 import pg_claim
 from pg_claim._metrics import Collector
-from pg_claim._worker import _seconds
+from pg_claim._conn import seconds as _seconds
 
 
 def test_holder_is_host_pid_random():

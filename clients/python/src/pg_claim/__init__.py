@@ -13,10 +13,11 @@ See README.md for the modes, failures, wake-ups, stopping and metrics.
 """
 from ._held import Held
 from ._metrics import Stats
+from ._vocabulary import describe
 from ._worker import (Batch, Error, Handler, PoolerError, Worker, make_holder,
                       transient)
 
 __version__ = "0.6.0"
 
 __all__ = ["Batch", "Error", "Handler", "Held", "PoolerError", "Stats", "Worker",
-           "make_holder", "transient", "__version__"]
+           "describe", "make_holder", "transient", "__version__"]

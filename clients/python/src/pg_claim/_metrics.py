@@ -6,8 +6,7 @@ import threading
 from collections import Counter
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-# upper bounds (seconds) of the batch latency histogram's buckets
-BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+from ._vocabulary import BUCKETS
 
 
 class Stats:

@@ -1,7 +1,7 @@
 "use strict";
-// The Worker's held slots and its lease calls (methods mixed into
-// Worker.prototype): claim_leases on a timer, the reasons a slot was lost,
-// the leave, and LISTEN on the notify connection.
+// A Worker's claims (methods mixed into Worker.prototype): the held slots,
+// claim_leases on a timer on a connection of its own, the reasons a slot
+// was lost, and the leave.
 const { intervalText, diffHeld, errorText } = require("./util");
 
 const methods = {
@@ -21,11 +21,11 @@ const methods = {
     for (const { slot, token } of taken) {
       this.stats.slotsTaken++;
       if (this._prom) this._prom.handovers.inc({ fleet: this.name, direction: "gained" });
-      this._emit("taken", { slot, token });
+      this._emit("gained", { slot, token });
     }
     this.held = new Map([...now].sort((a, b) => a[0] - b[0]));
     this._countHeld();
-    this._emit("slots", { slots: [...this.held.keys()] });
+    this._emit("slots", { held: [...this.held.keys()], gained: taken.map((t) => t.slot), lost: lost.map((l) => l.slot) });
     if (taken.length) this._wake("slots");
     if (this._onHeld) this._onHeld();
   },
@@ -67,8 +67,8 @@ const methods = {
       const asked = Date.now();
       try {
         c = c || await this._connect(this.connection, "_renewClient");
-        const { rows } = await c.query({ text: "SELECT slot, token FROM claim_leases($1, $2, $3, ttl => $4)",
-          values: [this.name, this.n, this.holder, intervalText(this.ttlMs)], query_timeout: this.ttlMs });
+        const { rows } = await c.query({ text: "SELECT slot, token FROM claim_leases($1, $2, $3, max => $4, ttl => $5)",
+          values: [this.name, this.n, this.holder, this.maxSlots, intervalText(this.ttlMs)], query_timeout: this.ttlMs });
         if (!this._renewing) break;
         // the leases are good for a ttl from when the call was sent, at the least
         const validMs = this.ttlMs - (Date.now() - asked);
@@ -82,7 +82,7 @@ const methods = {
       } catch (e) {
         if (c) this._drop(c);
         c = null;
-        this._emit("renewal failed", { error: errorText(e) });
+        this._emit("claim_failed", { error: errorText(e) });
         if (this._goodAt === null || Date.now() >= this._goodAt + this.ttlMs) this._setHeld(new Map(), "expired");
       }
       const rest = asked + this.renewMs - Date.now();
@@ -110,7 +110,7 @@ const methods = {
         return;
       } catch (e) {
         if (attempt >= 3 || Date.now() + 200 >= deadline) {
-          this._emit("leave failed", { error: errorText(e) }); // the leases expire after ttl
+          this._emit("leave_failed", { error: errorText(e) }); // the leases expire after ttl
           return;
         }
         await new Promise((r) => setTimeout(r, 200));
@@ -120,46 +120,14 @@ const methods = {
     }
   },
 
-  /** LISTEN on the channels of the held slots on the direct notify connection (lease mode). */
-  async _listenLoop() {
-    let pause = 0;
-    while (this._renewing) {
-      let c = null;
-      try {
-        c = await this._connect(this.notifyConnection, "_listenClient");
-        pause = 0;
-        c.on("notification", () => this._wake("notify"));
-        let broken = null;
-        c.on("error", (e) => { broken = e; this._wake("listener"); });
-        const listening = new Set();
-        while (this._renewing && broken === null) {
-          await this._syncListen(c, listening, [...this.held.keys()]);
-          await new Promise((resolve) => { this._onHeld = resolve; setTimeout(resolve, 1000); });
-          this._onHeld = null;
-        }
-        if (broken) throw broken;
-      } catch (e) {
-        pause = this._nextPause(pause);
-        this._emit("listen failed", { error: errorText(e), pauseMs: pause });
-        await this._pauseFor(pause);
-      } finally {
-        if (c) this._drop(c);
-      }
-    }
-  },
-
-  async _syncListen(c, listening, slots) {
-    for (const s of slots) {
-      if (listening.has(s)) continue;
-      const ch = (await c.query("SELECT slot_channel($1, $2) AS c", [this.name, s])).rows[0].c;
-      await c.query(`LISTEN ${c.escapeIdentifier(ch)}`);
-      listening.add(s);
-    }
-    for (const s of [...listening]) {
-      if (slots.includes(s)) continue;
-      const ch = (await c.query("SELECT slot_channel($1, $2) AS c", [this.name, s])).rows[0].c;
-      await c.query(`UNLISTEN ${c.escapeIdentifier(ch)}`);
-      listening.delete(s);
+  /** Session mode, on leaving: release_slot gives every slot back at once (the session stays open for nothing). */
+  async _releaseSession(client) {
+    if (client.pgClaimGone) return;
+    try {
+      await client.query({ text: "SELECT release_slot($1)", values: [this.name], query_timeout: this._connectMs });
+      this._emit("left", { slots: [...this.held.keys()] });
+    } catch (e) {
+      this._emit("leave_failed", { error: errorText(e) }); // the slots go with the session
     }
   },
 };

@@ -1,39 +1,98 @@
 "use strict";
-// The Worker's batches (methods mixed into Worker.prototype): the fenced
-// transaction, the handler, the item-by-item failure path, the transient
-// retries and the retries due at their time.
-const { isConnectionLost, isTransient, dueRows, soonest, errorText, TRANSIENT_LIMIT } = require("./util");
+// A Worker's walk and fence (methods mixed into Worker.prototype): the
+// loops over the held slots (lease and session mode), each slot's walk of
+// its share in batches, the fenced transaction of a batch and its handler,
+// and the retries due at their time.
+const { isConnectionLost, isTransient, dueRows, soonest, nextSlot, Pass, errorText, TRANSIENT_LIMIT } = require("./util");
+const { KEY, ROUTE, FAILURE, RETRY, NotASessionError } = require("./config");
+const { TransientBatch, brokenBy, ENDED, ABORTED } = require("./failures");
 
-// the columns a fetch adds to the table's own (taken off before the handler sees a row)
-const KEY = "pg_claim:key", ROUTE = "pg_claim:route", FAILURE = "pg_claim:failure", RETRY = "pg_claim:retry";
 /** the most retries a walk keeps a time for (beyond, the walk reaches them) */
 const MAX_RETRIES_KEPT = 10000;
 
-/**
- * A handler failed transiently (a lost connection, a deadlock, ...): the
- * batch is retried after `pauseMs`; thrown when the connection is gone.
- */
-class TransientBatch extends Error {
-  constructor(cause, pauseMs) {
-    super(errorText(cause), { cause });
-    this.name = "TransientBatch";
-    this.pauseMs = pauseMs;
-  }
-}
-
-/** How the handler left the batch's transaction: null when it is still open and sound. */
-function brokenBy(client, error) {
-  if (client.pgClaimGone || isConnectionLost(error)) return "lost";
-  if (client.pgClaimStatus === "I") return "ended";
-  if (client.pgClaimStatus === "E" && !error) return "aborted";
-  return null;
-}
-
-const ENDED = "pg-claim: the handler ended the batch's transaction (COMMIT or ROLLBACK on the batch's client),"
-  + " so what it did after ran unfenced: the batch is not counted and its items are retried one by one";
-const ABORTED = "pg-claim: the transaction was aborted (an error inside the handler was caught and ignored)";
-
 const methods = {
+  /**
+   * The next batch to run: a side batch of the retry due soonest, if one is
+   * due; else the next slot of the round robin after `last`. {slot, side}.
+   */
+  _pick(last) {
+    const due = this._dueRetry();
+    return due ? { slot: due.slot, side: due } : { slot: nextSlot([...this.held.keys()], last), side: null };
+  },
+
+  /** After a batch: a transient failure waits its back-off (true: retry that slot); else the back-off is over. */
+  async _after(done) {
+    if (!done.transient) {
+      this._pause = 0;
+      return false;
+    }
+    await this._pauseFor(done.pauseMs);
+    return true;
+  },
+
+  async _serveLease(client) {
+    let last = -1;
+    const pass = new Pass();
+    while (!this._stopping) {
+      if (!this._leaseOk() || this.held.size === 0) { // no slot, or no good claim for 2/3 of the ttl: no work
+        await this._wait(Math.min(this.renewMs, 250));
+        continue;
+      }
+      const { slot, side } = this._pick(last);
+      if (!side) last = slot;
+      const done = await this._batch(client, slot, this.held.get(slot), side);
+      if (await this._after(done)) {
+        if (!side) last = slot - 1; // the same slot again
+        continue;
+      }
+      if (pass.after(slot, done, this.held.keys())) {
+        const why = await this._wait(this._waitingMs());
+        if (why === "notify") this._emit("woken", {});
+        pass.clear();
+      }
+    }
+  },
+
+  async _serveSession(client, server) {
+    const listening = new Set();
+    const claim = async () => {
+      const r = (await client.query("SELECT claim_slots($1, $2, $3) AS s, pg_backend_pid() AS pid",
+        [this.name, this.n, this.maxSlots])).rows[0];
+      if (r.pid !== server) {
+        throw new NotASessionError(`pg-claim: claim_slots ran in server process ${r.pid}, not ${server}:`
+          + " the pool is not in session mode (its claim stays with that server connection)");
+      }
+      this._setHeld(new Map(r.s.map((s) => [s, null])), "given back");
+      await this._syncListen(client, listening, r.s);
+    };
+    client.on("notification", () => this._wake("notify"));
+    const pass = new Pass();
+    while (!this._stopping) {
+      await claim(); // between rounds: take unserved slots, give one back to a waiting newcomer
+      let quiet = this.held.size === 0;
+      for (let i = 0, slots = [...this.held.keys()]; i < slots.length && !this._stopping;) {
+        const due = this._dueRetry();
+        const slot = due ? due.slot : slots[i];
+        const done = await this._batch(client, slot, null, due);
+        if (await this._after(done)) continue; // the same batch again
+        if (!due) i++;
+        quiet = pass.after(slot, done, this.held.keys());
+      }
+      if (this._stopping || !quiet) continue;
+      const until = Date.now() + this._waitingMs();
+      let why = "timeout";
+      while (!this._stopping && Date.now() < until) { // each second, claim again: a slot may be given up for this one
+        why = await this._wait(Math.min(1000, until - Date.now()));
+        if (why !== "timeout") break;
+        const before = [...this.held.keys()].join();
+        await claim();
+        if ([...this.held.keys()].join() !== before) { why = "slots"; break; }
+      }
+      if (why === "notify") this._emit("woken", {});
+      pass.clear();
+    }
+  },
+
   _walk(slot, token) {
     let w = this._walks.get(slot);
     if (!w || w.token !== token) { // a slot taken anew is walked from the start of its share
@@ -74,15 +133,6 @@ const methods = {
     return at === null ? null : Math.max(0, at - Date.now());
   },
 
-  async _partition(client, slot) {
-    if (!this.partitioned) return null;
-    if (!this._partitions.has(slot)) {
-      const r = await client.query("SELECT slot_partition($1::regclass, $2, $3)::text AS p", [this._table, slot, this.n]);
-      this._partitions.set(slot, r.rows[0].p);
-    }
-    return this._partitions.get(slot);
-  },
-
   /**
    * Opens the batch's transaction in one message (one round trip): BEGIN,
    * in lease mode the idle limit and the fence first, then with `fetch` (the
@@ -93,17 +143,21 @@ const methods = {
     // a worker paused inside its fenced transaction (SIGSTOP, a GC pause)
     // holds its slot: the server ends that transaction after idleMs, so
     // the slot moves on as a lease would
-    const idle = this.idleMs > 0 ? `SET LOCAL idle_in_transaction_session_timeout = ${this.idleMs}; ` : "";
-    const open = token === null ? "BEGIN"
-      : `BEGIN; ${idle}SELECT fence(${client.escapeLiteral(this.name)}, ${slot}, ${token}::bigint)`;
+    const idle = this.idleMs > 0 ? `; SET LOCAL idle_in_transaction_session_timeout = ${this.idleMs}` : "";
+    // the guard: lease mode the fence, session mode the session's own lock
+    const name = client.escapeLiteral(this.name);
+    const guard = token === null ? `SELECT ${slot} = ANY (my_slots(${name})) AS mine` : `SELECT fence(${name}, ${slot}, ${token}::bigint)`;
+    const open = `BEGIN${idle}; ${guard}`;
     try {
       const r = await client.query(fetch === null ? open : `${open}; ${fetch}`);
+      if (token === null && !r[idle ? 2 : 1].rows[0].mine) throw Object.assign(new Error("pg-claim: the session no longer holds the slot"), { code: "PC001" });
       return fetch === null ? [] : r[r.length - 1].rows;
     } catch (e) {
       if (isConnectionLost(e)) throw e;
       await client.query("ROLLBACK");
       if (e.code !== "PC001") throw e;
       this.stats.fenced++;
+      this._emit("rejected", { slot, token });
       if (this._prom) this._prom.fenceRejections.inc({ fleet: this.name });
       if (this.held.get(slot) === token) { // until a claim returns it again
         const now = new Map(this.held);
@@ -136,15 +190,6 @@ const methods = {
     return { items, due: items.filter((it) => only.has(it.key) && (it.failure === null || it.failure === "due")) };
   },
 
-  /** Counts a transient failure of the batch whose first due item is `key`: its number in a row. */
-  _transient(slot, key) {
-    const s = this._streak;
-    if (s && s.slot === slot && s.key === key) s.count++;
-    else this._streak = { slot, key, count: 1, pauseMs: 0 };
-    this._streak.pauseMs = this._nextPause(this._streak.pauseMs);
-    return this._streak;
-  },
-
   /**
    * One batch of `slot`'s share: BEGIN, fence (lease mode) and the fetch in
    * one message, the handler, COMMIT. `side` ({cursor, only}): the items
@@ -156,6 +201,7 @@ const methods = {
     const w = this._walk(slot, token);
     const partition = await this._partition(client, slot);
     const cursor = side ? side.cursor : w.after;
+    const t0 = process.hrtime.bigint(); // the batch latency: from its BEGIN (with the fence and fetch) to its COMMIT
     const rows = await this._begin(client, slot, token, this._fetchText(slot, cursor));
     if (rows === null) return { handled: 0, end: true, fenced: true };
     let open = true;
@@ -176,7 +222,6 @@ const methods = {
       // five transient failures in a row of this first item: the failure path
       let first = s && s.slot === slot && s.key === due[0].key && s.count >= TRANSIENT_LIMIT ? { key: s.key, error: s.error } : null;
       let failure = first ? first.error : null;
-      const t0 = process.hrtime.bigint();
       if (failure === null) {
         let error = null;
         try {
@@ -189,7 +234,7 @@ const methods = {
         if (broken === "lost" || (error && broken === null && isTransient(error))) {
           const st = this._transient(slot, due[0].key);
           st.error = errorText(error || new Error("pg-claim: the handler ended the batch's client"));
-          this._emit("transient", { slot, item: due[0].key, error: st.error, count: st.count, pauseMs: st.pauseMs });
+          this._emit("retrying", { slot, item: due[0].key, error: st.error, count: st.count, pauseMs: st.pauseMs });
           if (broken === "lost") { open = false; throw new TransientBatch(error || new Error(st.error), st.pauseMs); }
           if (st.count < TRANSIENT_LIMIT) {
             await client.query("ROLLBACK");
@@ -229,6 +274,12 @@ const methods = {
   /** Counts a committed batch: `ok` items handled, `failed` recorded. */
   _counted(slot, token, ok, failed, t0) {
     const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+    // counted as the Python library does: the batches that committed items
+    if (ok > 0) this._countBatch(slot, ok, seconds);
+    this._emit("batch", { slot, token, items: ok, failed, seconds });
+  },
+
+  _countBatch(slot, ok, seconds) {
     this.stats.items += ok;
     this.stats.batches++;
     this.stats.batchSeconds += seconds;
@@ -237,7 +288,6 @@ const methods = {
       this._prom.batches.inc({ fleet: this.name, slot });
       this._prom.latency.observe({ fleet: this.name }, seconds);
     }
-    this._emit("batch", { slot, token, items: ok, failed, seconds });
   },
 
   _advance(slot, w, next, end) {
@@ -245,116 +295,6 @@ const methods = {
     w.after = next;
     if (end && w.heldRoutes) w.heldRoutes.clear(); // a new pass: the held routes are looked at again
   },
-
-  async _clear(client, items) {
-    const cleared = items.filter((it) => it.failure !== null).map((it) => it.key);
-    if (cleared.length) await client.query("SELECT clear_failure($1, VARIADIC $2::text[])", [this.name, cleared]);
-  },
-
-  async _record(client, w, cursor, it, error) {
-    const state = (await client.query("SELECT record_failure($1, $2, $3, $4, $5) AS s",
-      [this.name, it.key, error, this.maxAttempts, this.backoff])).rows[0].s;
-    let ms = null;
-    if (state !== "dead") {
-      ms = (await client.query("SELECT extract(epoch FROM retry_at - clock_timestamp())::float8 * 1000 AS ms FROM item_failures($1, $2)",
-        [this.name, it.key])).rows[0].ms;
-    }
-    this._keepRetry(w, it.key, cursor, ms);
-    return { state, ms };
-  },
-
-  /**
-   * The batch again, fetched anew, item by item, each under a savepoint: a
-   * failing item is rolled back to its savepoint and recorded with
-   * record_failure (back-off, max attempts), the others commit. With
-   * `first` (the error of 5 transient failures in a row), the first item is
-   * recorded with it, not handed again. An item whose handler ends the
-   * transaction is recorded in a transaction of its own and the pass stops
-   * there (complete: false: the walk does not move on). {ok, failed,
-   * retryMs, complete}; null when the fence refused.
-   */
-  async _oneByOne(client, slot, token, w, cursor, side, info, first) {
-    const rows = await this._begin(client, slot, token, this._fetchText(slot, cursor));
-    if (rows === null) return null;
-    const { due } = this._items(rows, w, cursor, side ? side.only : null);
-    // reported once the transaction has committed: a failure record that a
-    // lost connection rolled back is no attempt
-    const ok = [], failedRoutes = new Set(), outcomes = [];
-    let retryMs = null, complete = true;
-    const lost = this._lostItem;
-    for (const it of due) {
-      if (it.route !== null && failedRoutes.has(it.route)) continue; // behind a failed item of its route
-      let error = null;
-      if (first !== null && it.key === first.key) error = first.error;
-      else if (lost && lost.slot === slot && lost.key === it.key) error = lost.error;
-      else {
-        await client.query("SAVEPOINT pg_claim_item");
-        let thrown = null;
-        try {
-          if (it.failure !== null) await this._clear(client, [it]);
-          await this.handler(client, [it.row], info);
-        } catch (e) {
-          thrown = e;
-        }
-        const broken = brokenBy(client, thrown);
-        if (broken === "lost") {
-          this._lostItem = { slot, key: it.key, error: errorText(thrown || new Error("pg-claim: the handler ended the batch's client")) };
-          throw new TransientBatch(thrown || new Error(this._lostItem.error), this._nextPause(0));
-        }
-        if (broken === "ended") {
-          await this._ended(client, slot, token, w, cursor, it, thrown ? `${ENDED}: ${errorText(thrown)}` : ENDED, outcomes);
-          complete = false;
-          break;
-        }
-        if (broken === null && thrown === null) {
-          await client.query("RELEASE SAVEPOINT pg_claim_item");
-          ok.push(it);
-          continue;
-        }
-        await client.query("ROLLBACK TO SAVEPOINT pg_claim_item");
-        error = thrown ? errorText(thrown) : ABORTED;
-      }
-      if (lost && lost.key === it.key) this._lostItem = null;
-      const { state, ms } = await this._record(client, w, cursor, it, error);
-      if (state !== "dead") retryMs = soonest([retryMs, ms]);
-      if (state !== "dead" && it.route !== null) {
-        failedRoutes.add(it.route);
-        if (w.heldRoutes) w.heldRoutes.add(it.route);
-      }
-      outcomes.push({ slot, item: it.key, error, state });
-    }
-    if (complete) {
-      await this._commit(client);
-      for (const it of ok) w.retries.delete(it.key);
-    }
-    for (const f of outcomes) {
-      this.stats.failures++;
-      if (this._prom) this._prom.failures.inc({ fleet: this.name, slot: f.slot });
-      if (f.state === "dead") {
-        this.stats.deadItems++;
-        if (this._prom) this._prom.dead.inc({ fleet: this.name, slot: f.slot });
-      }
-      this._emit("failure", f);
-    }
-    return { ok: complete ? ok.length : 0, failed: outcomes.length, retryMs, complete };
-  },
-
-  /**
-   * The handler of `it` ended the transaction: what the items before did
-   * went with it (committed or rolled back). Records `it`'s failure in a
-   * fenced transaction of its own if its row is still pending.
-   */
-  async _ended(client, slot, token, w, cursor, it, error, outcomes) {
-    const rows = await this._begin(client, slot, token, this._fetchText(slot, cursor));
-    if (rows === null) return;
-    if (rows.some((r) => r[KEY] === it.key)) {
-      const { state } = await this._record(client, w, cursor, it, error);
-      outcomes.push({ slot, item: it.key, error, state });
-    } else {
-      this._emit("transaction ended", { slot, item: it.key, error });
-    }
-    await this._commit(client);
-  },
 };
 
-module.exports = { methods, TransientBatch, KEY, ROUTE, FAILURE, RETRY };
+module.exports = { methods };

@@ -1,0 +1,180 @@
+"use strict";
+// A Worker's configuration: its options, checked (configure), and what it
+// reads once from the server (methods mixed into Worker.prototype): the
+// mode (a session or a pooler), the table, its key, its partitions, the fetch.
+const { durationMs, intervalText, makeHolder, isConnectionLost } = require("./util");
+const { OPTIONS, RENAMED } = require("./vocabulary");
+
+const OPTION_NAMES = new Set(OPTIONS.map(([name]) => name));
+
+// the columns a fetch adds to the table's own (taken off before the handler sees a row)
+const KEY = "pg_claim:key", ROUTE = "pg_claim:route", FAILURE = "pg_claim:failure", RETRY = "pg_claim:retry";
+
+/**
+ * Raised by `run()` in session mode when the connection is not one server
+ * session (a transaction-mode pooler is in between).
+ */
+class NotASessionError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "NotASessionError";
+    this.code = "PG_CLAIM_NOT_A_SESSION";
+  }
+}
+
+const MODES = ["lease", "session", "auto"];
+
+/** The most slots claim_leases serves (its error 22023 above that). */
+const MAX_LEASE_SLOTS = 1024;
+
+/**
+ * Reads and checks a Worker's options (README.md, docs/libraries.md) into `w`.
+ * @param {object} w the Worker
+ * @param {import('../index').WorkerOptions} options
+ */
+function configure(w, options) {
+  const o = options || {};
+  for (const k of Object.keys(o)) {
+    if (OPTION_NAMES.has(k)) continue;
+    const hint = RENAMED[k] ? ` (renamed ${RENAMED[k]} in 0.6.0)` : "";
+    throw new TypeError(`pg-claim: unknown option ${k}${hint}: the options are those of docs/libraries.md (describe().options)`);
+  }
+  const str = (k, required) => {
+    if (o[k] === undefined || o[k] === null) {
+      if (required) throw new TypeError(`pg-claim: option ${k} is required`);
+      return null;
+    }
+    if (typeof o[k] !== "string" || o[k] === "") throw new TypeError(`pg-claim: option ${k} must be a non-empty string`);
+    return o[k];
+  };
+  const int = (k, dflt, min) => {
+    const v = o[k] === undefined || o[k] === null ? dflt : o[k];
+    if (!Number.isInteger(v) || v < min) throw new TypeError(`pg-claim: option ${k} must be an integer of at least ${min}, got ${v}`);
+    return v;
+  };
+  w.name = str("name", true);
+  w.table = str("table", true);
+  w.pending = str("pending", true);
+  w.key = str("key");
+  w.route = str("route");
+  w.method = str("method");
+  w.n = int("n", undefined, 1);
+  w.batch = int("batch", 50, 1);
+  w.maxAttempts = int("maxAttempts", 5, 1);
+  w.maxSlots = int("maxSlots", w.n, 1);
+  if (w.maxSlots > w.n) throw new TypeError(`pg-claim: option maxSlots must be between 1 and n = ${w.n}, got ${w.maxSlots}`);
+  if (typeof o.handler !== "function") throw new TypeError("pg-claim: option handler must be a function (client, rows, batch) => Promise");
+  w.handler = o.handler;
+  w.mode = o.mode === undefined ? "lease" : o.mode;
+  if (!MODES.includes(w.mode)) throw new TypeError(`pg-claim: option mode must be one of ${MODES.join(", ")}, got ${JSON.stringify(o.mode)}`);
+  if (w.mode === "lease" && w.n > MAX_LEASE_SLOTS) {
+    throw new TypeError(`pg-claim: option n must be at most ${MAX_LEASE_SLOTS} in lease mode (claim_leases serves up to ${MAX_LEASE_SLOTS} slots), got ${w.n}: use fewer slots, or mode "session" on a direct connection`);
+  }
+  w.ttlMs = durationMs(o.ttl === undefined ? "30 seconds" : o.ttl, "ttl");
+  if (w.ttlMs < 300) throw new TypeError(`pg-claim: ttl must be at least 300 milliseconds, got ${w.ttlMs}`);
+  w.renewMs = o.renewInterval === undefined ? w.ttlMs / 3 : durationMs(o.renewInterval, "renewInterval");
+  if (w.renewMs <= 0 || w.renewMs >= w.ttlMs) throw new TypeError("pg-claim: renewInterval must be above 0 and below ttl");
+  w.backoff = o.backoff === undefined ? "10 seconds" : intervalText(durationMs(o.backoff, "backoff"));
+  w.pollMs = o.pollInterval === undefined ? null : durationMs(o.pollInterval, "pollInterval");
+  w.idleMs = Math.round(o.idleInTransactionTimeout === undefined ? w.ttlMs : durationMs(o.idleInTransactionTimeout, "idleInTransactionTimeout"));
+  w.holder = str("holder") || makeHolder();
+  w.connection = { ...(o.connection || {}), ...(str("conninfo") ? { connectionString: o.conninfo } : {}) };
+  w.notifyConnection = str("notifyConninfo") ? { connectionString: o.notifyConninfo } : null;
+  w.sessionPool = Boolean(o.sessionPool);
+  w.metricsPort = o.metricsPort === undefined || o.metricsPort === null ? null : int("metricsPort", null, 0);
+  w.metricsHost = str("metricsHost") || "127.0.0.1";
+  // every wait's deadline: the query timeout (default ttl) on every
+  // connection, half the ttl for a connect and the leave
+  w.queryTimeoutMs = Math.round(o.queryTimeout === undefined || o.queryTimeout === null ? w.ttlMs : durationMs(o.queryTimeout, "queryTimeout"));
+  w._connectMs = Math.max(100, Math.round(w.ttlMs / 2));
+  w.onEvent = typeof o.onEvent === "function" ? o.onEvent : null;
+}
+
+const methods = {
+  /**
+   * The server process of a new connection. In session mode, refuses a
+   * connection whose server process is not the one the start-up reply named:
+   * a pooler answers the start-up itself (its own BackendKeyData), so the
+   * two differ behind PgBouncer, RDS Proxy, Supavisor or pgcat. In auto
+   * mode, that decides the mode once: session on a direct connection, lease
+   * otherwise.
+   */
+  async _check(client) {
+    if (this.mode === "lease") return null;
+    const pid = (await client.query("SELECT pg_backend_pid() AS pid")).rows[0].pid;
+    const direct = pid === client.processID;
+    if (this.mode === "auto") {
+      this.mode = direct || this.sessionPool ? "session" : "lease";
+      this._emit("mode", { mode: this.mode, why: direct ? "a direct connection" : this.sessionPool ? "a session pool" : "a pooler answered the start-up" });
+      if (this.mode === "lease") return null;
+    }
+    if (!direct && !this.sessionPool) {
+      throw new NotASessionError(`pg-claim: session mode needs one server session per connection, but the server process`
+        + ` (pid ${pid}) is not the one the connection was opened with (pid ${client.processID}): a connection pooler`
+        + " is in between. Behind a transaction-mode pooler use mode 'lease'; through a pool in session mode, set"
+        + " sessionPool: true.");
+    }
+    return pid;
+  },
+
+  /** Once: the table's name as the server spells it, its key, partitions, the fetch. */
+  async _prepare(client) {
+    // the row type by its schema-qualified name: a table named like a
+    // built-in type (box, point, ...) is not that type
+    const { t, rowType } = (await client.query(
+      `SELECT c.oid::regclass::text AS t, format('%I.%I', n.nspname, c.relname) AS "rowType"
+       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::regclass`, [this.table])).rows[0];
+    this._table = t;
+    if (this.key === null) {
+      const r = await client.query(
+        `SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+         WHERE i.indrelid = $1::regclass AND i.indisprimary AND i.indnkeyatts = 1`, [t]);
+      if (r.rows.length === 0) throw new Error(`pg-claim: ${t} has no single-column primary key: give the key column (option key)`);
+      this.key = r.rows[0].attname;
+    }
+    // a table hash-partitioned with modulus n: each slot's share is one partition (pg_hash)
+    this.partitioned = false;
+    if (this.method === null || this.method === "pg_hash") {
+      try {
+        await client.query("SELECT slot_partition($1::regclass, 0, $2)", [t, this.n]);
+        this.partitioned = true;
+        if (this.method === null) this.method = "pg_hash";
+      } catch (e) {
+        if (isConnectionLost(e) || !["22023", "42501"].includes(e.code)) throw e;
+      }
+    }
+    const q = (id) => client.escapeIdentifier(id);
+    // the fetch goes out in the same message as BEGIN and the fence (one
+    // round trip): a simple-protocol query, so its values are literals
+    const esc = client.escapeLiteral.bind(client);
+    const lit = (v) => (v === null || v === undefined ? "NULL" : typeof v === "number" ? String(v) : esc(String(v)));
+    const fixed = `key => ${lit(this.key)}, batch => ${lit(this.batch)}, pending => ${lit(this.pending)}`
+      + (this.route !== null ? `, route => ${lit(this.route)}` : "")
+      + (this.method !== null ? `, method => ${lit(this.method)}` : "");
+    const cols = `SELECT t.*, t.${q(this.key)}::text AS "${KEY}", ${this.route === null ? "NULL::text" : `t.${q(this.route)}::text`} AS "${ROUTE}",`
+      + ` f.state AS "${FAILURE}", extract(epoch FROM f.retry_at - clock_timestamp())::float8 * 1000 AS "${RETRY}"`;
+    // the batch's rows with their own failure records (item_failures with
+    // the batch's keys reads those records only, by the primary key; a key
+    // over 1024 bytes has none, record_failure refuses it)
+    const tail = ` FROM t LEFT JOIN item_failures(${lit(this.name)}, VARIADIC ARRAY(SELECT t.${q(this.key)}::text FROM t`
+      + ` WHERE octet_length(t.${q(this.key)}::text) <= 1024)) f ON f.item = t.${q(this.key)}::text ORDER BY t.${q(this.key)}`;
+    this._fetchText = (slot, after) => `WITH t AS (SELECT * FROM my_items(NULL::${rowType}, ${lit(slot)}, ${lit(this.n)}, ${fixed},`
+      + ` after => ${lit(after)}::text)) ${cols}${tail}`;
+    // the first fetch checks the columns and the method now, not at the first batch
+    await client.query(`SELECT count(*) FROM (${this._fetchText(0, null)} LIMIT 0) x`);
+    if (this.pollMs === null) this.pollMs = this.mode === "session" || this.notifyConnection ? 30000 : 1000;
+    this._ready = true;
+    this._emit("started", { mode: this.mode, table: t, key: this.key, method: this.method || "auto", partitioned: this.partitioned });
+  },
+
+  async _partition(client, slot) {
+    if (!this.partitioned) return null;
+    if (!this._partitions.has(slot)) {
+      const r = await client.query("SELECT slot_partition($1::regclass, $2, $3)::text AS p", [this._table, slot, this.n]);
+      this._partitions.set(slot, r.rows[0].p);
+    }
+    return this._partitions.get(slot);
+  },
+};
+
+module.exports = { configure, methods, NotASessionError, MODES, MAX_LEASE_SLOTS, KEY, ROUTE, FAILURE, RETRY };

@@ -1,0 +1,229 @@
+"""The claims of a Worker: lease mode's claimer thread (claim_leases every
+ttl/3 on a connection of its own) and its leave; session mode's
+claim_slots between batches on the work connection."""
+from __future__ import annotations
+
+import datetime
+import logging
+import select
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import psycopg
+from psycopg import sql
+
+from ._conn import transient
+from ._held import Held
+from ._types import PoolerError
+
+log = logging.getLogger("pg_claim")
+
+
+class Claimer:
+    """Claims of a Worker (mixed into Worker)."""
+
+    def _claim(self, conn: psycopg.Connection, max_: Optional[int] = None) -> List[Tuple[int, int]]:
+        return conn.execute("SELECT slot, token FROM claim_leases(%s, %s, %s, max => %s, ttl => %s)",
+                            (self.name, self.n, self.holder, self.max_slots if max_ is None else max_,
+                             datetime.timedelta(seconds=self._ttl_s))).fetchall()
+
+    def _changed(self, gained: List[Tuple[int, int]], lost: List[Tuple[int, int]],
+                 reason: Any = "given back") -> None:
+        """The held slots changed: counted and told (a `lost` and a `gained`
+        event per slot, then `slots`). `reason`: of every lost slot, or a
+        function (slot, token) -> reason."""
+        held = sorted(self._held.snapshot())
+        self.stats.slots(len(gained), len(lost), len(held))
+        self._tell_lost(lost, reason)
+        for s, t in gained:
+            self._emit("gained", slot=s, token=t if self.running_mode == "lease" else None)
+        self._emit("slots", held=held, gained=[s for s, _ in gained], lost=[s for s, _ in lost])
+        self._wake.set()
+
+    def _tell_lost(self, lost: List[Tuple[int, int]], reason: Any) -> None:
+        for s, t in lost:
+            self._emit("lost", slot=s, token=t if self.running_mode == "lease" else None,
+                       reason=reason(s, t) if callable(reason) else reason)
+
+    def _claimer(self, conn: Optional[psycopg.Connection]) -> None:
+        """claim_leases every ttl/3 on a connection of its own, whatever the
+        batches do. A failed call is tried again at the next period on a new
+        connection; the slots are dropped once no call succeeded for a ttl.
+        An error that is not the connection's stops the worker."""
+        period = self._renew_s or self._ttl_s / 3
+        failing = False
+        while True:
+            asked = time.monotonic()
+            try:
+                conn = conn or self._connect(self.conninfo, deadline=1 / 3)
+                rows = self._claim(conn)
+                again = {s for s, _ in rows}
+                gained, lost = self._held.replace(rows, asked)
+                # a slot back with a new token: the lease ran out in between; one
+                # missing: given back for balance (no second statement through a
+                # busy pool to tell it from one taken after an expiry)
+                reason: Any = lambda s, _t: "expired" if s in again else "given back"  # noqa: E731
+                if failing:
+                    failing = self._claim_failing = False
+                    self._wake.set()
+            except psycopg.Error as e:
+                if conn is not None:
+                    conn.close()
+                conn = None
+                if not transient(e, own=True):
+                    self._fatal = e
+                    self.stop()
+                    return
+                failing = self._claim_failing = True
+                gained, lost, reason = [], self._held.failed(time.monotonic()), "expired"
+                self._emit("claim_failed", error=(str(e).strip().splitlines() or [type(e).__name__])[0])
+                self._wake.set()  # an idle work loop waits at most until the slots are to be dropped
+            if gained or lost:
+                self._changed(gained, lost, reason)
+            if self._stop.wait(max(0.0, asked + period - time.monotonic())):
+                break
+        if conn is not None:
+            conn.close()
+
+    def _run_lease(self) -> None:
+        self._held = Held(valid_s=self._ttl_s, margin_s=self._ttl_s / 3)
+        first: Optional[psycopg.Connection] = None
+
+        def claim_first() -> None:
+            nonlocal first
+            first = self._connect(self.conninfo, deadline=1 / 3)
+            asked = time.monotonic()
+            try:
+                gained, lost = self._held.replace(self._claim(first), asked)
+            except BaseException:
+                first.close()
+                raise
+            self._changed(gained, lost)
+        self._retrying(claim_first)
+        if self._stop.is_set():
+            if first is not None:
+                first.close()
+            self._leave()
+            return
+        self._threads = [threading.Thread(target=self._claimer, args=(first,), daemon=True,
+                                          name=f"pg_claim claimer {self.name}")]
+        if self.notify_conninfo is not None:
+            self._threads.append(threading.Thread(target=self._listener, daemon=True,
+                                                  name=f"pg_claim listener {self.name}"))
+        for t in self._threads:
+            t.start()
+        try:
+            self._work_loop(session=False)
+        finally:
+            self._stop.set()
+            for t in self._threads:
+                t.join(10)
+            self._threads = []
+            self._leave()
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _leave(self) -> None:
+        """Give every slot back and leave the live set: claim_leases(...,
+        max => 0), for at most ttl/4 (then the leases expire by themselves:
+        a path that does not answer never holds up stop())."""
+        end = time.monotonic() + self._grace()
+        failed: List[BaseException] = []
+
+        def give_back() -> None:
+            for attempt in range(3):
+                try:
+                    with self._connect(self.conninfo, deadline=1 / 4) as conn:
+                        self._claim(conn, max_=0)
+                    return
+                except psycopg.Error as e:
+                    if attempt == 2 or not transient(e, own=True) or time.monotonic() + 0.2 >= end:
+                        failed.append(e)
+                        return
+                    time.sleep(0.2)
+        t = threading.Thread(target=give_back, daemon=True, name=f"pg_claim leave {self.name}")
+        t.start()
+        t.join(max(0.0, end - time.monotonic()))
+        if t.is_alive() or failed:
+            e = failed[0] if failed else TimeoutError(f"no reply within {self._grace():g} s")
+            log.warning("could not give the slots back (they expire after the ttl): %s", e)
+            self._emit("leave_failed", error=str(e).strip())
+            return
+        gave = sorted(self._held.snapshot())
+        _, lost = self._held.replace([], time.monotonic())
+        self.stats.slots(0, len(gave), 0)
+        self._tell_lost(lost, "released")
+        self._emit("left", slots=gave)
+
+    def _grace(self) -> float:
+        """How long after stop() a wait for the server may go on, and how
+        long the slots are given back for: ttl/4 (at least 0.5 s)."""
+        return max(0.5, (self._ttl_s or 30.0) / 4)
+
+    def session_check(self, conn: psycopg.Connection) -> int:
+        """The server process of `conn` if the connection is one server
+        session (or session_pool is set); raises PoolerError otherwise. It compares the server
+        process that runs a statement (pg_backend_pid()) with the one the
+        connection was opened with (the server's start-up reply): a pooler
+        answers the start-up itself, with a number of its own (PgBouncer in
+        any pool mode, and other poolers that do not pass the server's
+        through)."""
+        (pid,) = conn.execute("SELECT pg_backend_pid()").fetchone()  # type: ignore[misc]
+        if pid != conn.info.backend_pid and not self.session_pool:
+            raise PoolerError(
+                f"the server process (pid {pid}) is not the one the connection was opened with"
+                f" (pid {conn.info.backend_pid}): a connection pooler is in between. Session mode holds"
+                " its slots with session locks and LISTENs, which need one server session per"
+                " connection: connect to PostgreSQL directly, use mode='lease' (works through"
+                " transaction-mode poolers), or session_pool=True through a pool in session mode.")
+        return pid
+
+    def _run_session(self) -> None:
+        self._held = Held()
+        state: Dict[str, Any] = {"pid": None, "channels": {}}
+
+        def claim(conn: psycopg.Connection) -> None:
+            if state.get("conn") is not conn:  # a new session: check it, LISTEN from scratch
+                state["pid"] = self.session_check(conn)
+                state["conn"] = conn
+                state["channels"] = {}
+                conn.add_notify_handler(lambda _n: self._notify())
+                self._held.replace([], time.monotonic())
+            held_before = self._held.snapshot()
+            args: Tuple[Any, ...] = (self.name, self.n, self.max_slots)
+            q = "SELECT claim_slots(%s, %s, %s), pg_backend_pid()"
+            if not held_before:  # a standby: the wait form, which holders see
+                q = "SELECT claim_slots(%s, %s, %s, '1 second'), pg_backend_pid()"
+            slots, pid = conn.execute(q, args).fetchone()  # type: ignore[misc]
+            if pid != state["pid"]:
+                raise PoolerError(f"claim_slots ran in server process {pid}, not {state['pid']}:"
+                                  " a connection pooler is in between (the claim stays with the other"
+                                  " server connection until it ends)")
+            gained, lost = self._held.replace([(s, 0) for s in slots], time.monotonic())
+            channels = state["channels"]
+            for s, _ in lost:
+                if s in channels:
+                    conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(channels.pop(s))))
+            for s, _ in gained:
+                (ch,) = conn.execute("SELECT slot_channel(%s, %s)", (self.name, s)).fetchone()  # type: ignore[misc]
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(ch)))
+                channels[s] = ch
+            if gained or lost:
+                self._changed(gained, lost)
+
+        self._work_loop(session=True, claim=claim)
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _session_slice(self, conn: Optional[psycopg.Connection],
+                       claim: Optional[Callable[[psycopg.Connection], None]], left: float) -> bool:
+        """Part of an idle wait in session mode: up to 0.5 s (or `left`) for the
+        connection to have something to read (a notification), then a claim
+        (it reads the notifications, takes free slots and gives one back to
+        a waiting worker). True when the slots changed."""
+        assert conn is not None and claim is not None
+        select.select([conn.fileno()], [], [], min(0.5, left))
+        before = self._held.snapshot()
+        claim(conn)
+        return self._held.snapshot() != before

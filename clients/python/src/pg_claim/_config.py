@@ -1,0 +1,228 @@
+"""A Worker's configuration: its options, checked, and what it reads once
+from the server (the mode, the table, its key and pending column, the
+intervals, whether the table is hash-partitioned with modulus n)."""
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import psycopg
+from psycopg import sql
+
+from ._conn import Interval
+from ._conn import interval_param as _interval_param
+from ._conn import seconds as _seconds
+from ._held import Held
+from ._metrics import Stats
+from ._types import _KEY, _RETRY, _STATE, Error, Handler, PoolerError
+
+log = logging.getLogger("pg_claim")
+
+EventHook = Callable[[str, Dict[str, Any]], None]
+
+MODES = ("lease", "session", "auto")
+# The most slots claim_leases serves (its error 22023 above that).
+MAX_LEASE_SLOTS = 1024
+
+
+def make_holder() -> str:
+    """A holder text unique to this process: host:pid:random (8 random bytes in hex)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(8)}"
+
+
+class Config:
+    """The options of a Worker (see Worker) and what it reads once."""
+
+    def __init__(self, conninfo: str = "", *, connection: Optional[Dict[str, Any]] = None, name: str,
+                 table: str, n: int, pending: str, handler: Handler, batch: int = 50, mode: str = "lease",
+                 ttl: Interval = "30 seconds", renew_interval: Optional[Interval] = None,
+                 idle_in_transaction_timeout: Optional[Interval] = None,
+                 query_timeout: Optional[Interval] = None,
+                 key: Optional[str] = None, route: Optional[str] = None, method: Optional[str] = None,
+                 max_slots: Optional[int] = None, holder: Optional[str] = None,
+                 notify_conninfo: Optional[str] = None, poll_interval: Optional[float] = None,
+                 max_attempts: int = 5, backoff: Interval = "10 seconds", session_pool: bool = False,
+                 metrics_port: Optional[int] = None, metrics_host: str = "127.0.0.1",
+                 on_event: Optional[EventHook] = None) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError("name must be a non-empty text")
+        if not isinstance(n, int) or not 1 <= n <= 1048576:
+            raise ValueError(f"n must be an integer between 1 and 1048576, got {n!r}")
+        if not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"batch must be an integer of at least 1, got {batch!r}")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if mode == "lease" and n > MAX_LEASE_SLOTS:
+            raise ValueError(f"n must be at most {MAX_LEASE_SLOTS} in lease mode (claim_leases serves up to"
+                             f" {MAX_LEASE_SLOTS} slots), got {n}: use fewer slots, or mode=\"session\" on a"
+                             " direct connection")
+        if not callable(handler):
+            raise TypeError("handler must be callable: handler(tx, rows)")
+        if not isinstance(pending, str) or not pending:
+            raise ValueError("pending must name the column that marks the rows still to do"
+                             " (a boolean done flag, or a nullable column such as sent_at)")
+        if max_slots is not None and not 1 <= max_slots <= n:
+            raise ValueError(f"max_slots must be between 1 and n = {n}, got {max_slots!r}")
+        if not isinstance(max_attempts, int) or not 1 <= max_attempts <= 1000:
+            raise ValueError(f"max_attempts must be between 1 and 1000, got {max_attempts!r}")
+        if poll_interval is not None and poll_interval <= 0:
+            raise ValueError(f"poll_interval must be positive, got {poll_interval!r}")
+        ttl_s = _seconds(ttl)
+        if ttl_s is not None and ttl_s <= 0:
+            raise ValueError(f"ttl must be positive, got {ttl!r}")
+        _seconds(backoff)
+        for what, v in (("renew_interval", renew_interval), ("idle_in_transaction_timeout",
+                        idle_in_transaction_timeout), ("query_timeout", query_timeout)):
+            s = None if v is None else _seconds(v)
+            if s is not None and (s < 0 or (what == "renew_interval" and s == 0)):
+                raise ValueError(f"{what} must be {'positive' if what == 'renew_interval' else 'at least 0'},"
+                                 f" got {v!r}")
+        if connection is not None and not isinstance(connection, dict):
+            raise TypeError(f"connection must be a dict of psycopg.connect() parameters, got {connection!r}")
+        self.conninfo, self.name, self.table, self.n = conninfo, name, table, n
+        self.pending, self.handler, self.batch, self.mode = pending, handler, batch, mode
+        self.ttl, self.key, self.route, self.method = ttl, key, route, method
+        self.max_slots = max_slots or n
+        self.holder = holder or make_holder()
+        self.notify_conninfo, self.poll_interval = notify_conninfo, poll_interval
+        self.max_attempts, self.backoff = max_attempts, backoff
+        self.connection, self.session_pool = dict(connection or {}), bool(session_pool)
+        self.renew_interval, self.idle_in_transaction_timeout = renew_interval, idle_in_transaction_timeout
+        self.query_timeout = query_timeout
+        self.metrics_port, self.metrics_host, self.on_event = metrics_port, metrics_host, on_event
+        self.stats = Stats()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._notified = False
+        self._fatal: Optional[BaseException] = None
+        self._held = Held()
+        self._ttl_s = ttl_s or 0.0
+        # read with the ttl (_read_table): the claimer's period, the idle and statement limits (s)
+        self._renew_s = self._idle_s = self._query_s = 0.0
+        self._ready = False
+        self._partitions: Dict[int, sql.Composable] = {}
+        self._strikes: Dict[int, Tuple[str, int]] = {}
+        self._forced: Dict[int, bool] = {}
+        self._owed: Dict[int, Dict[str, str]] = {}
+        self._claim_failing = False
+        self._threads: List[threading.Thread] = []
+        self.running_mode: Optional[str] = None
+
+    def _setup(self) -> None:
+        """What the worker reads once: the mode, the table, its key, the
+        intervals, whether the table is hash-partitioned with modulus n."""
+        def probe() -> None:
+            with self._connect(self.conninfo) as conn:
+                if self.mode == "auto":
+                    try:
+                        self.session_check(conn)
+                        self.running_mode = "session"
+                        why = "a session pool" if self.session_pool else "a direct connection"
+                    except PoolerError:
+                        self.running_mode, why = "lease", "a pooler answered the start-up"
+                    self._emit("mode", mode=self.running_mode, why=why)
+                else:
+                    self.running_mode = self.mode
+                self._read_table(conn)
+        if not self._ready:
+            self._retrying(probe)
+            if self.running_mode is None:
+                raise Error("stopped before the worker could connect")
+            self._ready = True
+
+    def _read_table(self, conn: psycopg.Connection) -> None:
+        # the row type by the table's schema-qualified name: a table named like a
+        # built-in type (box, point, ...) is not that type in NULL::box
+        cur = conn.execute(
+            "SELECT c.oid, c.oid::regclass::text, pg_catalog.format('%%I.%%I', n.nspname, c.relname),"
+            " extract(epoch FROM %s::interval)::float8, extract(epoch FROM %s::interval)::float8,"
+            " extract(epoch FROM %s::interval)::float8, extract(epoch FROM %s::interval)::float8,"
+            " extract(epoch FROM %s::interval)::float8"
+            " FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE c.oid = %s::regclass",
+            tuple(None if v is None else _interval_param(v) for v in (
+                self.ttl, self.backoff, self.renew_interval, self.idle_in_transaction_timeout,
+                self.query_timeout)) + (self.table,))
+        oid, self._table_text, rowtype, ttl_s, backoff_s, renew_s, idle_s, query_s = \
+            cur.fetchone()  # type: ignore[misc]
+        if ttl_s <= 0 or backoff_s < 0:
+            raise Error(f"ttl must be positive and backoff not negative, got {self.ttl!r}, {self.backoff!r}")
+        if renew_s is not None and not 0 < renew_s < ttl_s:
+            raise Error(f"renew_interval must be above 0 and below the ttl ({ttl_s:g} s), got {self.renew_interval!r}")
+        if (idle_s is not None and idle_s < 0) or (query_s is not None and query_s < 0):
+            raise Error("idle_in_transaction_timeout and query_timeout must not be negative, got"
+                        f" {self.idle_in_transaction_timeout!r}, {self.query_timeout!r}")
+        self._ttl_s = ttl_s
+        self._renew_s = ttl_s / 3 if renew_s is None else renew_s
+        self._idle_s = ttl_s if idle_s is None else idle_s
+        self._query_s = ttl_s if query_s is None else query_s
+        key = self.key
+        if key is None:
+            cols = [r[0] for r in conn.execute(
+                "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
+                " AND a.attnum = ANY (i.indkey) WHERE i.indrelid = %s AND i.indisprimary", (oid,))]
+            if len(cols) != 1:
+                raise Error(f"{self._table_text} has {'no primary key' if not cols else 'a primary key of'}"
+                            f"{'' if not cols else ' %d columns' % len(cols)}: pass key= (a unique, not"
+                            " null column)")
+            key = cols[0]
+        self._key = key
+        boolean = conn.execute("SELECT atttypid = 'boolean'::regtype FROM pg_attribute WHERE attrelid = %s"
+                               " AND attname = %s AND NOT attisdropped", (oid, self.pending)).fetchone()
+        p = sql.Identifier(self.pending)
+        self._pending_sql = sql.SQL("NOT {}").format(p) if boolean and boolean[0] else sql.SQL("{} IS NULL").format(p)
+        self._method = self.method
+        self._partitioned = False
+        mapped = self.route or key
+        part = conn.execute(
+            "SELECT pt.partstrat::text, pt.partnatts, a.attname FROM pg_partitioned_table pt"
+            " LEFT JOIN pg_attribute a ON a.attrelid = pt.partrelid AND a.attnum = pt.partattrs[0]"
+            " WHERE pt.partrelid = %s", (oid,)).fetchone()
+        if part is not None and part[0] == "h" and part[1] == 1 and part[2] == mapped \
+                and self.method in (None, "pg_hash"):
+            try:
+                conn.execute("SELECT slot_partition(%s::regclass, 0, %s)", (oid, self.n))
+                self._partitioned, self._method = True, "pg_hash"
+            except psycopg.Error as e:
+                if e.sqlstate not in ("22023", "42501"):
+                    raise
+                log.info("%s is hash-partitioned but not with modulus %d: reading and writing it"
+                         " through the table (%s)", self._table_text, self.n, e)
+        args = [sql.SQL("NULL::{}").format(sql.SQL(rowtype)), sql.SQL("%(slot)s"), sql.SQL("%(n)s")]
+        args.append(sql.SQL("key => %(key)s"))
+        if self._method is not None:
+            args.append(sql.SQL("method => %(method)s"))
+        if self.route is not None:
+            args.append(sql.SQL("route => %(route)s"))
+        args += [sql.SQL("after => %(after)s::text"), sql.SQL("batch => %(batch)s"),
+                 sql.SQL("pending => %(pending)s")]
+        k = sql.Identifier(key)
+        # the batch's rows with their own failure records (item_failures with
+        # the batch's keys reads those records only, by the primary key; a
+        # key over 1024 bytes has none, record_failure refuses it)
+        self._fetch = sql.SQL(
+            "WITH t AS (SELECT * FROM my_items({args}))"
+            " SELECT t.*, t.{k}::text AS {kc}, f.state AS {sc},"
+            " extract(epoch FROM f.retry_at - clock_timestamp())::float8 AS {rc}"
+            " FROM t LEFT JOIN item_failures(%(name)s, VARIADIC ARRAY(SELECT t.{k}::text FROM t"
+            " WHERE octet_length(t.{k}::text) <= 1024)) f"
+            " ON f.item = t.{k}::text ORDER BY t.{k}").format(
+                k=k, kc=sql.Identifier(_KEY), sc=sql.Identifier(_STATE), rc=sql.Identifier(_RETRY),
+                args=sql.SQL(", ").join(args)).as_string(conn)
+
+    def _table_for(self, conn: psycopg.Connection, slot: int) -> sql.Composable:
+        if not self._partitioned:
+            return sql.SQL(self._table_text)
+        if slot not in self._partitions:
+            (p,) = conn.execute("SELECT slot_partition(%s::regclass, %s, %s)::text",
+                                (self._table_text, slot, self.n)).fetchone()  # type: ignore[misc]
+            self._partitions[slot] = sql.SQL(p)
+        return self._partitions[slot]
+
+    def _params(self, slot: int, after: Optional[str]) -> Dict[str, Any]:
+        return {"slot": slot, "n": self.n, "key": self._key, "method": self._method, "route": self.route,
+                "after": after, "batch": self.batch, "pending": self.pending, "name": self.name}
