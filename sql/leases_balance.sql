@@ -69,8 +69,9 @@ REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_report(oid, text, integer, big
 
 -- The weighted planner, for holder's claim_leases call under the name's
 -- mutex (called only by pg_claim_leases_take, after it renewed the holder's
--- `mine` leases): NULL when no slot of the name below n has a weight (the
--- caller then shares by count), else the holder's lease count after it
+-- `mine` leases): NULL when no slot of the name below n has a fresh weight,
+-- or every fresh weight is 0 (no work left: the caller then shares by
+-- count), else the holder's lease count after it
 --   1. gave back its slots that another live member wants (those no fenced
 --      transaction holds);
 --   2. took unserved slots, those it wants first, then the heaviest, while
@@ -163,7 +164,8 @@ BEGIN
             unserved := cs[i];
         END IF;
     END LOOP;
-    IF known = 0 THEN
+    -- no fresh weight, or no work left anywhere: shares by count
+    IF known = 0 OR summed = 0 THEN
         RETURN NULL;
     END IF;
     -- a slot never reported weighs the average of the reported ones; the

@@ -1060,7 +1060,8 @@ BEGIN
             unserved := cs[i];
         END IF;
     END LOOP;
-    IF known = 0 THEN
+    -- no fresh weight, or no work left anywhere: shares by count
+    IF known = 0 OR summed = 0 THEN
         RETURN NULL;
     END IF;
     -- a slot never reported weighs the average of the reported ones; the

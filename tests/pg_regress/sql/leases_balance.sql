@@ -118,6 +118,13 @@ SELECT lb_report('lbf', 'a', 100) AS a_reports_again, lb_report('lbf', 'b', 0) A
 SELECT count(*) AS b_slots FROM claim_leases('lbf', 4, 'b', ttl => '1 minute');
 SELECT lb_wanted('lbf') AS fresh_wanted;
 
+-- No work left anywhere (every weight 0): shares by count, so a joiner of
+-- a drained fleet gets its share.
+SELECT lb_round('lbz', 4, '{a}');
+SELECT lb_report('lbz', 'a', 0) AS a_reports;
+SELECT lb_round('lbz', 4, '{b,a,b}');
+SELECT lb_shares('lbz') AS drained_by_count;
+
 -- Bad input: SQLSTATE, a message naming the value, a hint.
 SELECT lb_token('lb', 2) AS tok \gset
 SELECT pc_try(format('SELECT report_backlog(%L, 2, %s, -1)', 'lb', :tok)) AS negative_remaining;
