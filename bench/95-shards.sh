@@ -25,7 +25,7 @@
 #   BENCH_SHARDS_ITEMS    items per drain  (default 40000)
 #   BENCH_SHARDS_WORKERS  the W values     (default "4 8 16 32")
 #   BENCH_SHARDS_BATCH    items per batch  (default 50)
-# The program: tests/shards/shards.py (shared with the test tests/shards/run.py).
+# The program: tests/shards/shards.py (shared with the test tests/shards/test_shards.py).
 source "$(dirname "$0")/lib.sh"
 ITEMS="${BENCH_SHARDS_ITEMS:-40000}"
 WORKERS="${BENCH_SHARDS_WORKERS:-4 8 16 32}"

@@ -31,7 +31,14 @@ pgtest() {
     rm -f "$inst$PGC_PG_SHARE"/extension/pg_claim* "$inst$PGC_PG_PKGLIB"/pg_claim.so
     local rc=0 system
     system="$(pgc_system_files | xargs -r stat -c '%n %i %s %y %z')"
-    PGRX_HOME="$PGC_PGRX_HOME" cargo pgrx test "$PGC_FEATURE" "$@" --runas postgres --pgdata "$data" || rc=$?
+    # --profile pgtest (Cargo.toml): cargo test and cargo-pgrx's build of
+    # the library for the test server (which gets the profile it is given)
+    # use one profile; with the dev-dependencies' features that pg_test adds
+    # to the library's build (Cargo.toml), that build reuses every
+    # dependency of the tests' build. Under the default profiles (`test`
+    # for cargo test, `dev` for the library) it built pgrx-pg-sys (its
+    # bindings generated again), pgrx and their dependencies a second time.
+    PGRX_HOME="$PGC_PGRX_HOME" cargo pgrx test "$PGC_FEATURE" "$@" --profile pgtest --runas postgres --pgdata "$data" || rc=$?
     rm -rf "$parent"
     if [ "$(pgc_system_files | xargs -r stat -c '%n %i %s %y %z')" != "$system" ]; then
         echo "pg_claim: pg_claim's files in the system PostgreSQL changed during the layer" >&2
@@ -105,8 +112,12 @@ deb_package() { tests/package/deb.sh --pg "$PGC_PG_MAJOR" "$@"; }
 # marked <!-- not run: REASON --> is skipped and counted. Test names: files.
 # Then the project layout of docs/architecture.md against the tree, the
 # relative links and #anchors between the pages, and the README's quick
-# start against the Python library's (tests/docs/layout.py, no server).
-docs_examples() { python3 tests/docs/run.py "$@" && python3 tests/docs/layout.py; }
+# start against the Python library's (tests/docs/test_layout.py, no server).
+docs_examples() {
+    local f docs=()
+    for f in "$@"; do docs+=(--doc "$f"); done
+    pytests tests/docs -- "${docs[@]}"
+}
 
 sessions() {
     PG_CLAIM_TEST_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=postgres" \
@@ -119,20 +130,22 @@ sessions() {
 # and resumed (their late writes refused, their tokens refused in SQL), every
 # item exactly once; and what claim_slot does through that pooler.
 # Then wake-up by LISTEN through session and transaction mode, and a session
-# pool smaller than the fleet, seen in slot_status (tests/pooler/wake.py).
+# pool smaller than the fleet, seen in slot_status (tests/pooler/test_wake.py).
+# Test names: words of test names.
 pooler() {
-    pgc_pgbouncer_start 4 && python3 tests/pooler/run.py && python3 tests/pooler/wake.py
+    pgc_pgbouncer_start 4 &&
+        pytests tests/pooler/test_claim_slot.py tests/pooler/test_fleets.py tests/pooler/test_wake.py -- "$@"
 }
 
-# Elastic fleets (claim_leases, tests/pooler/elastic.py) through PgBouncer
+# Elastic fleets (claim_leases, tests/pooler/test_elastic.py) through PgBouncer
 # in transaction mode: Python and Node holders join, leave, are killed and
 # stopped past the ttl; the shares balance, a join moves at most ceil(n/H)
 # slots, late writes are rejected, each customer's items in key order, every
-# item exactly once. Then balancing by remaining work (tests/pooler/balance.py):
+# item exactly once. Then balancing by remaining work (tests/pooler/test_balance.py):
 # uneven slots, a SIGSTOP past the ttl, a SIGKILL and a join; holders finish
 # together, every item once, in key order per customer.
 elastic() {
-    pgc_pgbouncer_start 4 && python3 tests/pooler/elastic.py && python3 tests/pooler/balance.py
+    pgc_pgbouncer_start 4 && pytests tests/pooler/test_elastic.py tests/pooler/test_balance.py -- "$@"
 }
 
 # The Node.js worker library (clients/node, pg-claim): its declarations
@@ -141,11 +154,11 @@ elastic() {
 # of its workers in lease mode through that PgBouncer with a join, SIGSTOP
 # past the ttl, SIGKILL, a leave, two joins, a poison item and a server
 # restart: every item exactly once, the poison item dead after its attempts,
-# SIGTERM stops every worker within 15 s (tests/libs/node_fleet.py).
+# SIGTERM stops every worker within 15 s (tests/libs/test_node_fleet.py).
 libs_node() {
     pgc_pgbouncer_start 4 &&
         (cd clients/node && npm run --silent typecheck && node --test test/) &&
-        PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" python3 tests/libs/node_fleet.py "$@"
+        PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" pytests tests/libs -- "$@"
 }
 
 # The Python worker library (clients/python): pytest on its pure parts and
@@ -181,50 +194,51 @@ web() {
 # scraped again, a role without SELECT on a table; promtool lints the scrape,
 # checks contrib/prometheus/alerts.yml and runs its unit tests
 # (tests/exporter/).
-exporter() { python3 tests/exporter/run.py "$@"; }
+exporter() { pytests tests/exporter -- "$@"; }
 
 # The example workers (examples/) in Python, Node.js, Java and Ruby, 4 of each
 # on the example schema: a server restart mid-run, a failing message retried
 # and set aside, a wake-up by NOTIFY, SIGTERM and --exit-when-empty, every
 # message exactly once; and docs/workers.md shows their loops verbatim.
 loops() {
-    PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" python3 tests/loops/run.py "$@"
+    PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" pytests tests/loops -- "$@"
 }
 
 # Bad input for every function of the extension, found in the catalog
-# (tests/hostile/matrix.py): the generated matrix, whose table must be the
-# one in docs/reliability.md (on 15, where the docs' table comes from), then
-# 5,000 random calls (the seed is printed); no call may crash its backend,
-# raise XX000, hang, or end in an undocumented SQLSTATE or in an error of
-# pg_claim's without a hint, and the server log must show none either.
+# (tests/hostile/test_matrix.py): the generated matrix, whose table must be
+# the one in docs/reliability.md (on 15, where the docs' table comes from),
+# then 5,000 random calls (the seed is printed; --seed N); no call may crash
+# its backend, raise XX000, hang, or end in an undocumented SQLSTATE or in an
+# error of pg_claim's without a hint, and the server log must show none
+# either. --update-doc docs/reliability.md rewrites the table.
 hostile() {
     local check=()
     [ "$PGC_PG_MAJOR" != 15 ] || check=(--check-doc docs/reliability.md)
-    python3 tests/hostile/matrix.py "${check[@]}" &&
-        python3 tests/hostile/matrix.py --random 5000
+    pytests tests/hostile/test_matrix.py -- --calls 5000 "${check[@]}" "$@"
 }
 
 # plant: the installing owner plants look-alikes of every function in every
-# schema it can create in (tests/hostile/plant.py). security: other roles
-# attack leases, names, grants and tables (tests/security/run.py, each
-# promise of docs/security.md); test names: -k WORDS.
-plant() { python3 tests/hostile/plant.py "$@"; }
-security() { python3 tests/security/run.py "$@"; }
+# schema it can create in (tests/hostile/test_plant.py). security: other roles
+# attack leases, names, grants and tables (tests/security/, each promise of
+# docs/security.md); test names: words of test names (or -k EXPR).
+plant() { pytests tests/hostile/test_plant.py -- "$@"; }
+security() { pytests tests/security -- "$@"; }
 
 # The portable edition (docs/portable.md): the file of scripts/portable
 # installed by a database owner that is not a superuser, on a server of a
 # copy of the PostgreSQL installation without pg_claim's files; its mappings
 # compared with the extension's on the test cluster, its claims, leases,
 # failures, my_items and notify_slot against real sessions, other roles and
-# planted look-alikes (tests/portable/run.py); every mapping on every
+# planted look-alikes (tests/portable/test_portable.py); every mapping on every
 # hashable key type against the extension's and the partition the server
-# routes a row to, in plain and parallel plans (tests/portable/mappings.py);
-# the file run over earlier builds (tests/portable/upgrade.py); the
-# bad-input matrix and a random caller of tests/hostile/matrix.py on its
+# routes a row to, in plain and parallel plans (tests/portable/test_mappings.py);
+# the file run over earlier builds (tests/portable/test_upgrade.py); the
+# bad-input matrix and a random caller of tests/hostile/test_matrix.py on its
 # functions; the promises
-# of docs/security.md that apply to it (tests/security/run.py with
+# of docs/security.md that apply to it (tests/security/ with
 # PGC_SECURITY_PORTABLE); then the pg_regress tests and isolation specs that
-# apply to it (tests/portable/regress.py). Test names: none. A subshell: the
+# apply to it (tests/portable/regress.py). Test names: words of the pytest
+# tests' names. A subshell: the
 # test cluster stays for the next layers.
 portable_edition() (
     PGC_CLUSTERS=()
@@ -237,16 +251,16 @@ portable_edition() (
     chmod -R a+rX "$inst"
     PGC_BIN="$inst$PGC_PG_LIB/bin"
     pgc_cluster_start "portable-$PGC_PG_MAJOR" 2>/dev/null
-    PGC_EXT_HOST="$ext_host" PGC_EXT_PORT="$ext_port" PGC_PORTABLE_SQL="$sql" python3 tests/portable/run.py "$@" || return 1
-    # every mapping of both editions against each other and the partition routing, plain and parallel
-    PGC_EXT_HOST="$ext_host" PGC_EXT_PORT="$ext_port" PGC_PORTABLE_SQL="$sql" python3 tests/portable/mappings.py || return 1
-    # the file over each earlier build kept in tests/portable/releases/: the catalog of a fresh install
-    PGC_PORTABLE_SQL="$sql" python3 tests/portable/upgrade.py || return 1
-    # its public functions against the hostile matrix and a random caller
-    PGC_HOSTILE_PORTABLE="$sql" python3 tests/hostile/matrix.py --log "$PGC_WORK/pg/server-portable-$PGC_PG_MAJOR.log" &&
-        PGC_HOSTILE_PORTABLE="$sql" python3 tests/hostile/matrix.py --log "$PGC_WORK/pg/server-portable-$PGC_PG_MAJOR.log" --random 3000 || return 1
-    # the promises of docs/security.md that apply to it, attacked
-    PGC_SECURITY_PORTABLE="$sql" python3 tests/security/run.py || return 1
+    # in one pytest run: the edition against the extension (test_portable.py); every mapping
+    # of both editions against each other and the partition routing, plain and parallel
+    # (test_mappings.py); the file over each earlier build kept in tests/portable/releases/:
+    # the catalog of a fresh install (test_upgrade.py); its public functions against the
+    # hostile matrix and a random caller; the promises of docs/security.md that apply to it
+    PGC_EXT_HOST="$ext_host" PGC_EXT_PORT="$ext_port" PGC_PORTABLE_SQL="$sql" \
+        PGC_HOSTILE_PORTABLE="$sql" PGC_SECURITY_PORTABLE="$sql" pytests \
+        tests/portable/test_portable.py tests/portable/test_mappings.py tests/portable/test_upgrade.py \
+        tests/hostile/test_matrix.py tests/security -- \
+        --server-log "$PGC_WORK/pg/server-portable-$PGC_PG_MAJOR.log" --calls 3000 "$@" || return 1
     # the pg_regress tests that apply (tests/portable/regress.txt)
     python3 tests/portable/regress.py "$PGC_PGXS/src/test/regress/pg_regress" "$PGC_BIN" \
         "$PGC_WORK/portable-regress-$PGC_PG_MAJOR" "$sql"
@@ -310,7 +324,7 @@ shards_fdw() {
             pgc_cluster_start "shard-$s-$PGC_PG_MAJOR" 2>/dev/null
             ports+=("$PGPORT")
         done
-        PGPORT="$coord" PGC_SHARD_PORTS="${ports[*]}" python3 tests/shards/run.py
+        PGPORT="$coord" PGC_SHARD_PORTS="${ports[*]}" pytests tests/shards -- "$@"
     )
 }
 
@@ -332,15 +346,21 @@ citus_layer() {
     )
 }
 
-# The fault fleet (tests/faults) on a cluster of its own, which it stops,
-# kills, fails over to a promoted replica and cuts off behind a silent
-# partition; with --soak MINUTES the same fleet under random faults. A
+# The fault fleet (tests/faults/test_faults.py) on a cluster of its own,
+# which it stops, kills, fails over to a promoted replica and cuts off behind
+# a silent partition; test names: the faults (cancels, lock-table,
+# partition, restart, backend-kill, sigstop, failover). soak: the same fleet
+# under random faults for two minutes (tests/faults/test_soak.py). A
 # subshell, so that the cluster of the other layers stays as it is.
-faults() (
+faults() { fault_fleet test_faults.py "$@"; }
+soak() { fault_fleet test_soak.py --soak 2 "$@"; }
+fault_fleet() (
+    local module="$1"
+    shift
     PGC_CLUSTERS=() PGC_POOLERS=()
     trap pgc_cleanup EXIT
     pgc_faults_cluster_start "faults-$PGC_PG_MAJOR"
-    python3 tests/faults/run.py "$@"
+    pytests "tests/faults/$module" -- -s "$@"
 )
 
 

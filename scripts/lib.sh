@@ -293,6 +293,32 @@ pgc_ensure_browser() {
     fi
 }
 
+# pytests PATH... [-- TEST...]: pytest over the given test files or
+# directories of tests/ (tests/pytest.ini; the fixtures of tests/conftest.py,
+# the helpers of tests/harness), installing pytest first where it is missing.
+# The test names of scripts/test's command line: options as they are
+# (-k EXPR, -x, --seed N, ...), plain words as one -k "WORD or WORD" (a '-'
+# in a word read as '_': scripts/test faults lock-table).
+pytests() {
+    local paths=() opts=() words=() w
+    while (($#)) && [ "$1" != -- ]; do paths+=("$1"); shift; done
+    (($# == 0)) || shift
+    while (($#)); do
+        case "$1" in
+        -k | --seed | --calls | --seconds | --server-log | --check-doc | --update-doc | --soak | --doc) opts+=("$1" "${2:-}"); shift ;;
+        -*) opts+=("$1") ;;
+        *) words+=("${1//-/_}") ;;
+        esac
+        shift
+    done
+    if ((${#words[@]})); then
+        w=$(printf ' or %s' "${words[@]}")
+        opts+=(-k "${w# or }")
+    fi
+    pgc_ensure_python_libs || return 1
+    python3 -m pytest -c "$PGC_ROOT/tests/pytest.ini" --rootdir "$PGC_ROOT/tests" -v "${opts[@]}" "${paths[@]}"
+}
+
 # The release build of the extension, laid out by `cargo pgrx package` under
 # $PGC_PKG at the installation's paths.
 pgc_build_package() {
@@ -448,10 +474,10 @@ pgc_cluster_start() {
 
 # pgc_faults_cluster_start NAME: the cluster of the fault tests (tests/faults):
 # listening on every address (the partition fault reaches it from a network
-# namespace; tests/faults/run.py admits only that subnet in pg_hba.conf),
+# namespace; tests/faults admits only that subnet in pg_hba.conf),
 # commits flushed before they return (a crash must not lose a committed
 # claim), and a small lock table (the lock-table fault fills it). Exports
-# FAULTS_DATA (its data directory) and PGC_BIN for tests/faults/run.py.
+# FAULTS_DATA (its data directory) and PGC_BIN for tests/faults.
 pgc_faults_cluster_start() {
     pgc_cluster_start "$1" "listen_addresses = '*'" "synchronous_commit = on" \
         "max_locks_per_transaction = 64"

@@ -18,7 +18,11 @@ with shared_preload_libraries = 'citus', as scripts/test starts them. Checks:
    (tests/shards/shards.py, mode citus) drains the table while one worker is
    killed with SIGKILL a third into its share; a standby takes its slot
    over, the processing log holds every item exactly once, and Citus's
-   counters (citus_stat_counters) show only single-shard queries.
+   counters (citus_stat_counters) show only single-shard queries;
+4. a lease fleet of pg_claim.Worker through PgBouncer while Citus moves a
+   shard, a node is added and the shards are rebalanced, with slot_backlog
+   and the fleet views checked against each shard's count
+   (tests/citus/lease.py).
 
 Exits non-zero on any failed check.
 """
@@ -32,6 +36,7 @@ import shards  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pylib"))
 import fleet_driver  # noqa: E402
 from fleet_driver import check, poll  # noqa: E402
+import lease  # noqa: E402
 
 DB = "pg_claim_citus"
 N = 4
@@ -127,12 +132,14 @@ def main():
         layout(c)
         router(c)
     single = fleet()
+    with tempfile.TemporaryDirectory() as work:
+        leases = lease.run(COORD, WORKERS, work)
     for port in [COORD, *WORKERS]:
         with shards.connect(port, "postgres") as c:
             c.execute(f"DROP DATABASE {DB} WITH (FORCE)")
     print(f"citus (coordinator + {len(WORKERS)} worker nodes, n = {N}): each slot's share is one whole shard, every"
           f" batch and UPDATE one task on its shard's node; my_items and slot_counts agree; {ITEMS} items processed exactly once"
-          f" after SIGKILL of a worker and a standby's takeover, in {single} single-shard and 0 multi-shard queries")
+          f" after SIGKILL of a worker and a standby's takeover, in {single} single-shard and 0 multi-shard queries; {leases}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 -- What the ```sql examples of README.md and docs/*.md assume exists, for
--- tests/docs/run.py: each section from its '-- for:' line runs in the
+-- tests/docs/test_examples.py: each section from its '-- for:' line runs in the
 -- database of the files it names, after CREATE EXTENSION pg_claim and before
 -- the file's first block. A line '-- include: PATH' in a section stands for
 -- that file of the repository. Keep it to what the examples use.

@@ -10,7 +10,7 @@ bytes in both directions but closes nothing, so neither side learns anything
 from it. SIGUSR2 heals it: buffered bytes flow again. A side that closes or
 resets is passed on by closing the other side.
 
-tests/faults/run.py runs it in a network namespace of its own, reached over
+tests/faults/cluster.py runs it in a network namespace of its own, reached over
 a veth pair, and takes the link down during the partition, so the kernels on
 either side see no packet either: no keepalive answer, no acknowledgement.
 """

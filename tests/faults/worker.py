@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One worker of the fault fleet (tests/faults/run.py): a pg_claim.Worker
+"""One worker of the fault fleet (tests/faults/test_faults.py): a pg_claim.Worker
 (clients/python, psycopg 3) draining its share of the table FAULT_TABLE in
 one of three modes:
 

@@ -1,4 +1,4 @@
-// One worker of the Node.js library's fleet test (tests/libs/node_fleet.py):
+// One worker of the Node.js library's fleet test (tests/libs/test_node_fleet.py):
 // a pg-claim Worker in lease mode through PgBouncer (the PG* environment
 // variables). Its handler works FLEET_ITEM_MS per item (an I/O-bound call),
 // marks the rows done and logs each item with the holder, slot and token;

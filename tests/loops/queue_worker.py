@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A FOR UPDATE SKIP LOCKED queue worker on the example schema, as
 docs/migrating.md shows it: the "before" of a cut-over, which
-tests/loops/run.py runs next to pg_claim workers (examples/python/worker.py).
+tests/loops/test_loops.py runs next to pg_claim workers (examples/python/worker.py).
 
 It sends (a row in `deliveries`, like the example workers, and 20 ms of
 "work") batches of 10 messages, each batch in one transaction that locks,

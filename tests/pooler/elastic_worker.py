@@ -12,7 +12,7 @@ transaction behind fence(): a PC001 drops the slot until the next call
 returns it. On SIGTERM it finishes its batch, then gives every slot back and
 leaves the live set (claim_leases(..., max => 0)) and exits 0.
 
-With ELASTIC_BALANCE=1 (tests/pooler/balance.py) it also balances by
+With ELASTIC_BALANCE=1 (tests/pooler/test_balance.py) it also balances by
 remaining work (docs/leases.md, "Balancing"): each batch's transaction
 reports the slot's pending items left (a bounded count) with
 report_backlog, a slot found walked reports 0, and a slot the report says

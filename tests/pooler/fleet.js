@@ -1,4 +1,4 @@
-// One lease worker in Node.js, started by tests/pooler/run.py: a Worker of
+// One lease worker in Node.js, started by tests/pooler/test_fleets.py: a Worker of
 // pg-claim (clients/node, node-postgres) in lease mode.
 //
 // It connects through PgBouncer in pool_mode = transaction (the PG*
@@ -14,7 +14,7 @@
 // ended), and every event of the library.
 //
 // The part between the "docs/leases.md" markers is shown verbatim in
-// docs/leases.md ("Worker loops"); run.py fails when the two differ.
+// docs/leases.md ("Worker loops"); test_claim_slot.py fails when the two differ.
 "use strict";
 const path = require("path");
 const { Worker, makeHolder } = require(path.join(__dirname, "..", "..", "clients", "node"));

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One lease worker in Python, started by tests/pooler/run.py: a
+"""One lease worker in Python, started by tests/pooler/test_fleets.py: a
 pg_claim.Worker (clients/python, psycopg 3) in lease mode.
 
 It connects through PgBouncer in pool_mode = transaction (the PG* environment
@@ -15,7 +15,7 @@ worker stopped past the TTL finds its session ended), every change of the
 held slots ("slots") and every event of the library.
 
 The part between the "docs/leases.md" markers is shown verbatim in
-docs/leases.md ("Worker loops"); run.py fails when the two differ.
+docs/leases.md ("Worker loops"); test_claim_slot.py fails when the two differ.
 """
 import os
 import sys

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Native sharding with postgres_fdw: the layout, the worker and the fleet.
 
-Used by the test (tests/shards/run.py) and the benchmark (bench/95-shards.sh,
+Used by the test (tests/shards/test_shards.py) and the benchmark (bench/95-shards.sh,
 through `python3 tests/shards/shards.py bench ...`).
 
 The layout (docs/scale-out.md): on the coordinator, `items (id bigint, done

@@ -39,6 +39,7 @@ const methods = {
   },
 
   _wake(why) {
+    if (why === "notify") this._resting.clear();
     if (this._waiter) this._waiter(why);
     else if (why === "notify") this._woken = true;
   },

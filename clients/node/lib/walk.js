@@ -17,7 +17,13 @@ const methods = {
    */
   _pick(last) {
     const due = this._dueRetry();
-    return due ? { slot: due.slot, side: due } : { slot: nextSlot([...this.held.keys()], last), side: null };
+    if (due) return { slot: due.slot, side: due };
+    const now = Date.now(), held = [...this.held.keys()];
+    const turn = held.filter((s) => {
+      const r = this._resting.get(s);
+      return !r || r.until <= now || r.token !== this.held.get(s);
+    });
+    return { slot: nextSlot(turn.length ? turn : held, last), side: null };
   },
 
   /** After a batch: a transient failure waits its back-off (true: retry that slot); else the back-off is over. */
@@ -53,10 +59,13 @@ const methods = {
         if (!side) last = slot - 1; // the same slot again
         continue;
       }
-      if (pass.after(slot, done, this.held.keys())) {
+      const quiet = pass.after(slot, done, this.held.keys());
+      if (!side && done.end && pass.quiet.has(slot)) this._resting.set(slot, { token: this.held.get(slot), until: Date.now() + this.pollMs });
+      if (quiet) {
         const why = await this._wait(this._waitingMs());
         if (why === "notify") this._emit("woken", {});
         pass.clear();
+        this._resting.clear();
       }
     }
   },

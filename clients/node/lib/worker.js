@@ -35,6 +35,10 @@ class Worker {
     this._stopping = false;
     this._waiter = null;
     this._woken = false;
+    // slot -> {token, until}: a slot whose last pass handled nothing, not
+    // fetched again at each turn of the busy slots until pollInterval has
+    // passed or a notification came (then every slot is looked at again)
+    this._resting = new Map();
     this._prom = null;
     this._ready = false;
     this._stopWaiters = new Set();

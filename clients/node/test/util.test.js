@@ -141,6 +141,24 @@ test("Worker checks its options", () => {
   }
 });
 
+test("_pick passes over resting slots until their time, unless every slot rests", () => {
+  const w = new Worker({ name: "mailer", table: "outbox", n: 8, pending: "sent_at", handler: async () => {} });
+  w.held = new Map([[1, 10], [2, 20], [3, 30]]);
+  const later = Date.now() + 60000;
+  w._resting.set(2, { token: 20, until: later });
+  let last = -1;
+  const turn = () => { last = w._pick(last).slot; return last; };
+  assert.deepStrictEqual([turn(), turn(), turn(), turn()], [1, 3, 1, 3]);
+  w._resting.set(2, { token: 21, until: later }); // taken anew since: not resting
+  assert.deepStrictEqual([turn(), turn()], [1, 2]);
+  w._resting.set(2, { token: 20, until: Date.now() - 1 }); // its time has come
+  assert.deepStrictEqual([turn(), turn(), turn()], [3, 1, 2]);
+  for (const s of [1, 2, 3]) w._resting.set(s, { token: s * 10, until: later });
+  assert.deepStrictEqual([turn(), turn(), turn()], [3, 1, 2]); // all rest: the turn as before
+  w._wake("notify");
+  assert.strictEqual(w._resting.size, 0); // a notification ends every rest
+});
+
 test("stop() before run() resolves at once", async () => {
   const w = new Worker({ name: "mailer", table: "outbox", n: 8, pending: "sent_at", handler: async () => {} });
   await w.stop();

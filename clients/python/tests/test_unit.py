@@ -49,6 +49,14 @@ def test_held_drop_and_advance_need_the_token():
     assert h.next() is None
 
 
+def test_held_next_passes_over_resting_slots_unless_all_rest():
+    h = pg_claim.Held()
+    h.replace([(1, 10), (2, 20), (3, 30)], 0.0)
+    assert [h.next(resting={2})[0] for _ in range(4)] == [1, 3, 1, 3]
+    assert [h.next(resting={1, 2, 3})[0] for _ in range(3)] == [1, 2, 3]  # all rest: the turn as before
+    assert h.next(resting={9})[0] == 1  # a slot not held changes nothing
+
+
 def test_transient_errors():
     assert pg_claim.transient(psycopg.OperationalError("connection lost"))
     for state, expected in (("08006", True), ("40001", True), ("40P01", True), ("57P01", True),

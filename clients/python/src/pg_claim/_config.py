@@ -101,6 +101,11 @@ class Config:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._notified = False
+        self._notices = 0  # notifications so far (a resting slot is looked at again after one)
+        # (slot, token) -> when a slot whose last pass handled nothing is looked at again
+        # (other slots still busy): poll_interval later, or after a notification
+        self._resting: Dict[Tuple[int, int], float] = {}
+        self._rest_notices = 0
         self._fatal: Optional[BaseException] = None
         self._held = Held()
         self._ttl_s = ttl_s or 0.0

@@ -124,6 +124,8 @@ class _Watchdog:
         self._waits: Dict[int, Tuple[Conn, float, float, int]] = {}  # key -> conn, start, end, fd
         self._next = 0
         self._thread: Optional[threading.Thread] = None
+        # the thread waits without a timeout (no wait to watch): a new one must wake it
+        self._asleep = False
 
     def guard(self, conn: Conn) -> int:
         """Registers a wait of `conn` (0: none, the connection has no socket)."""
@@ -140,7 +142,12 @@ class _Watchdog:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, daemon=True, name="pg_claim watchdog")
                 self._thread.start()
-            self._cond.notify()
+            elif self._asleep:
+                # only then: a thread that looks every 0.2 s sees the wait by
+                # itself (a deadline is at least 1.5 s), and a wake-up per
+                # statement costs the workers' threads the GIL
+                self._asleep = False
+                self._cond.notify()
         return key
 
     def release(self, key: int) -> None:
@@ -167,7 +174,9 @@ class _Watchdog:
                         except OSError:
                             pass
                 # the stop events are looked at every 0.2 s
-                self._cond.wait(0.2 if self._waits else None)
+                self._asleep = not self._waits
+                self._cond.wait(None if self._asleep else 0.2)
+                self._asleep = False
 
 
 WATCHDOG = _Watchdog()

@@ -62,6 +62,7 @@ class Waker:
 
     def _notify(self) -> None:
         self._notified = True
+        self._notices += 1
         self._wake.set()
 
     def _idle(self, due: Due, on_slice: Optional[Callable[[float], bool]] = None,

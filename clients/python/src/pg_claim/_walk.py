@@ -37,7 +37,11 @@ class Walker:
             _, s, a = min(ready, key=lambda x: x[0])
             del due[s][a]
             nxt = self._held.pick(s, a)
-        nxt = nxt or self._held.next()
+        if self._rest_notices != self._notices:
+            self._rest_notices = self._notices
+            self._resting.clear()
+        nxt = nxt or self._held.next(now, {s for (s, t), until in self._resting.items()
+                                           if until > now and held.get(s) == t})
         if nxt is None:
             if not session:  # no good claim for a ttl: drop the slots, whatever the claimer does
                 lost = self._held.failed(now)
@@ -67,6 +71,8 @@ class Walker:
             quiet[(slot, token)] = False
         if end:  # the pass over the share is over: quiet when it handled nothing
             quiet[(slot, token)] = not busy.pop(slot, False)
+            if quiet[(slot, token)]:  # not fetched again at each turn of the busy slots
+                self._resting[(slot, token)] = now + (self.poll_interval or (30.0 if self._listening() else 1.0))
         self._held.advance(slot, token, cursor)
         return True
 
@@ -120,11 +126,13 @@ class Walker:
                         self._idle(due, (lambda left: self._session_slice(c, claim, left)) if session else None)
                         quiet.clear()
                         busy.clear()
+                        self._resting.clear()
                 except psycopg.Error as e:
                     if not transient(e, conn, own=True):
                         raise
                     pause = next_pause(pause, self._pause_cap())
                     quiet.clear()
+                    self._resting.clear()
                     if conn is not None and not conn.broken and not conn.closed \
                             and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
                         # the connection works (a deadlock, a serialization failure,
