@@ -13,6 +13,8 @@
 //!   shells around internal SECURITY DEFINER functions in SQL
 //! - failures: failing items (`record_failure`, `failing_items`, ...), all in
 //!   SQL (`sql/failures.sql`, included below; no Rust module)
+//! - tenants: `slot_of_spread`, `my_items_fair`, all in SQL (`sql/tenants.sql`,
+//!   included below; no Rust module)
 //! - `wake`:    `slot_channel` (SQL) and the C trigger function `notify_slot`
 //! - `spread`:  `spread_agg`; pure core `spread::order`, `spread::groups`
 //!
@@ -44,6 +46,13 @@ mod wake;
 // (of sql/leases.sql) only inside PL/pgSQL bodies, schema-qualified and
 // exact-typed, resolved when they run: the file needs nothing created before it.
 pgrx::extension_sql_file!("../sql/failures.sql", name = "failures");
+// tenants: slot_of_spread, my_items_fair and my_items_fair_query, all in SQL
+// and PL/pgSQL (the portable edition runs the same file)
+pgrx::extension_sql_file!(
+    "../sql/tenants.sql",
+    name = "tenants",
+    requires = ["slot_of_crc32_jump_slot"]
+);
 
 /// Called once when the library is loaded into a backend.
 #[pgrx::pg_guard]

@@ -2,7 +2,9 @@
 """Cross-language agreement: slot_of(text, n) and crc32(text) in the database
 equal zlib.crc32(key) % n computed by Python's standard library (and by Node's
 zlib when the installed Node has zlib.crc32), over thousands of random keys,
-many of them non-ASCII.
+many of them non-ASCII; and slot_of_spread(tenant, key, n, k) equals
+(crc32(tenant) % n + (crc32(key) % k) * (n // k)) % n (docs/tenants.md), a
+key's tenant being the next key.
 
 Connects with psql using the PG* environment variables set by scripts/test.
 """
@@ -16,6 +18,8 @@ import zlib
 
 N_KEYS = 5000
 MODULI = [1, 2, 3, 7, 8, 64, 1000, 2147483647]
+# (n, k) of slot_of_spread
+SPREADS = [(1, 1), (8, 4), (10, 3), (64, 64), (1000, 7), (2147483647, 2)]
 
 ALPHABETS = [
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.@",
@@ -53,7 +57,9 @@ def main():
         input=copy_data, text=True, check=True, capture_output=True,
     )
     cols = ", ".join(f"slot_of(k, {n})" for n in MODULI)
-    out = psql(f"SELECT i, crc32(k), {cols} FROM xlang_keys ORDER BY i")
+    spreads = ", ".join(f"slot_of_spread(k, (SELECT b.k FROM xlang_keys b WHERE b.i = (a.i + 1) % {len(keys)}), {n}, {k})"
+                        for n, k in SPREADS)
+    out = psql(f"SELECT i, crc32(k), {cols}, {spreads} FROM xlang_keys a ORDER BY i")
     db = {}
     for line in out.splitlines():
         parts = [int(x) for x in line.split("|")]
@@ -63,12 +69,14 @@ def main():
     mismatches = 0
     for i, k in enumerate(keys):
         crc = zlib.crc32(k.encode("utf-8"))
-        expect = [crc] + [crc % n for n in MODULI]
+        nxt = zlib.crc32(keys[(i + 1) % len(keys)].encode("utf-8"))
+        expect = [crc] + [crc % n for n in MODULI] + [(crc % n + (nxt % kk) * (n // kk)) % n for n, kk in SPREADS]
         if db[i] != expect:
             mismatches += 1
             if mismatches <= 5:
                 print(f"MISMATCH key={k!r}: database {db[i]} python {expect}", file=sys.stderr)
     print(f"python zlib: {len(keys)} keys ({non_ascii} non-ASCII) x {len(MODULI)} moduli, "
+          f"{len(SPREADS)} spreads, "
           f"{mismatches} mismatches")
     ok = mismatches == 0
 
@@ -78,17 +86,20 @@ def main():
     ).returncode == 0
     if has_crc:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            json.dump({"keys": keys, "moduli": MODULI}, f)
+            json.dump({"keys": keys, "moduli": MODULI, "spreads": SPREADS}, f)
             path = f.name
         js = (
             "const zlib=require('zlib');const d=JSON.parse(require('fs').readFileSync(process.argv[1]));"
-            "console.log(JSON.stringify(d.keys.map(k=>{const c=zlib.crc32(Buffer.from(k,'utf8'));"
-            "return [c].concat(d.moduli.map(n=>c%n));})));"
+            "const crc=k=>zlib.crc32(Buffer.from(k,'utf8'));"
+            "console.log(JSON.stringify(d.keys.map((k,i)=>{const c=crc(k);const b=crc(d.keys[(i+1)%d.keys.length]);"
+            "return [c].concat(d.moduli.map(n=>c%n),"
+            "d.spreads.map(([n,kk])=>(c%n+(b%kk)*Math.floor(n/kk))%n));})));"
         )
         node_out = json.loads(subprocess.run([node, "-e", js, path], capture_output=True,
                                              text=True, check=True).stdout)
         node_mismatch = sum(1 for i in range(len(keys)) if node_out[i] != db[i])
-        print(f"node zlib:   {len(keys)} keys x {len(MODULI)} moduli, {node_mismatch} mismatches")
+        print(f"node zlib:   {len(keys)} keys x {len(MODULI)} moduli, {len(SPREADS)} spreads, "
+              f"{node_mismatch} mismatches")
         ok = ok and node_mismatch == 0
     else:
         print("node zlib:   skipped (this Node has no zlib.crc32; it needs Node >= 20.15)")

@@ -283,6 +283,21 @@ VALID_BY_FUNCTION = {
     ("pg_claim_lease_report", "remaining"): "10::bigint",
     ("pg_claim_leases_balance", "now_"): "clock_timestamp()",
     ("pg_claim_leases_balance", "mine"): "0",
+    ("my_items_fair", "fair"): "'email'::text",
+    ("my_items_fair", "spread"): "NULL::integer",
+    ("my_items_fair", "spread_key"): "NULL::text",
+    ("my_items_fair_query", "rel"): "'hm_items'::regclass::oid",
+    ("my_items_fair_query", "fair"): "'email'::text",
+    ("my_items_fair_query", "spread"): "NULL::integer",
+    ("my_items_fair_query", "spread_key"): "NULL::text",
+    ("pg_claim_tenant_column", "rel"): "'hm_items'::regclass::oid",
+    ("pg_claim_tenant_column", "col"): "'email'::text",
+    ("pg_claim_tenant_column", "arg"): "'fair'::text",
+    ("pg_claim_tenant_arg", "rel"): "'hm_items'::regclass::oid",
+    ("pg_claim_tenant_arg", "col"): "'email'::text",
+    ("pg_claim_tenant_arg", "arg"): "'route'::text",
+    ("pg_claim_tenant_arg", "types"): "'{int8,text}'::regtype[]",
+    ("slot_of_spread", "k"): "1",
 }
 
 

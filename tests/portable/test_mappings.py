@@ -9,8 +9,8 @@ against each other and against PostgreSQL itself:
 - my_items(..., method => 'pg_hash') of each slot returns the rows of that
   partition, and slot_counts counts them;
 - range_slot(k, bounds) is the number of bounds <= k, counted in SQL;
-- every value of slot_of, jump_slot, crc32, pg_hash_slot (many n) and
-  range_slot is the extension's (or both fail with the same SQLSTATE), NULL
+- every value of slot_of, jump_slot, crc32, pg_hash_slot (many n),
+  slot_of_spread and range_slot is the extension's (or both fail with the same SQLSTATE), NULL
   keys included; enums and the types built on them hash by OID, which differs
   between two databases, so for them only the partition is compared.
 
@@ -226,6 +226,11 @@ def values(c, name):
     for fn in ("slot_of", "jump_slot", "pg_hash_slot"):
         out[fn] = result(c, f"SELECT array_agg({fn}(k, n) ORDER BY g, n) {order}", NS)
     out["crc32"] = result(c, f"SELECT array_agg(crc32(k) ORDER BY g) FROM m_{name}")
+    # (text and integer tenants; other key types have none: 42883 in both)
+    out["slot_of_spread"] = result(c, f"SELECT array_agg(slot_of_spread(k, g::bigint, n, least(n, 5)) ORDER BY g, n) "
+                                      f"{order}", NS)
+    out["slot_of_spread text key"] = result(c, f"SELECT array_agg(slot_of_spread(k, md5(g::text), n, least(n, 3)) "
+                                               f"ORDER BY g, n) {order}", NS)
     bounds = result(c, f"SELECT array_agg(k ORDER BY k)::text FROM (SELECT k, row_number() OVER (ORDER BY k) i "
                        f"FROM (SELECT DISTINCT k FROM m_{name} WHERE num_nulls(k) = 0) d) b WHERE i % 97 = 1")
     out["range_slot"] = result(c, f"SELECT array_agg(range_slot(k, b) ORDER BY g) FROM m_{name}, "
