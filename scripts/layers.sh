@@ -142,9 +142,12 @@ pooler() {
 # stopped past the ttl; the shares balance, a join moves at most ceil(n/H)
 # slots, late writes are rejected, each customer's items in key order, every
 # item exactly once. Then a tenant's k slots (slot_of_spread) held by k
-# different holders of a claim_leases fleet (tests/pooler/test_tenants.py).
+# different holders of a claim_leases fleet (tests/pooler/test_tenants.py),
+# and balancing by remaining work (tests/pooler/test_balance.py): uneven
+# slots, a SIGSTOP past the ttl, a SIGKILL and a join; holders finish
+# together, every item once, in key order per customer.
 elastic() {
-    pgc_pgbouncer_start 4 && pytests tests/pooler/test_elastic.py tests/pooler/test_tenants.py -- "$@"
+    pgc_pgbouncer_start 4 && pytests tests/pooler/test_elastic.py tests/pooler/test_tenants.py tests/pooler/test_balance.py -- "$@"
 }
 
 # The Node.js worker library (clients/node, pg-claim): its declarations

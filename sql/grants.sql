@@ -54,7 +54,7 @@ BEGIN
       AND (p.proname = ANY (ARRAY[
                'claim_slot', 'claim_slots', 'release_slot', 'my_slot', 'my_slots',
                'slot_holders', 'slot_status',
-               'claim_lease', 'claim_leases', 'renew_lease', 'release_lease',
+               'claim_lease', 'claim_leases', 'report_backlog', 'renew_lease', 'release_lease',
                'lease_holders', 'fence', 'lease_valid', 'my_token',
                'claim_partitions', 'my_partitions',
                'record_failure', 'failure_due', 'failing_items', 'clear_failure',

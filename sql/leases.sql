@@ -213,7 +213,8 @@ REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_refuse_n(text, integer, intege
 
 -- Hands slot `s` of name (its row locked FOR UPDATE by the caller: free,
 -- expired, given back, or a stale session record) to holder for role until
--- ttl from `now_`, with the slot's next token; returns NULLs and changes
+-- ttl from `now_`, with the slot's next token (and no longer wanted by
+-- anyone: sql/leases_balance.sql); returns NULLs and changes
 -- nothing when a fenced transaction holds the slot's fence lock. Refuses (55000) when a
 -- session holds the slot with claim_slot (its advisory lock); the
 -- transaction-level share lock taken here keeps claim_slot off the slot until
@@ -238,7 +239,7 @@ BEGIN
     UPDATE @extschema@.pg_claim_leases l
     SET n = pg_claim_lease_hand.n, holder = pg_claim_lease_hand.holder, session = false,
         owner = role, token = @extschema@.next_token(l.token),
-        acquired_at = now_, expires_at = now_ + ttl
+        acquired_at = now_, expires_at = now_ + ttl, wanted_by = NULL
     WHERE l.name = pg_claim_lease_hand.name AND l.slot = s
     RETURNING l.slot, l.token, l.expires_at
     INTO pg_claim_lease_hand.slot, pg_claim_lease_hand.token, pg_claim_lease_hand.expires_at;

@@ -13,6 +13,9 @@
 --      the ones holding the most (then the earliest joined) get one more;
 --   4. gives back what the holder holds beyond its target, and takes
 --      unserved slots (free, expired, given back) up to it.
+-- Once a holder of the name reported a slot's remaining work
+-- (report_backlog), steps 3 and 4 are those of the weighted planner instead
+-- (sql/leases_balance.sql): shares by weight, not by count.
 -- So a joiner gets its share from holders above their targets, and a leaver's
 -- slots go to holders below theirs; no other slot moves.
 --
@@ -139,6 +142,9 @@ BEGIN
     UPDATE @extschema@.pg_claim_lease_members m
     SET expires_at = pg_catalog.clock_timestamp(), max = 0, held = 0
     WHERE m.name = pg_claim_leases_leave.name AND m.holder = pg_claim_leases_leave.holder;
+    -- the slots it wanted are no longer wanted (sql/leases_balance.sql)
+    UPDATE @extschema@.pg_claim_leases l SET wanted_by = NULL
+    WHERE l.name = pg_claim_leases_leave.name AND l.wanted_by = pg_claim_leases_leave.holder;
     -- FOR UPDATE waits for the fenced transactions (FOR KEY SHARE)
     PERFORM 1 FROM @extschema@.pg_claim_leases l
     WHERE l.name = pg_claim_leases_leave.name AND l.holder = pg_claim_leases_leave.holder
@@ -174,6 +180,7 @@ DECLARE
     ahead bigint;
     given integer;
     maxes_ integer[];
+    balanced integer;
 BEGIN
     -- the same checks again: a superuser may call this function directly
     PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
@@ -273,58 +280,67 @@ BEGIN
       AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'));
     GET DIAGNOSTICS mine = ROW_COUNT;
 
-    -- 3. its target: the slots the members share are n less those that
-    -- live leases of claim_lease's holders (not members) hold; members whose
-    -- max is below the even share of what is left get their max; the others
-    -- share the rest, one more each for the first (rest mod sharing) of them
-    -- by (held desc, joined_at, holder), from each member's count as of its
-    -- own last call. Each step reads the rows of the name once, with no
-    -- join whose plan could read them again per row: the members' maxes
-    -- (ordered, as an integer array: read by position in constant time) and
-    -- the non-members' live leases come from one grouping by holder.
-    SELECT pg_catalog.array_agg(g.mx ORDER BY g.mx) FILTER (WHERE g.mx IS NOT NULL),
-           n - coalesce(pg_catalog.sum(g.leases) FILTER (WHERE g.mx IS NULL), 0)
-    INTO maxes_, rest
-    FROM (SELECT pg_catalog.max(u.mx) AS mx, pg_catalog.sum(u.lease) AS leases
-          FROM (SELECT m.holder, m.max AS mx, 0 AS lease
-                FROM @extschema@.pg_claim_lease_members m
+    -- 3. by weight, once the fleet's holders report weights
+    -- (sql/leases_balance.sql: it gives back, takes and marks itself);
+    -- else by count, as follows
+    balanced := @extschema@.pg_claim_leases_balance(role, name, n, holder, max, ttl, key_, now_, mine);
+    IF balanced IS NOT NULL THEN
+        mine := balanced;
+        target := balanced;
+    ELSE
+        -- 3. its target: the slots the members share are n less those that
+        -- live leases of claim_lease's holders (not members) hold; members whose
+        -- max is below the even share of what is left get their max; the others
+        -- share the rest, one more each for the first (rest mod sharing) of them
+        -- by (held desc, joined_at, holder), from each member's count as of its
+        -- own last call. Each step reads the rows of the name once, with no
+        -- join whose plan could read them again per row: the members' maxes
+        -- (ordered, as an integer array: read by position in constant time) and
+        -- the non-members' live leases come from one grouping by holder.
+        SELECT pg_catalog.array_agg(g.mx ORDER BY g.mx) FILTER (WHERE g.mx IS NOT NULL),
+               n - coalesce(pg_catalog.sum(g.leases) FILTER (WHERE g.mx IS NULL), 0)
+        INTO maxes_, rest
+        FROM (SELECT pg_catalog.max(u.mx) AS mx, pg_catalog.sum(u.lease) AS leases
+              FROM (SELECT m.holder, m.max AS mx, 0 AS lease
+                    FROM @extschema@.pg_claim_lease_members m
+                    WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
+                    UNION ALL
+                    SELECT l.holder, NULL::integer, 1 FROM @extschema@.pg_claim_leases l
+                    WHERE l.name = pg_claim_leases_take.name AND NOT l.session AND l.holder IS NOT NULL
+                      AND l.expires_at > now_ AND l.slot < n) u
+              GROUP BY u.holder COLLATE "C") g;
+        sharing := coalesce(pg_catalog.cardinality(maxes_), 0);
+        capped := 0;
+        -- members of equal max are capped together: the capped ones are those
+        -- whose max is at most maxes_[capped]
+        WHILE sharing > 0 AND maxes_[capped + 1]::bigint * sharing <= rest LOOP
+            capped := capped + 1;
+            rest := rest - maxes_[capped];
+            sharing := sharing - 1;
+        END LOOP;
+        IF max = 0 THEN
+            target := 0;
+        ELSIF capped > 0 AND max <= maxes_[capped] THEN
+            target := max;
+        ELSIF sharing > 0 THEN
+            target := rest / sharing;
+            IF rest % sharing > 0 THEN
+                SELECT m.held, m.joined_at INTO r FROM @extschema@.pg_claim_lease_members m
+                WHERE m.name = pg_claim_leases_take.name AND m.holder = pg_claim_leases_take.holder;
+                -- the sharing members ranked before this holder
+                SELECT count(*) INTO ahead FROM @extschema@.pg_claim_lease_members m
                 WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
-                UNION ALL
-                SELECT l.holder, NULL::integer, 1 FROM @extschema@.pg_claim_leases l
-                WHERE l.name = pg_claim_leases_take.name AND NOT l.session AND l.holder IS NOT NULL
-                  AND l.expires_at > now_ AND l.slot < n) u
-          GROUP BY u.holder COLLATE "C") g;
-    sharing := coalesce(pg_catalog.cardinality(maxes_), 0);
-    capped := 0;
-    -- members of equal max are capped together: the capped ones are those
-    -- whose max is at most maxes_[capped]
-    WHILE sharing > 0 AND maxes_[capped + 1]::bigint * sharing <= rest LOOP
-        capped := capped + 1;
-        rest := rest - maxes_[capped];
-        sharing := sharing - 1;
-    END LOOP;
-    IF max = 0 THEN
-        target := 0;
-    ELSIF capped > 0 AND max <= maxes_[capped] THEN
-        target := max;
-    ELSIF sharing > 0 THEN
-        target := rest / sharing;
-        IF rest % sharing > 0 THEN
-            SELECT m.held, m.joined_at INTO r FROM @extschema@.pg_claim_lease_members m
-            WHERE m.name = pg_claim_leases_take.name AND m.holder = pg_claim_leases_take.holder;
-            -- the sharing members ranked before this holder
-            SELECT count(*) INTO ahead FROM @extschema@.pg_claim_lease_members m
-            WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
-              AND m.max > coalesce(maxes_[capped], -1)
-              AND m.holder <> pg_claim_leases_take.holder
-              AND (m.held > r.held
-                   OR (m.held = r.held AND (m.joined_at, m.holder) < (r.joined_at, pg_claim_leases_take.holder)));
-            IF ahead < rest % sharing THEN
-                target := target + 1;
+                  AND m.max > coalesce(maxes_[capped], -1)
+                  AND m.holder <> pg_claim_leases_take.holder
+                  AND (m.held > r.held
+                       OR (m.held = r.held AND (m.joined_at, m.holder) < (r.joined_at, pg_claim_leases_take.holder)));
+                IF ahead < rest % sharing THEN
+                    target := target + 1;
+                END IF;
             END IF;
         END IF;
+        target := least(coalesce(target, 0), max);
     END IF;
-    target := least(coalesce(target, 0), max);
 
     -- 4a. give back every live lease at or above n (n changed), and what it
     -- holds beyond the target (its highest slots); a slot that a fenced

@@ -517,6 +517,7 @@ DECLARE
     ahead bigint;
     given integer;
     maxes_ integer[];
+    balanced integer;
 BEGIN
     -- the same checks again: a superuser may call this function directly
     PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
@@ -616,58 +617,67 @@ BEGIN
       AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'));
     GET DIAGNOSTICS mine = ROW_COUNT;
 
-    -- 3. its target: the slots the members share are n less those that
-    -- live leases of claim_lease's holders (not members) hold; members whose
-    -- max is below the even share of what is left get their max; the others
-    -- share the rest, one more each for the first (rest mod sharing) of them
-    -- by (held desc, joined_at, holder), from each member's count as of its
-    -- own last call. Each step reads the rows of the name once, with no
-    -- join whose plan could read them again per row: the members' maxes
-    -- (ordered, as an integer array: read by position in constant time) and
-    -- the non-members' live leases come from one grouping by holder.
-    SELECT pg_catalog.array_agg(g.mx ORDER BY g.mx) FILTER (WHERE g.mx IS NOT NULL),
-           n - coalesce(pg_catalog.sum(g.leases) FILTER (WHERE g.mx IS NULL), 0)
-    INTO maxes_, rest
-    FROM (SELECT pg_catalog.max(u.mx) AS mx, pg_catalog.sum(u.lease) AS leases
-          FROM (SELECT m.holder, m.max AS mx, 0 AS lease
-                FROM @extschema@.pg_claim_lease_members m
+    -- 3. by weight, once the fleet's holders report weights
+    -- (sql/leases_balance.sql: it gives back, takes and marks itself);
+    -- else by count, as follows
+    balanced := @extschema@.pg_claim_leases_balance(role, name, n, holder, max, ttl, key_, now_, mine);
+    IF balanced IS NOT NULL THEN
+        mine := balanced;
+        target := balanced;
+    ELSE
+        -- 3. its target: the slots the members share are n less those that
+        -- live leases of claim_lease's holders (not members) hold; members whose
+        -- max is below the even share of what is left get their max; the others
+        -- share the rest, one more each for the first (rest mod sharing) of them
+        -- by (held desc, joined_at, holder), from each member's count as of its
+        -- own last call. Each step reads the rows of the name once, with no
+        -- join whose plan could read them again per row: the members' maxes
+        -- (ordered, as an integer array: read by position in constant time) and
+        -- the non-members' live leases come from one grouping by holder.
+        SELECT pg_catalog.array_agg(g.mx ORDER BY g.mx) FILTER (WHERE g.mx IS NOT NULL),
+               n - coalesce(pg_catalog.sum(g.leases) FILTER (WHERE g.mx IS NULL), 0)
+        INTO maxes_, rest
+        FROM (SELECT pg_catalog.max(u.mx) AS mx, pg_catalog.sum(u.lease) AS leases
+              FROM (SELECT m.holder, m.max AS mx, 0 AS lease
+                    FROM @extschema@.pg_claim_lease_members m
+                    WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
+                    UNION ALL
+                    SELECT l.holder, NULL::integer, 1 FROM @extschema@.pg_claim_leases l
+                    WHERE l.name = pg_claim_leases_take.name AND NOT l.session AND l.holder IS NOT NULL
+                      AND l.expires_at > now_ AND l.slot < n) u
+              GROUP BY u.holder COLLATE "C") g;
+        sharing := coalesce(pg_catalog.cardinality(maxes_), 0);
+        capped := 0;
+        -- members of equal max are capped together: the capped ones are those
+        -- whose max is at most maxes_[capped]
+        WHILE sharing > 0 AND maxes_[capped + 1]::bigint * sharing <= rest LOOP
+            capped := capped + 1;
+            rest := rest - maxes_[capped];
+            sharing := sharing - 1;
+        END LOOP;
+        IF max = 0 THEN
+            target := 0;
+        ELSIF capped > 0 AND max <= maxes_[capped] THEN
+            target := max;
+        ELSIF sharing > 0 THEN
+            target := rest / sharing;
+            IF rest % sharing > 0 THEN
+                SELECT m.held, m.joined_at INTO r FROM @extschema@.pg_claim_lease_members m
+                WHERE m.name = pg_claim_leases_take.name AND m.holder = pg_claim_leases_take.holder;
+                -- the sharing members ranked before this holder
+                SELECT count(*) INTO ahead FROM @extschema@.pg_claim_lease_members m
                 WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
-                UNION ALL
-                SELECT l.holder, NULL::integer, 1 FROM @extschema@.pg_claim_leases l
-                WHERE l.name = pg_claim_leases_take.name AND NOT l.session AND l.holder IS NOT NULL
-                  AND l.expires_at > now_ AND l.slot < n) u
-          GROUP BY u.holder COLLATE "C") g;
-    sharing := coalesce(pg_catalog.cardinality(maxes_), 0);
-    capped := 0;
-    -- members of equal max are capped together: the capped ones are those
-    -- whose max is at most maxes_[capped]
-    WHILE sharing > 0 AND maxes_[capped + 1]::bigint * sharing <= rest LOOP
-        capped := capped + 1;
-        rest := rest - maxes_[capped];
-        sharing := sharing - 1;
-    END LOOP;
-    IF max = 0 THEN
-        target := 0;
-    ELSIF capped > 0 AND max <= maxes_[capped] THEN
-        target := max;
-    ELSIF sharing > 0 THEN
-        target := rest / sharing;
-        IF rest % sharing > 0 THEN
-            SELECT m.held, m.joined_at INTO r FROM @extschema@.pg_claim_lease_members m
-            WHERE m.name = pg_claim_leases_take.name AND m.holder = pg_claim_leases_take.holder;
-            -- the sharing members ranked before this holder
-            SELECT count(*) INTO ahead FROM @extschema@.pg_claim_lease_members m
-            WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
-              AND m.max > coalesce(maxes_[capped], -1)
-              AND m.holder <> pg_claim_leases_take.holder
-              AND (m.held > r.held
-                   OR (m.held = r.held AND (m.joined_at, m.holder) < (r.joined_at, pg_claim_leases_take.holder)));
-            IF ahead < rest % sharing THEN
-                target := target + 1;
+                  AND m.max > coalesce(maxes_[capped], -1)
+                  AND m.holder <> pg_claim_leases_take.holder
+                  AND (m.held > r.held
+                       OR (m.held = r.held AND (m.joined_at, m.holder) < (r.joined_at, pg_claim_leases_take.holder)));
+                IF ahead < rest % sharing THEN
+                    target := target + 1;
+                END IF;
             END IF;
         END IF;
+        target := least(coalesce(target, 0), max);
     END IF;
-    target := least(coalesce(target, 0), max);
 
     -- 4a. give back every live lease at or above n (n changed), and what it
     -- holds beyond the target (its highest slots); a slot that a fenced
@@ -854,6 +864,389 @@ BEGIN
     END IF;
     RETURN found_;
 END $$;
+
+-- ==== balance by remaining work ====
+-- (the bodies are those of sql/leases.sql, sql/leases_fleet.sql and
+-- sql/leases_balance.sql) The leases table gains a slot's weight (backlog)
+-- and the holder that wants it (wanted_by); report_backlog stores the
+-- weight and answers whether the slot is wanted; claim_leases shares by
+-- weight once a weight is known; a hand-over and a leave clear the marks.
+ALTER TABLE @extschema@.pg_claim_leases
+    ADD COLUMN IF NOT EXISTS backlog bigint,
+    ADD COLUMN IF NOT EXISTS backlog_at timestamptz,
+    ADD COLUMN IF NOT EXISTS wanted_by text;
+
+CREATE OR REPLACE FUNCTION @extschema@.pg_claim_lease_hand(
+    role oid, name text, s integer, n integer, holder text, ttl interval, key_ integer,
+    now_ timestamptz, OUT slot integer, OUT token bigint, OUT expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    -- a transaction that passed fence / lease_valid on the slot in READ
+    -- COMMITTED holds its fence lock shared: the slot is left to the caller's
+    -- next candidate (all three OUT values NULL), never waited for
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + s) THEN
+        RETURN;
+    END IF;
+    IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(key_, s) THEN
+        RAISE EXCEPTION 'name "%" is claimed with claim_slot; it cannot also be leased', name
+            USING ERRCODE = '55000',
+            HINT = 'Use one mode per name: claim_slot and my_token, or claim_lease.';
+    END IF;
+    UPDATE @extschema@.pg_claim_leases l
+    SET n = pg_claim_lease_hand.n, holder = pg_claim_lease_hand.holder, session = false,
+        owner = role, token = @extschema@.next_token(l.token),
+        acquired_at = now_, expires_at = now_ + ttl, wanted_by = NULL
+    WHERE l.name = pg_claim_lease_hand.name AND l.slot = s
+    RETURNING l.slot, l.token, l.expires_at
+    INTO pg_claim_lease_hand.slot, pg_claim_lease_hand.token, pg_claim_lease_hand.expires_at;
+END $$;
+
+CREATE OR REPLACE FUNCTION @extschema@.pg_claim_leases_leave(role oid, name text, holder text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+-- every column is qualified: a bare name is one of the arguments
+#variable_conflict use_variable
+DECLARE
+    r record;
+BEGIN
+    IF role IS NULL OR name IS NULL OR holder IS NULL THEN
+        RAISE EXCEPTION '% must not be null',
+            CASE WHEN role IS NULL THEN 'role' WHEN name IS NULL THEN 'name' ELSE 'holder' END
+            USING ERRCODE = '22004',
+            HINT = 'This is claim_leases''s internal function: call claim_leases(name, n, holder, max => 0).';
+    END IF;
+    -- another role's live member of that holder text is not this role's to end
+    SELECT m.owner INTO r FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_leave.name AND m.holder = pg_claim_leases_leave.holder
+      AND m.expires_at > pg_catalog.clock_timestamp()
+      AND m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE');
+    IF FOUND THEN
+        PERFORM @extschema@.pg_claim_lease_refuse_role(name, r.owner, role);
+    END IF;
+    UPDATE @extschema@.pg_claim_lease_members m
+    SET expires_at = pg_catalog.clock_timestamp(), max = 0, held = 0
+    WHERE m.name = pg_claim_leases_leave.name AND m.holder = pg_claim_leases_leave.holder;
+    -- the slots it wanted are no longer wanted (sql/leases_balance.sql)
+    UPDATE @extschema@.pg_claim_leases l SET wanted_by = NULL
+    WHERE l.name = pg_claim_leases_leave.name AND l.wanted_by = pg_claim_leases_leave.holder;
+    -- FOR UPDATE waits for the fenced transactions (FOR KEY SHARE)
+    PERFORM 1 FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_leases_leave.name AND l.holder = pg_claim_leases_leave.holder
+      AND NOT l.session AND l.expires_at > pg_catalog.clock_timestamp()
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
+    FOR UPDATE;
+    UPDATE @extschema@.pg_claim_leases l SET expires_at = pg_catalog.clock_timestamp()
+    WHERE l.name = pg_claim_leases_leave.name AND l.holder = pg_claim_leases_leave.holder
+      AND NOT l.session AND l.expires_at > pg_catalog.clock_timestamp()
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'));
+END $$;
+
+CREATE FUNCTION @extschema@.pg_claim_lease_report(role oid, name text, slot integer, token bigint,
+                                                  remaining bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r record;
+BEGIN
+    PERFORM @extschema@.lease_check(name, slot, token, interval '1 second');
+    IF role IS NULL THEN
+        RAISE EXCEPTION 'role must not be null' USING ERRCODE = '22004',
+            HINT = 'This is report_backlog''s internal function: call report_backlog.';
+    END IF;
+    IF remaining < 0 THEN
+        RAISE EXCEPTION 'remaining must be at least 0, got %', remaining USING ERRCODE = '22023',
+            HINT = 'remaining is the number of the slot''s pending items: 0 when none is left, NULL to keep the last report.';
+    END IF;
+    SELECT l.holder, l.backlog, l.backlog_at, l.wanted_by INTO r FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_lease_report.name AND l.slot = pg_claim_lease_report.slot
+      AND l.token = pg_claim_lease_report.token AND l.holder IS NOT NULL AND NOT l.session
+      AND l.expires_at > pg_catalog.clock_timestamp()
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'));
+    IF NOT FOUND THEN
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_lease_members m
+                       WHERE m.name = pg_claim_lease_report.name) THEN
+            RAISE EXCEPTION 'no claim_leases fleet is named "%"', name USING ERRCODE = '42704',
+                HINT = 'report_backlog reports on a lease that claim_leases gave: pass the name, slot and token of one this holder holds.';
+        END IF;
+        RETURN NULL;
+    END IF;
+    IF remaining IS NOT NULL AND (r.backlog IS DISTINCT FROM remaining
+                                  OR r.backlog_at < pg_catalog.clock_timestamp() - interval '10 seconds') THEN
+        UPDATE @extschema@.pg_claim_leases l SET backlog = remaining, backlog_at = pg_catalog.clock_timestamp()
+        WHERE l.name = pg_claim_lease_report.name AND l.slot = pg_claim_lease_report.slot
+          AND l.token = pg_claim_lease_report.token;
+    END IF;
+    RETURN r.wanted_by IS NOT NULL AND r.wanted_by <> r.holder
+       AND EXISTS (SELECT 1 FROM @extschema@.pg_claim_lease_members m
+                   WHERE m.name = pg_claim_lease_report.name AND m.holder = r.wanted_by
+                     AND m.expires_at > pg_catalog.clock_timestamp());
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_report(oid, text, integer, bigint, bigint) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.pg_claim_leases_balance(
+    role oid, name text, n integer, holder text, max integer, ttl interval, key_ integer,
+    now_ timestamptz, mine integer)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+-- every column is qualified: a bare name is one of the arguments
+#variable_conflict use_variable
+DECLARE
+    avg_ numeric;
+    known bigint := 0;
+    summed numeric := 0;
+    total numeric := 0;
+    members_ text[];
+    hs text[];
+    cs bigint[];
+    sbs numeric[];
+    cbs bigint[];
+    css bigint[];
+    sbss numeric[];
+    cbss bigint[];
+    mks bigint[];
+    marked bigint := 0;
+    wanted bigint := 0;
+    unserved bigint := 0;
+    mean numeric;
+    slack numeric;
+    own numeric := 0;
+    donors text[] := '{}';
+    weights numeric[] := '{}';
+    i integer;
+    best integer;
+    fit numeric;
+    marks integer := 0;
+    damp timestamptz := now_ - least(ttl / 3, interval '5 seconds');
+    -- a weight counts for a minute after its report
+    fresh timestamptz := now_ - interval '1 minute';
+    r record;
+BEGIN
+    SELECT pg_catalog.array_agg(m.holder) INTO members_ FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_balance.name AND m.expires_at > now_ AND m.max > 0;
+    -- one read of the name's slots, grouped by live holder (NULL:
+    -- unserved): how many, the sum and count of the reported weights, and
+    -- the same for the slots that stay where they are (not wanted by
+    -- another member, or wanted by this holder, whose marks are made again
+    -- below)
+    SELECT pg_catalog.array_agg(g.h), pg_catalog.array_agg(g.c), pg_catalog.array_agg(g.sb),
+           pg_catalog.array_agg(g.cb), pg_catalog.array_agg(g.cs), pg_catalog.array_agg(g.sbs),
+           pg_catalog.array_agg(g.cbs), pg_catalog.array_agg(g.mk)
+    INTO hs, cs, sbs, cbs, css, sbss, cbss, mks
+    FROM (SELECT u.h, pg_catalog.count(*) AS c, pg_catalog.sum(u.backlog) AS sb,
+                 pg_catalog.count(u.backlog) AS cb,
+                 pg_catalog.count(*) FILTER (WHERE u.stays) AS cs,
+                 pg_catalog.sum(u.backlog) FILTER (WHERE u.stays) AS sbs,
+                 pg_catalog.count(u.backlog) FILTER (WHERE u.stays) AS cbs,
+                 pg_catalog.count(*) FILTER (WHERE u.mark) AS mk
+          FROM (SELECT CASE WHEN l.expires_at > now_ THEN l.holder END AS h,
+                       CASE WHEN l.backlog_at > fresh THEN l.backlog END AS backlog,
+                       CASE WHEN l.wanted_by IS NULL OR l.wanted_by = l.holder
+                                 OR l.wanted_by = pg_claim_leases_balance.holder THEN true
+                            ELSE NOT coalesce(l.wanted_by = ANY (members_), false) END AS stays,
+                       l.wanted_by = pg_claim_leases_balance.holder AS mark
+                FROM @extschema@.pg_claim_leases l
+                WHERE l.name = pg_claim_leases_balance.name AND l.slot < n AND NOT l.session) u
+          GROUP BY u.h) g;
+    FOR i IN 1 .. coalesce(pg_catalog.cardinality(hs), 0) LOOP
+        known := known + cbs[i];
+        summed := summed + coalesce(sbs[i], 0);
+        IF hs[i] IS NOT NULL THEN
+            marked := marked + mks[i];
+        ELSE
+            unserved := cs[i];
+        END IF;
+    END LOOP;
+    -- no fresh weight, or no work left anywhere: shares by count
+    IF known = 0 OR summed = 0 THEN
+        RETURN NULL;
+    END IF;
+    -- a slot never reported weighs the average of the reported ones; the
+    -- fleet's weight is that of the slots no claim_lease holder holds
+    avg_ := summed / known;
+    FOR i IN 1 .. pg_catalog.cardinality(hs) LOOP
+        IF hs[i] IS NULL OR hs[i] = ANY (members_) THEN
+            total := total + coalesce(sbs[i], 0) + (cs[i] - cbs[i]) * avg_;
+        END IF;
+        IF hs[i] = pg_claim_leases_balance.holder THEN
+            own := coalesce(sbss[i], 0) + (css[i] - cbss[i]) * avg_;
+            wanted := cs[i] - css[i];
+        ELSIF hs[i] = ANY (members_) THEN
+            donors := donors || hs[i];
+            weights := weights || (coalesce(sbss[i], 0) + (css[i] - cbss[i]) * avg_);
+        END IF;
+    END LOOP;
+    mean := total / greatest(coalesce(pg_catalog.cardinality(members_), 0), 1);
+    slack := mean / 10;
+
+    -- 1. give back what others want
+    IF wanted > 0 THEN
+        UPDATE @extschema@.pg_claim_leases l SET expires_at = now_
+        WHERE l.name = pg_claim_leases_balance.name
+          AND l.slot = ANY (ARRAY(SELECT o.slot FROM @extschema@.pg_claim_leases o
+                                  WHERE o.name = pg_claim_leases_balance.name
+                                    AND o.holder = pg_claim_leases_balance.holder AND NOT o.session
+                                    AND o.expires_at > now_ AND o.slot < n
+                                    AND o.wanted_by <> pg_claim_leases_balance.holder
+                                    AND o.wanted_by = ANY (members_)
+                                    AND (o.owner IS NULL OR o.owner = role
+                                         OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
+                                    AND pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + o.slot)
+                                  FOR UPDATE SKIP LOCKED));
+        GET DIAGNOSTICS i = ROW_COUNT;
+        mine := mine - i;
+    END IF;
+    -- its own marks are made again below, from the weights of now
+    IF marked > 0 THEN
+        UPDATE @extschema@.pg_claim_leases l SET wanted_by = NULL
+        WHERE l.name = pg_claim_leases_balance.name
+          AND l.slot = ANY (ARRAY(SELECT o.slot FROM @extschema@.pg_claim_leases o
+                                  WHERE o.name = pg_claim_leases_balance.name
+                                    AND o.wanted_by = pg_claim_leases_balance.holder
+                                    AND o.expires_at > now_
+                                  FOR NO KEY UPDATE SKIP LOCKED));
+        -- a mark it could not clear (its row locked, as by a release in
+        -- progress) stays: no new marks this time, so none is made twice
+        GET DIAGNOSTICS i = ROW_COUNT;
+        marked := marked - i;
+    END IF;
+
+    -- 2. unserved slots: those it wants, then the heaviest, while it is
+    -- light; the lightest ones whatever its weight
+    -- (only when the one read found some: this holder's give-backs are
+    -- wanted by others, it does not take them)
+    IF unserved > 0 THEN
+        FOR r IN SELECT l.slot, CASE WHEN l.backlog_at > fresh THEN l.backlog ELSE avg_ END AS w,
+                        l.wanted_by IS NOT DISTINCT FROM pg_claim_leases_balance.holder AS mark
+                 FROM @extschema@.pg_claim_leases l
+                 WHERE l.name = pg_claim_leases_balance.name AND l.slot < n
+                   AND (l.expires_at <= now_ OR l.expires_at IS NULL)
+                   AND (l.wanted_by IS NULL OR l.wanted_by = pg_claim_leases_balance.holder
+                        OR NOT l.wanted_by = ANY (members_))
+                 ORDER BY 3 DESC, 2 DESC, l.slot
+                 FOR UPDATE SKIP LOCKED LOOP
+            EXIT WHEN mine >= max;
+            CONTINUE WHEN NOT (r.mark OR own < mean OR r.w <= slack);
+            IF (SELECT h.slot FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h)
+               IS NOT NULL THEN
+                mine := mine + 1;
+                own := own + r.w;
+            END IF;
+        END LOOP;
+    END IF;
+
+    -- 3. marks on the heaviest members' slots
+    WHILE marked = 0 AND own < mean - slack AND mine + marks < max AND marks < 16 LOOP
+        best := NULL;
+        FOR i IN 1 .. coalesce(pg_catalog.cardinality(weights), 0) LOOP
+            IF weights[i] IS NOT NULL AND (best IS NULL OR weights[i] > weights[best]) THEN
+                best := i;
+            END IF;
+        END LOOP;
+        EXIT WHEN best IS NULL OR weights[best] <= own;
+        fit := least(mean - own, weights[best] - mean);
+        -- the largest slot within fit, else the smallest that lowers the larger
+        SELECT l.slot, x.w INTO r
+        FROM @extschema@.pg_claim_leases l,
+             LATERAL (SELECT CASE WHEN l.backlog_at > fresh THEN l.backlog ELSE avg_ END AS w) x
+        WHERE l.name = pg_claim_leases_balance.name AND l.holder = donors[best] AND NOT l.session
+          AND l.slot < n AND l.expires_at > now_ AND l.acquired_at <= damp
+          AND (l.wanted_by IS NULL OR NOT l.wanted_by = ANY (members_))
+          AND x.w > 0 AND own + x.w < weights[best]
+        ORDER BY x.w <= fit DESC, CASE WHEN x.w <= fit THEN -x.w ELSE x.w END, l.slot
+        LIMIT 1
+        FOR NO KEY UPDATE OF l SKIP LOCKED;
+        IF NOT FOUND THEN
+            -- nothing of that member can move: the next heaviest
+            weights[best] := NULL;
+            CONTINUE;
+        END IF;
+        UPDATE @extschema@.pg_claim_leases l SET wanted_by = holder
+        WHERE l.name = pg_claim_leases_balance.name AND l.slot = r.slot;
+        marks := marks + 1;
+        own := own + r.w;
+        weights[best] := weights[best] - r.w;
+    END LOOP;
+    RETURN mine;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_balance(oid, text, integer, text, integer, interval, integer, timestamptz, integer) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@."report_backlog"(
+	"name" TEXT,
+	"slot" INT,
+	"token" bigint,
+	"remaining" bigint
+) RETURNS bool
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'report_backlog_wrapper';
+COMMENT ON FUNCTION @extschema@.report_backlog(text, integer, bigint, bigint) IS
+    'store remaining as the weight of the lease (its holder''s work left in the slot) for claim_leases'' balance: true when another holder wants the slot, false when not, NULL when token does not hold the lease';
+
+-- report_backlog is granted as claim_leases is (sql/grants.sql, run again)
+-- The grants to PUBLIC, made by the extension's owner: this function is
+-- given to the owner below and dropped once called.
+CREATE FUNCTION @extschema@.pg_claim_grant_to_public(fns pg_catalog.regprocedure[])
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    f pg_catalog.regprocedure;
+BEGIN
+    FOREACH f IN ARRAY fns LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO PUBLIC', f);
+    END LOOP;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_grant_to_public(pg_catalog.regprocedure[]) FROM PUBLIC;
+
+DO $grants$
+DECLARE
+    fns pg_catalog.regprocedure[];
+    public_fns pg_catalog.regprocedure[];
+    f pg_catalog.regprocedure;
+    owner_ pg_catalog.text;
+    path_ pg_catalog.text := pg_catalog.current_setting('search_path');
+BEGIN
+    -- function signatures below print schema-qualified
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    SELECT e.extowner::pg_catalog.regrole::pg_catalog.text INTO owner_
+    FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_claim';
+    SELECT pg_catalog.array_agg(p.oid::pg_catalog.regprocedure ORDER BY p.oid) INTO fns
+    FROM pg_catalog.pg_depend d
+    JOIN pg_catalog.pg_proc p ON p.oid = d.objid
+    WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+      AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+      AND d.deptype = 'e'
+      AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_claim')
+      AND (p.proname = ANY (ARRAY[
+               'claim_slot', 'claim_slots', 'release_slot', 'my_slot', 'my_slots',
+               'slot_holders', 'slot_status',
+               'claim_lease', 'claim_leases', 'report_backlog', 'renew_lease', 'release_lease',
+               'lease_holders', 'fence', 'lease_valid', 'my_token',
+               'claim_partitions', 'my_partitions',
+               'record_failure', 'failure_due', 'failing_items', 'clear_failure',
+               'item_failures', 'define_fleet', 'drop_fleet']::pg_catalog.name[])
+           OR p.proname OPERATOR(pg_catalog.~~) 'group\_%');
+    -- (in an upgrade, a function whose EXECUTE was already revoked from
+    -- PUBLIC stays revoked)
+    SELECT pg_catalog.array_agg(f2 ORDER BY f2::pg_catalog.oid) INTO public_fns
+    FROM pg_catalog.unnest(fns) f2
+    WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_proc p,
+                  pg_catalog.aclexplode(coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
+                  WHERE p.oid = f2::pg_catalog.oid AND a.grantee = 0 AND a.privilege_type = 'EXECUTE');
+    FOREACH f IN ARRAY fns LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s WITH GRANT OPTION', f, owner_);
+        EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+    END LOOP;
+    EXECUTE pg_catalog.format(
+        'ALTER FUNCTION @extschema@.pg_claim_grant_to_public(pg_catalog.regprocedure[]) OWNER TO %s', owner_);
+    PERFORM @extschema@.pg_claim_grant_to_public(coalesce(public_fns, '{}'));
+    PERFORM pg_catalog.set_config('search_path', path_, true);
+END $grants$;
+
+DROP FUNCTION @extschema@.pg_claim_grant_to_public(pg_catalog.regprocedure[]);
+
 
 -- ==== tenants ====
 -- (the bodies are those of sql/tenants.sql): slot_of_spread, my_items_fair

@@ -1,5 +1,5 @@
-//! Leases and fencing tokens: claim_lease, claim_leases, renew_lease, release_lease,
-//! lease_holders, fence, lease_valid, my_token (reference: docs/leases.md).
+//! Leases and fencing tokens: claim_lease, claim_leases, report_backlog, renew_lease,
+//! release_lease, lease_holders, fence, lease_valid, my_token (reference: docs/leases.md).
 //!
 //! A lease belongs to the role that claimed it. The public functions here
 //! are thin SECURITY INVOKER shells: each reads the calling role
@@ -28,6 +28,13 @@ pgrx::extension_sql_file!(
     "../sql/leases_fleet.sql",
     name = "leases_fleet",
     requires = ["leases"]
+);
+// Balancing by remaining work: the leases table's weight columns,
+// report_backlog's internal function and the weighted planner.
+pgrx::extension_sql_file!(
+    "../sql/leases_balance.sql",
+    name = "leases_balance",
+    requires = ["leases_fleet"]
 );
 
 type Row = (i32, i64, TimestampWithTimeZone);
@@ -166,6 +173,18 @@ role_shells! {
         ),
     > = pg_claim_leases_claim via leases;
 
+    /// Report the work left in a slot this holder leases (its weight for
+    /// claim_leases' balance; NULL `remaining`: only ask): true when another
+    /// holder wants the slot (give it back after this batch), false when
+    /// not, NULL when `token` does not hold the lease.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn report_backlog(
+        name: Option<&str>,
+        slot: Option<i32>,
+        token: Option<i64>,
+        remaining: Option<i64>,
+    ) -> Option<bool> = pg_claim_lease_report via scalar;
+
     /// Extend a lease to `ttl` from now: the new expiry, or NULL when the lease
     /// was lost (taken over, released, or not this role's).
     #[pg_extern(volatile, parallel_unsafe)]
@@ -263,6 +282,7 @@ pgrx::extension_sql_file!(
     requires = [
         claim_lease,
         claim_leases,
+        report_backlog,
         renew_lease,
         release_lease,
         lease_holders,

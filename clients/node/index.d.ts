@@ -115,6 +115,8 @@ export interface WorkerOptions<Row = Record<string, any>> {
   backoff?: Duration;
   /** session mode through a pool in session mode: skip the start-up check */
   sessionPool?: boolean;
+  /** lease mode: balance by remaining work (report_backlog with the fence; a slot wanted elsewhere given back after its batch; default true) */
+  balance?: boolean;
   /** serve Prometheus metrics on http://metricsHost:metricsPort/metrics (needs prom-client; 0: any free port) */
   metricsPort?: number;
   /** the address the metrics endpoint listens on (default '127.0.0.1'; '0.0.0.0' or '::' for every interface) */

@@ -277,6 +277,12 @@ VALID_BY_FUNCTION = {
     ("pg_claim_fleet_backlog_query", "age"): "NULL::text",
     ("pg_claim_fleet_put", "tbl"): "'hm_items'::regclass::oid",
     ("pg_claim_fleet_put", "key"): "NULL::text",
+    # report_backlog: a count of pending items; the weighted planner's
+    # clock and the holder's count of renewed leases
+    ("report_backlog", "remaining"): "10::bigint",
+    ("pg_claim_lease_report", "remaining"): "10::bigint",
+    ("pg_claim_leases_balance", "now_"): "clock_timestamp()",
+    ("pg_claim_leases_balance", "mine"): "0",
     ("my_items_fair", "fair"): "'email'::text",
     ("my_items_fair", "spread"): "NULL::integer",
     ("my_items_fair", "spread_key"): "NULL::text",

@@ -12,6 +12,12 @@ transaction behind fence(): a PC001 drops the slot until the next call
 returns it. On SIGTERM it finishes its batch, then gives every slot back and
 leaves the live set (claim_leases(..., max => 0)) and exits 0.
 
+With ELASTIC_BALANCE=1 (tests/pooler/test_balance.py) it also balances by
+remaining work (docs/leases.md, "Balancing"): each batch's transaction
+reports the slot's pending items left (a bounded count) with
+report_backlog, a slot found walked reports 0, and a slot the report says
+is wanted elsewhere is released right after the batch commits.
+
 Every change of the held slots, batch, write, rejected write and reconnection
 is one JSON line on stdout.
 """
@@ -36,6 +42,11 @@ TTL_S = float(os.environ["ELASTIC_TTL_S"])
 PERIOD_S = float(os.environ["ELASTIC_PERIOD_S"])
 BATCH = int(os.environ["ELASTIC_BATCH"])
 ITEM_S = float(os.environ["ELASTIC_ITEM_MS"]) / 1000
+BALANCE = os.environ.get("ELASTIC_BALANCE") == "1"
+# the slot's pending items left, counted up to a cap (report_backlog's weight)
+REMAINING = ("SELECT report_backlog(%s, %s, %s, (SELECT count(*) FROM (SELECT 1 FROM items"
+             " WHERE slot_of(customer, %s) = %s AND NOT done LIMIT 10000) c))")
+walked = set()  # (slot, token) of the leases whose share was found walked
 POLL_S = 0.1  # the pause after a round over the held slots that found nothing to do
 # one holder: this process, on this host (a pid is reused, the random part is not)
 HOLDER = os.environ.get("ELASTIC_HOLDER") or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(8)}"
@@ -62,6 +73,9 @@ def work_once(conn, held):
                         " after => %s, batch => %s)",
                         (slot, N, after, BATCH)).fetchall()
     if not rows:  # the share is walked; new items come after the cursor
+        if BALANCE and (slot, token) not in walked:  # reported empty once per lease
+            walked.add((slot, token))
+            conn.execute("SELECT report_backlog(%s, %s, %s, 0)", (NAME, slot, token))
         return False
     last = str(rows[-1][0])
     todo = [item for item, done in rows if not done]
@@ -74,6 +88,7 @@ def work_once(conn, held):
                 conn.execute("UPDATE items SET done = true WHERE id = ANY(%s)", (todo,))
                 conn.execute("INSERT INTO processing_log (item, worker, slot, token)"
                              " SELECT unnest(%s::bigint[]), %s, %s, %s", (todo, HOLDER, slot, token))
+                wanted = BALANCE and conn.execute(REMAINING, (NAME, slot, token, N, slot)).fetchone()[0]
         except psycopg.Error as e:
             if e.sqlstate != "PC001":
                 raise
@@ -81,6 +96,11 @@ def work_once(conn, held):
             emit("rejected", slot=slot, token=token, items=len(todo), how="PC001")
             return True
         emit("wrote", slot=slot, token=token, items=len(todo))
+        if wanted:  # another holder wants the slot: give it back after this batch
+            released = conn.execute("SELECT release_lease(%s, %s, %s)", (NAME, slot, token)).fetchone()[0]
+            held.drop(slot, token)
+            emit("gave", slot=slot, token=token, released=released)
+            return True
     held.advance(slot, token, last)
     return True
 

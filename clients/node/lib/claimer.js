@@ -4,6 +4,12 @@
 // was lost, and the leave.
 const { intervalText, diffHeld, errorText } = require("./util");
 
+// Balance: the pause of a worker with nothing to do before it calls
+// claim_leases again (a slot wanted for it is given back after the giver's
+// batch), and how many such calls in a row before renewInterval applies again.
+const HUNGRY_MS = 200;
+const HUNGRY_CALLS = 5;
+
 const methods = {
   /**
    * Replaces the held slots; the slots taken and lost are counted and told.
@@ -12,6 +18,10 @@ const methods = {
   _setHeld(now, reason) {
     const { taken, lost } = diffHeld(this.held, now);
     if (!taken.length && !lost.length) return;
+    for (const { slot } of [...lost, ...taken]) {
+      this._weights.delete(slot);
+      this._wanted.delete(slot);
+    }
     for (const { slot, token } of lost) {
       this._walks.delete(slot);
       this.stats.slotsLost++;
@@ -61,6 +71,7 @@ const methods = {
    */
   async _renewLoop() {
     let c = null;
+    let burst = 0;
     this._goodAt = null;
     const drop = () => { this._dropTimer = null; this._setHeld(new Map(), "expired"); };
     while (this._renewing) {
@@ -85,8 +96,14 @@ const methods = {
         this._emit("claim_failed", { error: errorText(e) });
         if (this._goodAt === null || Date.now() >= this._goodAt + this.ttlMs) this._setHeld(new Map(), "expired");
       }
-      const rest = asked + this.renewMs - Date.now();
-      if (rest > 0 && this._renewing) await new Promise((resolve) => { this._renewTimer = setTimeout(resolve, rest); this._renewSleep = resolve; });
+      // balance: a worker with nothing to do asks again after HUNGRY_MS,
+      // HUNGRY_CALLS times in a row, instead of after renewInterval
+      burst = this._hungry() ? burst + 1 : 0;
+      const end = asked + (burst > 0 && burst <= HUNGRY_CALLS ? HUNGRY_MS : this.renewMs);
+      for (let rest = end - Date.now(); rest > 0 && this._renewing; rest = end - Date.now()) {
+        await new Promise((resolve) => { this._renewTimer = setTimeout(resolve, Math.min(rest, HUNGRY_MS)); this._renewSleep = resolve; });
+        if (burst < HUNGRY_CALLS && Date.now() >= asked + HUNGRY_MS && this._hungry()) break;
+      }
       this._renewSleep = null;
     }
     clearTimeout(this._dropTimer);

@@ -81,6 +81,13 @@ function configure(w, options) {
   w.connection = { ...(o.connection || {}), ...(str("conninfo") ? { connectionString: o.conninfo } : {}) };
   w.notifyConnection = str("notifyConninfo") ? { connectionString: o.notifyConninfo } : null;
   w.sessionPool = Boolean(o.sessionPool);
+  if (o.balance !== undefined && typeof o.balance !== "boolean") throw new TypeError(`pg-claim: option balance must be true or false, got ${JSON.stringify(o.balance)}`);
+  w.balance = o.balance !== false;
+  // lease mode's balance (docs/leases.md, "Balancing"): each held slot's weight as
+  // its batches saw it (batch: full, work left; 0: walked), and the slots the
+  // last report said another holder wants
+  w._weights = new Map();
+  w._wanted = new Set();
   w.metricsPort = o.metricsPort === undefined || o.metricsPort === null ? null : int("metricsPort", null, 0);
   w.metricsHost = str("metricsHost") || "127.0.0.1";
   // every wait's deadline: the query timeout (default ttl) on every

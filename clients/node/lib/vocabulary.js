@@ -35,6 +35,7 @@ const OPTIONS = [
   ["maxAttempts", "5"],
   ["backoff", "'10 seconds'"],
   ["sessionPool", "false"],
+  ["balance", "true"],
   ["metricsPort", "none"],
   ["metricsHost", "'127.0.0.1'"],
   ["onEvent", "none"],

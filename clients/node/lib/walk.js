@@ -46,7 +46,15 @@ const methods = {
       }
       const { slot, side } = this._pick(last);
       if (!side) last = slot;
-      const done = await this._batch(client, slot, this.held.get(slot), side);
+      const token = this.held.get(slot);
+      const done = await this._batch(client, slot, token, side);
+      if (this.balance && !done.fenced && !done.transient && this.held.get(slot) === token) {
+        if (!side) this._weights.set(slot, done.end ? 0 : this.batch);
+        if (this._wanted.has(slot)) {
+          await this._handOver(client, slot, token);
+          continue;
+        }
+      }
       if (await this._after(done)) {
         if (!side) last = slot - 1; // the same slot again
         continue;
@@ -60,6 +68,27 @@ const methods = {
         this._resting.clear();
       }
     }
+  },
+
+  /**
+   * The slot is wanted by another holder (its batch's report said so): given
+   * back now that the batch committed, so that holder takes it at its next
+   * call (the fenced hand-over: the token is dead from now on).
+   */
+  async _handOver(client, slot, token) {
+    this._wanted.delete(slot);
+    this._weights.delete(slot);
+    await client.query("SELECT release_lease($1, $2, $3::bigint)", [this.name, slot, token]);
+    if (this.held.get(slot) === token) {
+      const now = new Map(this.held);
+      now.delete(slot);
+      this._setHeld(now, "given back");
+    }
+  },
+
+  /** Lease mode's balance: no slot held, or every held slot walked (its last batch came back short). */
+  _hungry() {
+    return this.balance && [...this.held.keys()].every((s) => this._weights.get(s) === 0);
   },
 
   async _serveSession(client, server) {
@@ -155,11 +184,16 @@ const methods = {
     const idle = this.idleMs > 0 ? `; SET LOCAL idle_in_transaction_session_timeout = ${this.idleMs}` : "";
     // the guard: lease mode the fence, session mode the session's own lock
     const name = client.escapeLiteral(this.name);
-    const guard = token === null ? `SELECT ${slot} = ANY (my_slots(${name})) AS mine` : `SELECT fence(${name}, ${slot}, ${token}::bigint)`;
+    let guard = token === null ? `SELECT ${slot} = ANY (my_slots(${name})) AS mine` : `SELECT fence(${name}, ${slot}, ${token}::bigint)`;
+    // balance: the slot's weight as its batches saw it, and whether another
+    // holder wants it (then given back after this batch)
+    const weight = this._weights.has(slot) ? this._weights.get(slot) : "NULL";
+    if (token !== null && this.balance) guard += `, report_backlog(${name}, ${slot}, ${token}::bigint, ${weight}::bigint) AS wanted`;
     const open = `BEGIN${idle}; ${guard}`;
     try {
       const r = await client.query(fetch === null ? open : `${open}; ${fetch}`);
       if (token === null && !r[idle ? 2 : 1].rows[0].mine) throw Object.assign(new Error("pg-claim: the session no longer holds the slot"), { code: "PC001" });
+      if (token !== null && r[idle ? 2 : 1].rows[0].wanted) this._wanted.add(slot);
       return fetch === null ? [] : r[r.length - 1].rows;
     } catch (e) {
       if (isConnectionLost(e)) throw e;

@@ -218,4 +218,41 @@ test("the library against a server", { skip: SKIP }, async (t) => {
     await w.stop();
     await running;
   });
+
+  await t.test("lease mode, balance: a joiner gets slots handed over within seconds, every row once", async () => {
+    await sql(`CREATE TABLE bal (id bigint PRIMARY KEY, sent_at timestamptz);
+      INSERT INTO bal (id) SELECT g FROM generate_series(1, 2000) g;
+      CREATE TABLE bal_sent (id bigint NOT NULL)`);
+    const opts = (events) => ({
+      connection: direct, name: "bal", table: "bal", n: 4, pending: "sent_at", batch: 10, ttl: "30 seconds", pollInterval: 200,
+      handler: async (client, rows) => {
+        await sleep(5 * rows.length);
+        await client.query("UPDATE bal SET sent_at = now() WHERE id = ANY($1)", [rows.map((r) => r.id)]);
+        await client.query("INSERT INTO bal_sent SELECT unnest($1::bigint[])", [rows.map((r) => r.id)]);
+      },
+      onEvent: (e) => events.push(e),
+    });
+    const firstEvents = [];
+    const secondEvents = [];
+    const first = new Worker(opts(firstEvents));
+    const runs = [first.run()];
+    // past the damping (least(ttl / 3, 5 s)): the first worker's leases are 5 s old
+    await until(async () => (await sql("SELECT count(*)::int AS k FROM lease_holders('bal') WHERE NOT expired"
+      + " AND acquired_at < now() - interval '5.2 seconds'"))[0].k === 4, 15000, "the first worker's leases, 5 s old");
+    const joined = Date.now();
+    const second = new Worker(opts(secondEvents));
+    runs.push(second.run());
+    await until(async () => secondEvents.some((e) => e.type === "gained"), 8000, "the joiner's first slot");
+    const took = Date.now() - joined;
+    assert.ok(took < 5000, `the joiner got its first slot ${took} ms after it started`);
+    assert.ok(firstEvents.some((e) => e.type === "lost" && e.reason === "given back"));
+    assert.ok((await sql("SELECT count(backlog)::int AS k FROM pg_claim_leases WHERE name = 'bal'"))[0].k > 0);
+    await until(async () => (await sql("SELECT count(*)::int AS k FROM bal WHERE sent_at IS NULL"))[0].k === 0, 60000, "the drain");
+    await first.stop();
+    await second.stop();
+    await Promise.all(runs);
+    const [{ k, d }] = await sql("SELECT count(*)::int AS k, count(DISTINCT id)::int AS d FROM bal_sent");
+    assert.strictEqual(k, 2000);
+    assert.strictEqual(d, 2000);
+  });
 });

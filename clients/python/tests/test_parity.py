@@ -21,8 +21,9 @@ PY_SRC = os.path.join(ROOT, "clients", "python", "src", "pg_claim")
 NODE = os.path.join(ROOT, "clients", "node")
 DOC = os.path.join(ROOT, "docs", "libraries.md")
 # the functions of the extension a worker calls (docs/libraries.md, "The SQL they send")
-FUNCTIONS = ("claim_leases", "claim_slots", "release_slot", "my_slots", "lease_holders", "fence", "my_items",
-             "item_failures", "record_failure", "clear_failure", "slot_channel", "slot_partition")
+FUNCTIONS = ("claim_leases", "claim_slots", "release_slot", "my_slots", "lease_holders", "fence", "report_backlog",
+             "release_lease", "my_items", "item_failures", "record_failure", "clear_failure", "slot_channel",
+             "slot_partition")
 
 
 def snake(name):
@@ -60,6 +61,8 @@ def test_the_options_are_the_signature_of_worker():
             assert p.default == int(d), k
         elif d == "false":
             assert p.default is False, k
+        elif d == "true":
+            assert p.default is True, k
         else:  # none, or made of other options (ttl, n, ...): the code fills it in
             assert p.default is None, k
 

@@ -429,3 +429,55 @@ def test_a_table_named_like_a_builtin_type(db, table):
         r.stop()
     assert r.error is None, r.error
     assert db.execute("SELECT count(*) FROM log WHERE tbl = %s", (table,)).fetchone()[0] == 40
+
+
+def test_a_joiner_gets_its_share_by_weight_within_seconds(db):
+    """Balance by remaining work (docs/leases.md, "Balancing"): a worker
+    that joins a fleet whose only worker holds every slot gets slots handed
+    over after that worker's next batches (report_backlog says they are
+    wanted), within a few seconds, not at the holder's next renew (ttl / 3 =
+    10 s); the weights are on the leases; every row once."""
+    tbl, name = "t_balance", "balance"
+    make_table(db, tbl, 2000)
+
+    def slow(tx, rows):
+        time.sleep(0.005 * len(rows))
+        handler_for(tbl)(tx, rows)
+    first = Run(name=name, table=tbl, n=4, pending="done", batch=10, ttl=30, handler=slow, poll_interval=0.2)
+    second = None
+    try:
+        # past the damping (least(ttl / 3, 5 s)): the first worker's leases are 5 s old
+        wait_for(lambda: db.execute("SELECT count(*) = 4 FROM lease_holders(%s) WHERE NOT expired"
+                                    " AND acquired_at < now() - interval '5.2 seconds'", (name,)).fetchone()[0],
+                 timeout=15, what="the first worker's leases, 5 s old")
+        assert db.execute(f"SELECT count(*) > 0 FROM {tbl} WHERE NOT done").fetchone()[0], "drained before the join"
+        joined = time.monotonic()
+        second = Run(name=name, table=tbl, n=4, pending="done", batch=10, ttl=30, handler=slow, poll_interval=0.2)
+        wait_for(lambda: second.said("gained"), timeout=8, what="the joiner's first slot")
+        took = time.monotonic() - joined
+        assert took < 5, f"the joiner got its first slot {took:.1f} s after it started"
+        assert any(f.get("reason") == "given back" for f in first.said("lost"))
+        assert db.execute("SELECT count(backlog) > 0 FROM pg_claim_leases WHERE name = %s", (name,)).fetchone()[0]
+        wait_for(lambda: db.execute(f"SELECT count(*) = 0 FROM {tbl} WHERE NOT done").fetchone()[0],
+                 timeout=60, what="the drain")
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+    assert first.error is None and second.error is None, (first.error, second.error)
+    (logged, distinct) = db.execute("SELECT count(*), count(DISTINCT item) FROM log WHERE tbl = %s", (tbl,)).fetchone()
+    assert logged == distinct == 2000
+
+
+def test_balance_off_sends_no_report(db):
+    """balance=False: no report_backlog, no weight on the leases."""
+    tbl, name = "t_nobalance", "nobalance"
+    make_table(db, tbl, 100)
+    r = Run(name=name, table=tbl, n=4, pending="done", batch=10, ttl=3, handler=handler_for(tbl),
+            poll_interval=0.2, balance=False)
+    try:
+        wait_for(lambda: db.execute(f"SELECT count(*) = 0 FROM {tbl} WHERE NOT done").fetchone()[0], what="drain")
+    finally:
+        r.stop()
+    assert r.error is None
+    assert db.execute("SELECT count(backlog) = 0 FROM pg_claim_leases WHERE name = %s", (name,)).fetchone()[0]

@@ -19,6 +19,12 @@ from ._types import PoolerError
 
 log = logging.getLogger("pg_claim")
 
+# Balance: the pause of a worker with nothing to do before it calls
+# claim_leases again (a slot wanted for it is given back after the giver's
+# batch), and how many such calls in a row before the period applies again.
+HUNGRY_S = 0.2
+HUNGRY_CALLS = 5
+
 
 class Claimer:
     """Claims of a Worker (mixed into Worker)."""
@@ -53,6 +59,7 @@ class Claimer:
         An error that is not the connection's stops the worker."""
         period = self._renew_s or self._ttl_s / 3
         failing = False
+        burst = 0
         while True:
             asked = time.monotonic()
             try:
@@ -81,10 +88,30 @@ class Claimer:
                 self._wake.set()  # an idle work loop waits at most until the slots are to be dropped
             if gained or lost:
                 self._changed(gained, lost, reason)
-            if self._stop.wait(max(0.0, asked + period - time.monotonic())):
+            for s, _ in gained + lost:
+                self._weights.pop(s, None)
+                self._wanted.discard(s)
+            # balance: a worker with nothing to do asks again after HUNGRY_S,
+            # HUNGRY_CALLS times in a row, instead of after the period
+            burst = burst + 1 if self._hungry() else 0
+            if self._waits(asked, period, burst):
                 break
         if conn is not None:
             conn.close()
+
+    def _waits(self, asked: float, period: float, burst: int) -> bool:
+        """The claimer's pause after the call sent at `asked`: the period, or
+        HUNGRY_S while the worker has nothing to do (at most HUNGRY_CALLS
+        calls in a row). True when the worker stops."""
+        end = asked + (HUNGRY_S if 0 < burst <= HUNGRY_CALLS else period)
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return self._stop.is_set()
+            if burst < HUNGRY_CALLS and time.monotonic() >= asked + HUNGRY_S and self._hungry():
+                return self._stop.is_set()
+            if self._stop.wait(min(left, HUNGRY_S)):
+                return True
 
     def _run_lease(self) -> None:
         self._held = Held(valid_s=self._ttl_s, margin_s=self._ttl_s / 3)

@@ -8,7 +8,7 @@ import os
 import secrets
 import socket
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import psycopg
 from psycopg import sql
@@ -46,6 +46,7 @@ class Config:
                  max_slots: Optional[int] = None, holder: Optional[str] = None,
                  notify_conninfo: Optional[str] = None, poll_interval: Optional[float] = None,
                  max_attempts: int = 5, backoff: Interval = "10 seconds", session_pool: bool = False,
+                 balance: bool = True,
                  metrics_port: Optional[int] = None, metrics_host: str = "127.0.0.1",
                  on_event: Optional[EventHook] = None) -> None:
         if not isinstance(name, str) or not name:
@@ -81,6 +82,8 @@ class Config:
             if s is not None and (s < 0 or (what == "renew_interval" and s == 0)):
                 raise ValueError(f"{what} must be {'positive' if what == 'renew_interval' else 'at least 0'},"
                                  f" got {v!r}")
+        if not isinstance(balance, bool):
+            raise TypeError(f"balance must be True or False, got {balance!r}")
         if connection is not None and not isinstance(connection, dict):
             raise TypeError(f"connection must be a dict of psycopg.connect() parameters, got {connection!r}")
         self.conninfo, self.name, self.table, self.n = conninfo, name, table, n
@@ -92,7 +95,7 @@ class Config:
         self.max_attempts, self.backoff = max_attempts, backoff
         self.connection, self.session_pool = dict(connection or {}), bool(session_pool)
         self.renew_interval, self.idle_in_transaction_timeout = renew_interval, idle_in_transaction_timeout
-        self.query_timeout = query_timeout
+        self.query_timeout, self.balance = query_timeout, balance
         self.metrics_port, self.metrics_host, self.on_event = metrics_port, metrics_host, on_event
         self.stats = Stats()
         self._stop = threading.Event()
@@ -113,6 +116,11 @@ class Config:
         self._strikes: Dict[int, Tuple[str, int]] = {}
         self._forced: Dict[int, bool] = {}
         self._owed: Dict[int, Dict[str, str]] = {}
+        # lease mode's balance (docs/leases.md, "Balancing"): each held slot's
+        # weight as its batches saw it (batch: full, work left; 0: walked), and
+        # the slots the last report said another holder wants
+        self._weights: Dict[int, int] = {}
+        self._wanted: Set[int] = set()
         self._claim_failing = False
         self._threads: List[threading.Thread] = []
         self.running_mode: Optional[str] = None

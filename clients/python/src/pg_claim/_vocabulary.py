@@ -35,6 +35,7 @@ OPTIONS: Tuple[Tuple[str, str], ...] = (
     ("max_attempts", "5"),
     ("backoff", "'10 seconds'"),
     ("session_pool", "false"),
+    ("balance", "true"),
     ("metrics_port", "none"),
     ("metrics_host", "'127.0.0.1'"),
     ("on_event", "none"),

@@ -58,6 +58,11 @@ class Walker:
                 self.stats.slots(0, 1, len(self._held.snapshot()))
                 self._tell_lost([(slot, token)], "taken")
             return True
+        if not session and self.balance:
+            self._weights[slot] = 0 if end else self.batch
+            if slot in self._wanted:
+                self._hand_over(conn, slot, token)
+                return True
         if retry_in is not None:
             d = due.setdefault(slot, {})
             d[after] = min(d.get(after, float("inf")), time.monotonic() + max(retry_in, 0.0))
@@ -70,6 +75,22 @@ class Walker:
                 self._resting[(slot, token)] = now + (self.poll_interval or (30.0 if self._listening() else 1.0))
         self._held.advance(slot, token, cursor)
         return True
+
+    def _hand_over(self, conn: psycopg.Connection, slot: int, token: int) -> None:
+        """The slot is wanted by another holder (its batch's report said so):
+        given back now that the batch committed, so that holder takes it at
+        its next call (the fenced hand-over: the token is dead from now on)."""
+        self._wanted.discard(slot)
+        self._weights.pop(slot, None)
+        conn.execute("SELECT release_lease(%s, %s, %s::bigint)", (self.name, slot, token))
+        if self._held.drop(slot, token):
+            self._changed([], [(slot, token)], "given back")
+
+    def _hungry(self) -> bool:
+        """Lease mode's balance: no slot held, or every held slot walked (its
+        last batch came back short): the claimer asks again soon."""
+        held = self._held.snapshot()
+        return self.balance and all(self._weights.get(s) == 0 for s in held)
 
     def _all_quiet(self, quiet: Dict[Tuple[int, int], bool]) -> bool:
         held = self._held.snapshot()
@@ -230,6 +251,11 @@ class Walker:
             q = "BEGIN; SELECT %(slot)s = ANY (my_slots(%(name)s)) AS mine"
         else:
             q = "BEGIN; SELECT fence(%(name)s, %(slot)s, %(token)s::bigint)"
+            if self.balance:
+                # the slot's weight as its batches saw it, and whether another
+                # holder wants it (then given back after this batch)
+                q += ", report_backlog(%(name)s, %(slot)s, %(token)s::bigint, %(weight)s::bigint) AS wanted"
+                params["weight"] = self._weights.get(slot)
         # 0: no limit (the server's own setting)
         if self._idle_s > 0:
             q += ", set_config('idle_in_transaction_session_timeout', %(idle)s, true)"
@@ -245,6 +271,8 @@ class Walker:
             mine = cur.fetchone()
             if token is None and not (mine and mine["mine"]):
                 raise _SlotLost()
+            if mine and mine.get("wanted"):
+                self._wanted.add(slot)
             rows: List[Row] = []
             if fetch is not None:
                 cur.nextset()
