@@ -193,7 +193,7 @@ class Run:
         n, first = self.spec.n, set(self.spec.start)
         while time.monotonic() < deadline:
             self.check_alive()
-            if self.scheme == "lease":
+            if self.scheme != "queue":
                 h = self.holders(d)
                 if set(h) == first and sum(h.values()) == n and \
                         all(n // len(first) <= c <= -(-n // len(first)) for c in h.values()):
@@ -357,7 +357,7 @@ def main():
             version = d.execute("SHOW server_version").fetchone()[0]
         for i, spec in enumerate(specs):
             cust = customers(spec.keys, spec.rows)
-            order = ("queue", "lease") if i % 2 == 0 else ("lease", "queue")
+            order = ("queue", "count", "lease") if i % 2 == 0 else ("lease", "count", "queue")
             for scheme in order:
                 print(f"balance: {spec.name} {scheme} ({spec.rows} rows)", file=sys.stderr, flush=True)
                 results.append(run_case(spec, scheme, args, i, cust))
@@ -368,7 +368,7 @@ def main():
     meta = {"date": started.strftime("%Y-%m-%d %H:%M UTC"), "cores": os.cpu_count(), "postgresql": version,
             "command": command, "quick": args.quick, "ttl_s": TTL_S, "batch": BATCH,
             "pool": int(os.environ.get("PGC_POOLER_POOL", "0")) or None,
-            "planner": "count shares (floor(n/H) or ceil(n/H) slots per holder)",
+            "planner": "lease: shares by remaining work (balance=True, the default); count: balance=False",
             "load_avg_5min": [round(load_before, 1), round(os.getloadavg()[1], 1)],
             "seconds": round((datetime.datetime.now(datetime.timezone.utc) - started).total_seconds())}
     report.ratios(results)

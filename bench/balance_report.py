@@ -53,7 +53,7 @@ def measure(d, run, ttl_s):
     if spec.handler_ms:
         r["slot_bound_s"] = round(heaviest * spec.handler_ms / 1000, 3)
         r["ratio_to_bound"] = round(r["makespan_s"] / r["slot_bound_s"], 3)
-    if run.scheme == "lease":
+    if run.scheme != "queue":
         r["handover_latency_s"] = latencies(run)
         lat = [x for x in r["handover_latency_s"].values() if x is not None]
         for p in (50, 99):
@@ -125,7 +125,7 @@ def table(meta, results):
         if "makespan_s" not in r:
             lines.append(f"{r['scenario']:<5} {r['scheme']:<6} FAILED: {r.get('error')}")
             continue
-        lease = r["scheme"] == "lease"
+        lease = r["scheme"] != "queue"
         lines.append(
             f"{r['scenario']:<5} {r['scheme']:<6} {r['rows']:>7} {r['makespan_s']:>10.2f}"
             f" {fmt(r.get('ratio_to_queue'), '{:.2f}x'):>7} {r['items_per_s']:>8.0f}"
@@ -136,8 +136,8 @@ def table(meta, results):
             f" {fmt(r.get('ratio_to_bound'), '{:.2f}x'):>7} {'yes' if r['exactly_once'] else 'NO':>4}")
     lines.append("")
     for r in results:
-        if r["scheme"] == "lease" and "ratio_to_queue" in r:
-            line = (f"ratio: {r['scenario']} ({r['title']}): makespan pg_claim / queue {r['ratio_to_queue']:.2f}x,"
+        if r["scheme"] != "queue" and "ratio_to_queue" in r:
+            line = (f"ratio: {r['scenario']} ({r['title']}): makespan pg_claim ({r['scheme']}) / queue {r['ratio_to_queue']:.2f}x,"
                     f" items/s {r['items_per_s_ratio']:.2f}x; idle tail {r['idle_tail_pct']:.1f}% of the makespan")
             if r.get("ratio_to_bound") is not None:
                 line += (f"; {r['ratio_to_bound']:.2f}x the bound of the heaviest slot"
@@ -191,7 +191,8 @@ def nice_step(span, ticks=6):
 def svg(runs, meta):
     """Rows done over time per worker in scenario a, one panel per scheme,
     on the same axes, with the timeline's events."""
-    names = {"lease": "pg_claim.Worker, lease mode (count shares)", "queue": "FOR UPDATE SKIP LOCKED queue"}
+    names = {"lease": "pg_claim.Worker, lease mode (balanced by work)", "count": "pg_claim.Worker, balance=False (count shares)",
+             "queue": "FOR UPDATE SKIP LOCKED queue"}
     W, PH, L, R, T = 920, 260, 70, 130, 50
     g = Svg(W, T + len(runs) * (PH + 60) + 30)
     xmax = max(r["makespan_s"] for r in runs) * 1.02

@@ -57,10 +57,10 @@ def handle(tx, ids):
     tx.execute(MARK, (LABEL, ids))
 
 
-def lease():
+def lease(balance=True):
     worker = pg_claim.Worker(
         DSN, name=NAME, table="items", n=N, pending="done_at", batch=BATCH, mode="lease",
-        ttl=TTL_S, route=ROUTE, holder=LABEL, poll_interval=POLL_S,
+        ttl=TTL_S, route=ROUTE, holder=LABEL, poll_interval=POLL_S, balance=balance,
         handler=lambda tx, rows: handle(tx, [r["id"] for r in rows]),
         on_event=lambda event, fields: event in EVENTS and emit(event, **fields))
     worker.run()  # SIGTERM: worker.stop() (its own handler, main thread)
@@ -101,7 +101,10 @@ def queue():
 
 
 def main():
-    lease() if SCHEME == "lease" else queue()
+    if SCHEME == "queue":
+        queue()
+    else:  # lease: balanced by remaining work (the default); count: balance=False
+        lease(balance=SCHEME == "lease")
     emit("exit")
 
 
