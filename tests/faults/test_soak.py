@@ -28,6 +28,8 @@ SOAK_FAULTS = {
 
 
 def run_soak(cluster, workdir, minutes, seed):
+    # first, so that a failure inside a fault's own checks can be replayed (--seed)
+    print(f"soak {minutes:g} min: seed {seed} (scripts/test soak --seed {seed})", flush=True)
     rng = random.Random(seed)
     fleet = Fleet(cluster, workdir, lifetime=minutes * 60 + 300)
     kinds = collections.Counter()
