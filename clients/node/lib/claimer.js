@@ -85,12 +85,17 @@ const methods = {
         const validMs = this.ttlMs - (Date.now() - asked);
         if (validMs <= 0) throw new Error(`pg-claim: claim_leases answered after ${Date.now() - asked} ms, past the ttl`);
         const expired = this._goodAt === null || asked >= this._goodAt + this.ttlMs;
+        // the slots this call gave back: a batch whose fence refuses one of
+        // them meanwhile leaves its reason to this call (_begin)
+        this._leaving = new Set([...this.held.keys()].filter((s) => !rows.some((r) => r.slot === s)));
         const reasons = await this._lostReasons(c, this.held, rows, expired);
         this._goodAt = asked;
         clearTimeout(this._dropTimer);
         this._dropTimer = setTimeout(drop, validMs);
         this._setHeld(new Map(rows.map((r) => [r.slot, r.token])), reasons);
+        this._leaving = new Set();
       } catch (e) {
+        this._leaving = new Set();
         if (c) this._drop(c);
         c = null;
         this._emit("claim_failed", { error: errorText(e) });

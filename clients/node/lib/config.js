@@ -88,6 +88,7 @@ function configure(w, options) {
   // last report said another holder wants
   w._weights = new Map();
   w._wanted = new Set();
+  w._leaving = new Set();
   w.metricsPort = o.metricsPort === undefined || o.metricsPort === null ? null : int("metricsPort", null, 0);
   w.metricsHost = str("metricsHost") || "127.0.0.1";
   // every wait's deadline: the query timeout (default ttl) on every

@@ -202,7 +202,7 @@ const methods = {
       this.stats.fenced++;
       this._emit("rejected", { slot, token });
       if (this._prom) this._prom.fenceRejections.inc({ fleet: this.name });
-      if (this.held.get(slot) === token) { // until a claim returns it again
+      if (this.held.get(slot) === token && !this._leaving.has(slot)) { // until a claim returns it again
         const now = new Map(this.held);
         now.delete(slot);
         this._setHeld(now, "taken");
