@@ -4,8 +4,8 @@ deadline, the server's pg_ctl and PgBouncer, and worker processes that report
 events as JSON lines. Each is defined here once."""
 from .core import Expectations, Failure, check, log, poll
 from .db import connect, expect_error, one, quiet
-from .fleet import WorkerProcess, failure_state, stop_all
+from .fleet import Producer, WorkerProcess, check_processing_log, failure_state, stop_all
 from .server import PgBouncer, Server, as_postgres, free_port
 
 __all__ = ["Expectations", "Failure", "check", "log", "poll", "connect", "expect_error", "one", "quiet", "WorkerProcess",
-           "failure_state", "stop_all", "PgBouncer", "Server", "as_postgres", "free_port"]
+           "Producer", "check_processing_log", "failure_state", "stop_all", "PgBouncer", "Server", "as_postgres", "free_port"]

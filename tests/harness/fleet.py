@@ -7,7 +7,7 @@ import subprocess
 import threading
 import time
 
-from .core import Failure
+from .core import Failure, check
 
 
 def failure_state(conn, name, item):
@@ -98,3 +98,60 @@ def stop_all(workers, within=5, kill=False):
         except subprocess.TimeoutExpired:
             w.proc.kill()
             w.proc.wait()
+
+
+class Producer:
+    """New rows while a fleet test runs: `statement` (its one parameter: how
+    many) executed every 0.1 s for `per_s` rows a second, on a connection of
+    `connect()`, opened again after an error (the server restarting), until
+    stop(). `produced`: the rows inserted."""
+
+    def __init__(self, connect, statement, per_s):
+        import psycopg  # only the fleet tests that produce need the driver
+        self._errors = psycopg.Error
+        self.connect, self.statement, self.per_tick = connect, statement, max(1, per_s // 10)
+        self.produced = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        conn = None
+        while not self._stop.wait(0.1):
+            try:
+                conn = conn or self.connect()
+                conn.execute(self.statement, (self.per_tick,))
+                self.produced += self.per_tick
+            except self._errors:
+                if conn is not None:
+                    conn.close()
+                conn = None
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(5)
+
+
+def check_processing_log(d, n, skip=None):
+    """A fleet test's processing log (item, slot, token, in seq order: one
+    row written in each item's handler transaction) against its items table
+    (id): every item but `skip` (a poison item, never logged) logged exactly
+    once, each by a holder of its slot (slot_of(item, n)), and no write with
+    a token older than one already written for its slot. The number of items."""
+    (items,) = d.execute("SELECT count(*) FROM items WHERE id IS DISTINCT FROM %s", (skip,)).fetchone()
+    (logged, distinct, skipped) = d.execute(
+        "SELECT count(*), count(DISTINCT item), count(*) FILTER (WHERE item = %s) FROM processing_log",
+        (skip,)).fetchone()
+    (missing,) = d.execute("SELECT count(*) FROM items i WHERE id IS DISTINCT FROM %s AND NOT EXISTS"
+                           " (SELECT 1 FROM processing_log l WHERE l.item = i.id)", (skip,)).fetchone()
+    check(logged == distinct == items and missing == 0 and skipped == 0,
+          f"exactly once: {items} items, {logged} log rows of {distinct} items, {missing} missing,"
+          f" the skipped item logged {skipped} times")
+    (foreign,) = d.execute("SELECT count(*) FROM processing_log WHERE slot_of(item, %s) <> slot", (n,)).fetchone()
+    check(foreign == 0, f"{foreign} items written by a holder of another slot")
+    (older,) = d.execute(
+        "SELECT count(*) FROM (SELECT token, max(token) OVER (PARTITION BY slot ORDER BY seq"
+        " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS newest_before FROM processing_log) x"
+        " WHERE token < newest_before").fetchone()
+    check(older == 0, f"{older} writes with a token older than one already written for their slot")
+    return items

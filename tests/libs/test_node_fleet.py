@@ -37,7 +37,7 @@ import time
 import psycopg
 
 import harness
-from harness import Failure, WorkerProcess, check, failure_state, log, poll
+from harness import Failure, Producer, WorkerProcess, check, check_processing_log, failure_state, log, poll
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -92,28 +92,6 @@ class Watcher:
             except psycopg.Error:
                 m = None
             self._stop.wait(0.05)
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join(5)
-
-
-class Producer:
-    def __init__(self):
-        self.produced = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self):
-        k, p = max(1, PRODUCE_PER_S // 10), None
-        while not self._stop.wait(0.1):
-            try:
-                p = p or direct()
-                p.execute("INSERT INTO items (id) SELECT nextval('item_ids') FROM generate_series(1, %s)", (k,))
-                self.produced += k
-            except psycopg.Error:
-                p = None  # the server restarting
 
     def stop(self):
         self._stop.set()
@@ -180,7 +158,8 @@ def test_node_fleet(workdir, databases, pgbouncer, cluster, fleet):
                FLEET_ITEM_MS=str(ITEM_MS), FLEET_POISON=str(POISON), FLEET_LIFETIME_S=str(TIME_LIMIT_S))
     env.pop("PGSERVICE", None)
     d = direct()
-    watcher, producer = Watcher(), Producer()
+    watcher = Watcher()
+    producer = Producer(direct, "INSERT INTO items (id) SELECT nextval('item_ids') FROM generate_series(1, %s)", PRODUCE_PER_S)
     workers, live, stopped = fleet.workers, [], []
     count = iter(range(1, 100))
 
@@ -280,20 +259,7 @@ def test_node_fleet(workdir, databases, pgbouncer, cluster, fleet):
         fleet.stop(kill=True)
         watcher.stop()
 
-    items = ITEMS + producer.produced
-    (logged, distinct, missing) = d.execute(
-        "SELECT (SELECT count(*) FROM processing_log), (SELECT count(DISTINCT item) FROM processing_log),"
-        " (SELECT count(*) FROM items i WHERE id <> %s AND NOT EXISTS"
-        "  (SELECT 1 FROM processing_log l WHERE l.item = i.id))", (POISON,)).fetchone()
-    check(logged == distinct == items - 1 and missing == 0,
-          f"exactly once: {logged} log rows of {distinct} items for {items - 1}, {missing} missing")
-    (foreign,) = d.execute("SELECT count(*) FROM processing_log WHERE slot_of(item, %s) <> slot", (N,)).fetchone()
-    check(foreign == 0, f"{foreign} items written by a holder of another slot")
-    (older,) = d.execute(
-        "SELECT count(*) FROM (SELECT token, max(token) OVER (PARTITION BY slot ORDER BY seq"
-        " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS newest FROM processing_log) x"
-        " WHERE token < newest").fetchone()
-    check(older == 0, f"{older} writes with a token older than one already written for their slot")
+    items = check_processing_log(d, N, skip=POISON)
     poison = d.execute("SELECT state, attempts, last_error FROM item_failures(%s) WHERE item = %s",
                        (NAME, str(POISON))).fetchone()
     (poison_done,) = d.execute("SELECT done FROM items WHERE id = %s", (POISON,)).fetchone()
@@ -308,7 +274,7 @@ def test_node_fleet(workdir, databases, pgbouncer, cluster, fleet):
     batches = sum(s["stats"]["batches"] for s in stats if s)
     fenced = sum(s["stats"]["fenced"] for s in stats if s)
     d.close()
-    log(f"summary: {items - 1} items processed exactly once by {len(workers)} workers over at most"
+    log(f"summary: {items} items processed exactly once by {len(workers)} workers over at most"
         f" {watcher.max} server connections (pool {POOL}); the poison item dead after {poison[1]} attempts"
         f" ({poison[2]}); {batches} batches, {fenced} fenced refusals in the workers that exited;"
         f" slots lost: {dict(reasons)}")

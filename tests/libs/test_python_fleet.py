@@ -35,14 +35,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import psycopg
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.join(ROOT, "clients", "python", "tests")
-from harness import Failure, WorkerProcess, check, failure_state, log, poll  # noqa: E402
+from harness import Failure, Producer, WorkerProcess, check, check_processing_log, failure_state, log, poll  # noqa: E402
 
 DB = "py_fleet"
 NAME, N, TTL_S = "fleet", 8, 2.0
@@ -115,29 +114,6 @@ def shares(h):
     return sorted(collections.Counter(v[0] for v in h.values()).values(), reverse=True)
 
 
-class Producer:
-    def __init__(self):
-        self.produced = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self):
-        k = PRODUCE_PER_S // 10
-        conn = None
-        while not self._stop.wait(0.1):
-            try:
-                conn = conn or direct()
-                conn.execute("INSERT INTO items (payload) SELECT 'p' FROM generate_series(1, %s)", (k,))
-                self.produced += k
-            except psycopg.OperationalError:  # the server restarting
-                conn = None
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join(5)
-
-
 def restart_server():
     data, bindir = os.environ["PGC_DATA"], os.environ["PGC_BIN"]
     log_file = os.path.join(os.path.dirname(data), "server-" + os.path.basename(data)[len("data-"):] + ".log")
@@ -177,7 +153,7 @@ def run(workdir):
     d = direct()
     (poison,) = d.execute("SELECT id FROM items WHERE payload = 'poison'").fetchone()
     workers, live, stopped = [], [], []
-    producer = Producer()
+    producer = Producer(direct, "INSERT INTO items (payload) SELECT 'p' FROM generate_series(1, %s)", PRODUCE_PER_S)
     t0 = time.monotonic()
 
     def start(listen):
@@ -283,22 +259,7 @@ def run(workdir):
                 w.proc.kill()
                 w.proc.wait()
 
-    (items,) = d.execute("SELECT count(*) FROM items WHERE id <> %s", (poison,)).fetchone()
-    (logged, distinct, poisoned) = d.execute(
-        "SELECT count(*), count(DISTINCT item), count(*) FILTER (WHERE item = %s) FROM processing_log",
-        (poison,)).fetchone()
-    (missing,) = d.execute("SELECT count(*) FROM items i WHERE id <> %s AND NOT EXISTS"
-                           " (SELECT 1 FROM processing_log l WHERE l.item = i.id)", (poison,)).fetchone()
-    check(logged == distinct == items and missing == 0 and poisoned == 0,
-          f"exactly once: {items} items, {logged} log rows of {distinct} items, {missing} missing,"
-          f" the poison item logged {poisoned} times")
-    (foreign,) = d.execute("SELECT count(*) FROM processing_log WHERE slot_of(item, %s) <> slot", (N,)).fetchone()
-    check(foreign == 0, f"{foreign} items written by a holder of another slot")
-    (older,) = d.execute(
-        "SELECT count(*) FROM (SELECT token, max(token) OVER (PARTITION BY slot ORDER BY seq"
-        " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS newest_before FROM processing_log) x"
-        " WHERE token < newest_before").fetchone()
-    check(older == 0, f"{older} writes accepted with a token older than one already written for their slot")
+    items = check_processing_log(d, N, skip=poison)
     failure = d.execute("SELECT state, attempts, last_error FROM item_failures(%s) WHERE item = %s",
                         (NAME, str(poison))).fetchone()
     check(failure is not None and failure[0] == "dead" and failure[1] == MAX_ATTEMPTS,

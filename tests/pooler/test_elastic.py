@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 
-from harness import Failure, WorkerProcess, check, log, poll, stop_all
+from harness import Failure, Producer, WorkerProcess, check, log, poll, stop_all
 
 from .common import HERE, ServerConnections, check_pooler, direct, pool_size, pooler_port, stop_mid_batch
 
@@ -125,27 +125,6 @@ class History:
     def handovers(self, since):
         """Slots taken by a holder other than the slot's previous one, since `since`."""
         return sum(1 for t, _, prev, cur, _ in self.changes if t >= since and cur is not None and cur != prev)
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join(5)
-
-
-class Producer:
-    """PRODUCE_PER_S new items a second, on a direct connection, until stop()."""
-
-    def __init__(self):
-        self.produced = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self):
-        k = max(1, PRODUCE_PER_S // 10)
-        with direct(DB) as p:
-            while not self._stop.wait(0.1):
-                p.execute("INSERT INTO items (customer) SELECT (random() * 96)::int FROM generate_series(1, %s)", (k,))
-                self.produced += k
 
     def stop(self):
         self._stop.set()
@@ -244,7 +223,8 @@ def test_elastic_fleet(workdir, databases):
     d = direct(DB)
     servers = ServerConnections(DB)
     history = History()
-    producer = Producer()
+    producer = Producer(lambda: direct(DB), "INSERT INTO items (customer) SELECT (random() * 96)::int FROM generate_series(1, %s)",
+                        PRODUCE_PER_S)
     fleet = Fleet(workdir, d, history)
     stopped = []
     t0 = time.monotonic()
