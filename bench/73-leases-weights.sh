@@ -1,24 +1,37 @@
 #!/usr/bin/env bash
-# claim_leases by count and by weight, side by side: the time of one call of
-# a random live holder of M holders (32 by default) of n = 1024 slots, on a
-# direct connection, one client, a stable fleet (nothing changes hands).
+# claim_leases by count and by weight, and the lease table's layout, side by
+# side: the server's CPU time of one call of a random live holder of M
+# holders (32 by default) of n = 1024 slots, on a direct connection, one
+# client, a stable fleet (nothing changes hands).
+#
 # Two names laid out alike by the holders' own calls: bench_count, where no
 # weight was ever reported (the count planner), and bench_weight, where
 # every slot's holder reported its remaining work with report_backlog (the
 # weighted planner, docs/leases.md "Balancing"). The weighted planner reads
 # no item table: its cost does not depend on the pending rows.
 #
-# Knobs (environment): BENCH_HOLDERS (32), BENCH_PERCALL_SECONDS (2 per
-# run, 3 runs).
+# Each name twice: in the database postgres (this version's layout: no index
+# on a lease's expiry, pages with room, so that a renewal is a HOT update:
+# sql/leases_fleet.sql) and in the database bench_expiry, where the index on
+# (name, expires_at) and the full pages of 0.5.0 are put back. Rounds of
+# BENCH_PERCALL_CALLS calls (400) alternate between the two, in turn first;
+# the figures are the medians of BENCH_PERCALL_ROUNDS rounds (6).
+#
+# Knobs (environment): BENCH_HOLDERS (32), BENCH_PERCALL_ROUNDS,
+# BENCH_PERCALL_CALLS.
 source "$(dirname "$0")/lib.sh"
 
 m="${BENCH_HOLDERS:-32}"
 n=1024
 
-bench_setup <<SQL
+bench_psql -c "DROP DATABASE IF EXISTS bench_expiry" -c "CREATE DATABASE bench_expiry" >/dev/null 2>&1
+fleet_sql() {
+    cat <<SQL
 SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS pg_claim;
 DELETE FROM pg_claim_leases WHERE name IN ('bench_count', 'bench_weight');
 DELETE FROM pg_claim_lease_members WHERE name IN ('bench_count', 'bench_weight');
+$1
 DO \$\$ BEGIN
     FOR r IN 1 .. 3 LOOP
         FOR h IN 1 .. $m LOOP
@@ -41,33 +54,51 @@ END \$\$;
 VACUUM ANALYZE pg_claim_leases;
 VACUUM ANALYZE pg_claim_lease_members;
 SQL
-trap 'bench_psql -c "DELETE FROM pg_claim_leases WHERE name IN ('"'bench_count', 'bench_weight'"'); DELETE FROM pg_claim_lease_members WHERE name IN ('"'bench_count', 'bench_weight'"')" >/dev/null; rm -rf "$BENCH_TMP"' EXIT
-
-# cpu NAME: the server's CPU time per call (the backend's user + system
-# time from /proc, over 500 calls of one connection), which a busy machine
-# inflates less than the wall time
-cpu() {
-    python3 - "$1" "$m" "$n" <<'PY'
-import os, sys, psycopg
-name, m, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-with psycopg.connect("dbname=postgres", autocommit=True) as c:
-    pid = c.execute("SELECT pg_backend_pid()").fetchone()[0]
-    def used():
-        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-    q = f"SELECT count(*) FROM claim_leases('bench_{name}', {n}, %s, ttl => '1 hour')"
-    c.execute(q, ("h1",))
-    t0 = used()
-    for i in range(500):
-        c.execute(q, (f"h{1 + i % m}",))
-    print(round((used() - t0) / 500 * 1e6))
-PY
 }
+fleet_sql "" | bench_psql >/dev/null
+fleet_sql "CREATE INDEX pg_claim_leases_expiry ON pg_claim_leases (name, expires_at);
+ALTER TABLE pg_claim_leases RESET (fillfactor);
+ALTER TABLE pg_claim_lease_members RESET (fillfactor);" | psql -X -q -v ON_ERROR_STOP=1 -d bench_expiry >/dev/null
+trap 'bench_psql -c "DELETE FROM pg_claim_leases WHERE name IN ('"'bench_count', 'bench_weight'"'); DELETE FROM pg_claim_lease_members WHERE name IN ('"'bench_count', 'bench_weight'"')" -c "DROP DATABASE IF EXISTS bench_expiry" >/dev/null; rm -rf "$BENCH_TMP"' EXIT
 
-echo "claim_leases, one call of a random live holder of $m holders of $n slots (direct connection, one client: wall time the median of 3 runs of ${BENCH_PERCALL_SECONDS:-2} s; server CPU over 500 calls)"
-printf '%-10s %12s %14s\n' planner "per call" "server CPU"
-for name in count weight; do
-    call=$(printf '%s\n' "\\set h random(1, $m)" \
-        "SELECT count(*) FROM claim_leases('bench_$name', $n, 'h' || :h, ttl => '1 hour');")
-    printf '%-10s %9s us %11s us\n' "$name" "$(bench_percall "$name" "$call")" "$(cpu "$name")"
-done
+python3 - "$m" "$n" <<'PY'
+import os, statistics, sys, time
+import psycopg
+m, n = int(sys.argv[1]), int(sys.argv[2])
+rounds = int(os.environ.get("BENCH_PERCALL_ROUNDS", "6"))
+calls = int(os.environ.get("BENCH_PERCALL_CALLS", "400"))
+layouts = {"postgres": "no expiry index, fillfactor 50", "bench_expiry": "index on (name, expires_at)"}
+
+def run(db, name):
+    """(server CPU, wall) per call, in microseconds: the backend's user +
+    system time from /proc, which a busy machine inflates less than the wall."""
+    with psycopg.connect(dbname=db, autocommit=True) as c:
+        pid = c.execute("SELECT pg_backend_pid()").fetchone()[0]
+        def used():
+            f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        q = f"SELECT count(*) FROM claim_leases('{name}', {n}, %s, ttl => '1 hour')"
+        c.execute(q, ("h1",))
+        t0, w0 = used(), time.monotonic()
+        for i in range(calls):
+            c.execute(q, (f"h{1 + i % m}",))
+        return (used() - t0) / calls * 1e6, (time.monotonic() - w0) / calls * 1e6
+
+res = {}
+for r in range(rounds):
+    for name in ("bench_count", "bench_weight"):
+        for db in (list(layouts) if r % 2 == 0 else list(reversed(layouts))):
+            res.setdefault((name, db), []).append(run(db, name))
+print(f"claim_leases, one call of a random live holder of {m} holders of {n} slots (direct connection,"
+      f" one client; medians of {rounds} alternating rounds of {calls} calls)")
+print(f"{'planner':<8} {'layout':<32} {'server CPU':>12} {'wall':>10}")
+for name in ("bench_count", "bench_weight"):
+    for db, what in layouts.items():
+        cpu = statistics.median(x for x, _ in res[(name, db)])
+        wall = statistics.median(y for _, y in res[(name, db)])
+        print(f"{name[6:]:<8} {what:<32} {cpu:9.0f} us {wall:7.0f} us")
+    ratios = [a[0] / b[0] for a, b in zip(res[(name, "postgres")], res[(name, "bench_expiry")])]
+    label = "ratio, this layout / 0.5.0's"
+    print(f"{name[6:]:<8} {label:<32} {statistics.median(ratios):11.2f}x"
+          f"   (rounds {min(ratios):.2f}x to {max(ratios):.2f}x)")
+PY

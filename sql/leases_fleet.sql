@@ -54,10 +54,19 @@ REVOKE ALL ON @extschema@.pg_claim_lease_members FROM PUBLIC;
 COMMENT ON TABLE @extschema@.pg_claim_lease_members IS
     'pg_claim''s claim_leases holders, one row per live holder of a name; written only through claim_leases';
 
--- The leases of one holder (renewal, give-back) and the unserved slots of a
--- name, found without reading every slot of the name.
+-- The leases of one holder (renewal, give-back), found without reading every
+-- slot of the name. No index holds expires_at, and the pages keep room: so a
+-- renewal, which changes only expires_at, is a HOT update (no new index
+-- entry, and the pruning of the page frees its dead versions). Every call
+-- renews every lease of its holder, so the indexes of an indexed expiry
+-- grew by n entries per round of the fleet's calls, and every read of the
+-- name's slots waded through them (a call of a holder of 32 in a fleet of
+-- n = 1024 cost about a quarter more: BENCHMARKS.md, "claim_leases with
+-- many holders"). The unserved slots are found by reading the name's slots
+-- (at most n = 1024) through the primary key instead.
 CREATE INDEX pg_claim_leases_holder ON @extschema@.pg_claim_leases (name, holder);
-CREATE INDEX pg_claim_leases_expiry ON @extschema@.pg_claim_leases (name, expires_at);
+ALTER TABLE @extschema@.pg_claim_leases SET (fillfactor = 50);
+ALTER TABLE @extschema@.pg_claim_lease_members SET (fillfactor = 50);
 
 -- claim_leases' argument checks (besides claim_lease's). A call reads,
 -- and may lock and write, every slot of the name: n is at most 1024.
@@ -375,7 +384,7 @@ BEGIN
     -- lease expired (or was given back), then the longest unserved (never
     -- leased: expiry -infinity; then by expiry), then those with no expiry
     -- (released before 0.5.0, and records of sessions that left); each
-    -- found by index, so the cost follows the slots taken, not n
+    -- one read of the name's slots (at most n)
     IF mine < target THEN
         -- the name's rows 0 .. n-1 exist (made once, when they do not)
         -- (counted: rows of a few slots, such as those session claims'

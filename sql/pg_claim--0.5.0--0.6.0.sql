@@ -712,7 +712,7 @@ BEGIN
     -- lease expired (or was given back), then the longest unserved (never
     -- leased: expiry -infinity; then by expiry), then those with no expiry
     -- (released before 0.5.0, and records of sessions that left); each
-    -- found by index, so the cost follows the slots taken, not n
+    -- one read of the name's slots (at most n)
     IF mine < target THEN
         -- the name's rows 0 .. n-1 exist (made once, when they do not)
         -- (counted: rows of a few slots, such as those session claims'
@@ -1488,5 +1488,12 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION @extschema@.my_items_fair(anyelement, integer, integer, text, text, text, integer, text, integer, text) IS
     'a batch of the slot''s rows taking its tenants (column fair) in turn, each tenant''s rows in key order';
+
+-- ==== lease renewals are HOT updates ====
+-- (sql/leases_fleet.sql) no index holds a lease's expiry, and the pages of
+-- the leases and the claim_leases members keep room for new versions
+DROP INDEX @extschema@.pg_claim_leases_expiry;
+ALTER TABLE @extschema@.pg_claim_leases SET (fillfactor = 50);
+ALTER TABLE @extschema@.pg_claim_lease_members SET (fillfactor = 50);
 
 -- ==== end ====

@@ -86,3 +86,7 @@ LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_cata
 $$;
 
 -- (their comments: sql/lease_comments.sql, as in the extension)
+
+-- An earlier edition's index on the leases' expiry, which made every renewal
+-- a non-HOT update (sql/leases_fleet.sql says why it is gone).
+DROP INDEX IF EXISTS @extschema@.pg_claim_leases_expiry;
