@@ -26,7 +26,10 @@ Scenarios (n slots, W workers at most, batches of 50):
   c0, c2  skewed: one customer has 30% of the rows, routed by customer
           (route => 'customer'), the same fleet;
   d0, d2  Zipf-distributed customers (s = 1 over 1,000), routed by customer;
-  e       no joins: uniform keys, 0 ms, W = 32 on n = 64 (items/s).
+  e       no joins: uniform keys, 0 ms, W = 32 on n = 64 (items/s);
+  h       hand-over at scale: uniform keys, 2 ms per row, 32 workers on
+          n = 1024 (1,000,000 rows), one more joining every 7 s and leaving
+          4 s later (lease schemes only: the queue has no hand-over).
 --scenario takes a name (a, b0, ...) or a letter (b: b0 and b2).
 --quick: fewer rows and a shorter timeline (a few minutes on 2 cores).
 
@@ -108,6 +111,13 @@ def scenarios(quick):
                             + [(leave, "leave", w) for w in labels(0, 2)], route=route))
     out.append(Spec("e", "no joins: uniform keys, 0 ms/row, W = 32 on n = 64 (items/s)",
                     100_000 if quick else 1_000_000, 64, "uniform", 0, labels(0, 32)))
+    # hand-over at scale: one joiner at a time into 32 holders of n = 1024,
+    # each leaving again before the next joins
+    joins = (4, 10, 16) if quick else (5, 12, 19, 26, 33, 40, 47, 54)
+    out.append(Spec("h", "hand-over at scale: uniform keys, 2 ms/row, 32 holders of n = 1024, one joiner at a time",
+                    300_000 if quick else 1_000_000, 1024, "uniform", 2, labels(0, 32),
+                    [(t, "join", f"w{32 + i}") for i, t in enumerate(joins)]
+                    + [(t + 4, "leave", f"w{32 + i}") for i, t in enumerate(joins)]))
     return out
 
 
@@ -325,7 +335,7 @@ def on_signal(signum, _frame):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer rows and a shorter timeline")
-    ap.add_argument("--scenario", action="append", default=[], help="a, b0, b2, c0, c2, d0, d2, e or a letter")
+    ap.add_argument("--scenario", action="append", default=[], help="a, b0, b2, c0, c2, d0, d2, e, h or a letter")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "target", "bench"))
     ap.add_argument("--svg", default=None, help="the plot of scenario a (default OUT_DIR/balance-a.svg)")
     ap.add_argument("--time-limit", type=float, default=None, help="seconds per run (120 quick, 600 full)")
@@ -342,7 +352,7 @@ def main():
     specs = [s for s in scenarios(args.quick)
              if not args.scenario or s.name in args.scenario or s.name[0] in args.scenario]
     if not specs:
-        sys.exit(f"balance: no scenario named {', '.join(args.scenario)} (a, b0, b2, c0, c2, d0, d2, e)")
+        sys.exit(f"balance: no scenario named {', '.join(args.scenario)} (a, b0, b2, c0, c2, d0, d2, e, h)")
     os.makedirs(args.out_dir, exist_ok=True)
     args.workdir = os.path.join(args.out_dir, "balance-logs")
     os.makedirs(args.workdir, exist_ok=True)
@@ -358,6 +368,8 @@ def main():
         for i, spec in enumerate(specs):
             cust = customers(spec.keys, spec.rows)
             order = ("queue", "count", "lease") if i % 2 == 0 else ("lease", "count", "queue")
+            if spec.name == "h":  # a hand-over figure: the queue has none
+                order = tuple(o for o in order if o != "queue")
             for scheme in order:
                 print(f"balance: {spec.name} {scheme} ({spec.rows} rows)", file=sys.stderr, flush=True)
                 results.append(run_case(spec, scheme, args, i, cust))
