@@ -80,6 +80,35 @@ test("the tenant options against a server", { skip: SKIP }, async (t) => {
     assert.strictEqual(per.find((p) => p.tenant === "big").k, 2);
     assert.ok(per.every((p) => p.k <= 2), JSON.stringify(per));
   });
+
+  await t.test("fair: a poison item is set aside, the rest drains, the worker goes idle", async () => {
+    const tbl = "ten_poison";
+    await makeTenants(tbl, 200, 5, 3);
+    const [{ poison }] = await sql(`SELECT min(id)::int AS poison FROM ${tbl} WHERE tenant = 'small-1'`);
+    const inner = handlerFor(tbl);
+    const events = [];
+    const w = new Worker({ connection: direct, name: tbl, table: tbl, n: 2, pending: "done", batch: 20, ttl: "3 seconds",
+      fair: "tenant", maxAttempts: 2, backoff: 100, pollInterval: 200, onEvent: (e) => events.push(e),
+      handler: async (client, rows, batch) => {
+        if (rows.some((r) => Number(r.id) === poison)) throw new Error("poison");
+        await inner(client, rows, batch);
+      } });
+    const running = w.run();
+    try {
+      await until(async () => (await sql(`SELECT count(*)::int AS k FROM ${tbl} WHERE NOT done`))[0].k === 1, 20000, "the drain");
+      await until(async () => (await sql("SELECT state FROM item_failures($1) WHERE item = $2", [tbl, String(poison)]))[0]?.state === "dead", 10000, "the poison item dead");
+      const idle = () => events.filter((e) => e.type === "idle").length;
+      await until(() => idle() > 0, 5000, "the worker idle");
+      const batches = w.stats.batches, seen = idle();
+      await until(() => idle() >= seen + 2, 5000, "two more idle rounds");
+      assert.strictEqual(w.stats.batches, batches); // idle rounds commit no batch
+    } finally {
+      await w.stop();
+      await running;
+    }
+    const [r] = await sql("SELECT count(*)::int AS rows, count(DISTINCT item)::int AS d FROM tlog WHERE tbl = $1", [tbl]);
+    assert.deepStrictEqual(r, { rows: 214, d: 214 });
+  });
 });
 
 test("the tenant options are checked", () => {

@@ -565,3 +565,34 @@ def test_tenant_options_are_checked():
         pg_claim.Worker("", name="f", table="t", n=8, pending="done", handler=h, route="tenant", spread=9)
     with pytest.raises(ValueError, match="method 'jump' does not go with fair or spread"):
         pg_claim.Worker("", name="f", table="t", n=8, pending="done", handler=h, fair="tenant", method="jump")
+
+
+def test_fair_sets_a_poison_item_aside_and_drains_the_rest(db):
+    """fair has no cursor: a failing row is read again at each batch of its
+    slot until it is dead; the other rows, its tenant's included, are done,
+    and the worker goes idle instead of fetching the dead row in a loop."""
+    tbl = "ten_poison"
+    make_tenants(db, tbl, big=200, small=5, each=3)
+    poison = db.execute(f"SELECT min(id) FROM {tbl} WHERE tenant = 'small-1'").fetchone()[0]
+    inner = tenant_handler(tbl)
+
+    def handle(tx, rows):
+        if any(r["id"] == poison for r in rows):
+            raise RuntimeError("poison")
+        inner(tx, rows)
+    r = Run(name=tbl, table=tbl, n=2, pending="done", batch=20, ttl=3, fair="tenant", handler=handle,
+            max_attempts=2, backoff=0.1, poll_interval=0.2)
+    try:
+        wait_for(lambda: db.execute(f"SELECT count(*) FILTER (WHERE NOT done) = 1 FROM {tbl}").fetchone()[0],
+                 what="the drain")
+        wait_for(lambda: failures(db, tbl) == [(str(poison), "dead", 2)], what="the poison item dead")
+        wait_for(lambda: r.said("idle"), what="the worker idle")
+        fetched = r.worker.stats.snapshot()["batches"]
+        idle = len(r.said("idle"))
+        wait_for(lambda: len(r.said("idle")) >= idle + 2, what="two more idle rounds")
+    finally:
+        r.stop()
+    assert r.error is None, r.error
+    assert r.worker.stats.snapshot()["batches"] == fetched  # idle rounds commit no batch
+    (rows, distinct) = db.execute("SELECT count(*), count(DISTINCT item) FROM tlog WHERE tbl = %s", (tbl,)).fetchone()
+    assert rows == distinct == 214
