@@ -101,6 +101,10 @@ export interface WorkerOptions<Row = Record<string, any>> {
   route?: string;
   /** my_items' method (default: 'pg_hash' on a table hash-partitioned with modulus n, else 'auto') */
   method?: "auto" | "crc32" | "jump" | "pg_hash";
+  /** the tenant column: each batch takes the slot's tenants in turn (my_items_fair), each tenant's rows in key order */
+  fair?: string;
+  /** k: the slot is slot_of_spread(route, key, n, k), a tenant (the route column, required) on at most k slots */
+  spread?: number;
   /** at most this many slots per worker (default n) */
   maxSlots?: number;
   /** lease mode: this worker's holder (default host:pid:random) */

@@ -61,6 +61,17 @@ function configure(w, options) {
   w.n = int("n", undefined, 1);
   w.batch = int("batch", 50, 1);
   w.maxAttempts = int("maxAttempts", 5, 1);
+  // tenants (docs/tenants.md): the batches are my_items_fair's
+  w.fair = str("fair");
+  w.spread = o.spread === undefined || o.spread === null ? null : int("spread", null, 1);
+  if (w.spread !== null && w.spread > w.n) throw new TypeError(`pg-claim: option spread must be between 1 and n = ${w.n}, got ${w.spread}`);
+  if (w.spread !== null && w.route === null) {
+    throw new TypeError(`pg-claim: option spread needs route: the tenant column, whose rows spread over at most ${w.spread} slots (slot_of_spread(route, key, n, spread))`);
+  }
+  w.tenants = w.fair !== null || w.spread !== null;
+  if (w.tenants && w.method !== null) {
+    throw new TypeError(`pg-claim: option method ${JSON.stringify(w.method)} does not go with fair or spread: their batches are read by my_items_fair, with slot_of (or slot_of_spread) of the route column`);
+  }
   w.maxSlots = int("maxSlots", w.n, 1);
   if (w.maxSlots > w.n) throw new TypeError(`pg-claim: option maxSlots must be between 1 and n = ${w.n}, got ${w.maxSlots}`);
   if (typeof o.handler !== "function") throw new TypeError("pg-claim: option handler must be a function (client, rows, batch) => Promise");
@@ -142,7 +153,7 @@ const methods = {
     }
     // a table hash-partitioned with modulus n: each slot's share is one partition (pg_hash)
     this.partitioned = false;
-    if (this.method === null || this.method === "pg_hash") {
+    if (!this.tenants && (this.method === null || this.method === "pg_hash")) {
       try {
         await client.query("SELECT slot_partition($1::regclass, 0, $2)", [t, this.n]);
         this.partitioned = true;
@@ -156,8 +167,15 @@ const methods = {
     // round trip): a simple-protocol query, so its values are literals
     const esc = client.escapeLiteral.bind(client);
     const lit = (v) => (v === null || v === undefined ? "NULL" : typeof v === "number" ? String(v) : esc(String(v)));
+    // with fair or spread, my_items_fair takes the slot's tenants in turn; it
+    // has no cursor, so each batch reads the slot's first pending rows again
+    // (the handler's done rows are no longer among them). The slot is
+    // slot_of(route, n), route defaulting to the key as for my_items, or
+    // slot_of_spread(route, key, n, spread).
     const fixed = `key => ${lit(this.key)}, batch => ${lit(this.batch)}, pending => ${lit(this.pending)}`
-      + (this.route !== null ? `, route => ${lit(this.route)}` : "")
+      + (this.tenants ? `, fair => ${lit(this.fair || this.route)}, route => ${lit(this.route || this.key)}` : "")
+      + (this.spread !== null ? `, spread => ${lit(this.spread)}` : "")
+      + (!this.tenants && this.route !== null ? `, route => ${lit(this.route)}` : "")
       + (this.method !== null ? `, method => ${lit(this.method)}` : "");
     const cols = `SELECT t.*, t.${q(this.key)}::text AS "${KEY}", ${this.route === null ? "NULL::text" : `t.${q(this.route)}::text`} AS "${ROUTE}",`
       + ` f.state AS "${FAILURE}", extract(epoch FROM f.retry_at - clock_timestamp())::float8 * 1000 AS "${RETRY}"`;
@@ -166,8 +184,10 @@ const methods = {
     // over 1024 bytes has none, record_failure refuses it)
     const tail = ` FROM t LEFT JOIN item_failures(${lit(this.name)}, VARIADIC ARRAY(SELECT t.${q(this.key)}::text FROM t`
       + ` WHERE octet_length(t.${q(this.key)}::text) <= 1024)) f ON f.item = t.${q(this.key)}::text ORDER BY t.${q(this.key)}`;
-    this._fetchText = (slot, after) => `WITH t AS (SELECT * FROM my_items(NULL::${rowType}, ${lit(slot)}, ${lit(this.n)}, ${fixed},`
-      + ` after => ${lit(after)}::text)) ${cols}${tail}`;
+    const args = (slot) => `NULL::${rowType}, ${lit(slot)}, ${lit(this.n)}, ${fixed}`;
+    const fair = (slot) => `my_items_fair(${args(slot)})`;
+    const keyOrder = (slot, after) => `my_items(${args(slot)}, after => ${lit(after)}::text)`;
+    this._fetchText = (slot, after) => `WITH t AS (SELECT * FROM ${this.tenants ? fair(slot) : keyOrder(slot, after)}) ${cols}${tail}`;
     // the first fetch checks the columns and the method now, not at the first batch
     await client.query(`SELECT count(*) FROM (${this._fetchText(0, null)} LIMIT 0) x`);
     if (this.pollMs === null) this.pollMs = this.mode === "session" || this.notifyConnection ? 30000 : 1000;

@@ -28,6 +28,8 @@ const OPTIONS = [
   ["key", "none"],
   ["route", "none"],
   ["method", "none"],
+  ["fair", "none"],
+  ["spread", "none"],
   ["maxSlots", "n"],
   ["holder", "host:pid:random"],
   ["notifyConninfo", "none"],

@@ -249,10 +249,13 @@ const methods = {
     if (rows === null) return { handled: 0, end: true, fenced: true };
     let open = true;
     try {
-      const end = side ? false : rows.length < this.batch;
+      // my_items_fair (fair, spread) reads the same rows again while none is
+      // done: a batch with nothing to do ends the pass
+      let end = side ? false : rows.length < this.batch;
       const { items, due } = this._items(rows, w, cursor, side ? side.only : null);
       const retryMs = soonest(items.filter((it) => it.failure === "retry").map((it) => it.retryMs));
-      const next = end ? null : items.length ? items[items.length - 1].key : cursor;
+      if (this.tenants && !side && due.length === 0) end = true;
+      const next = end || this.tenants ? null : items.length ? items[items.length - 1].key : cursor;
       const info = { name: this.name, slot, token, partition, table: this._table, holder: this.holder };
       const advance = () => { if (!side) this._advance(slot, w, next, end); };
       if (due.length === 0) {

@@ -22,7 +22,7 @@ NODE = os.path.join(ROOT, "clients", "node")
 DOC = os.path.join(ROOT, "docs", "libraries.md")
 # the functions of the extension a worker calls (docs/libraries.md, "The SQL they send")
 FUNCTIONS = ("claim_leases", "claim_slots", "release_slot", "my_slots", "lease_holders", "fence", "report_backlog",
-             "release_lease", "my_items", "item_failures", "record_failure", "clear_failure", "slot_channel",
+             "release_lease", "my_items", "my_items_fair", "item_failures", "record_failure", "clear_failure", "slot_channel",
              "slot_partition")
 
 

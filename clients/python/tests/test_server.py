@@ -481,3 +481,118 @@ def test_balance_off_sends_no_report(db):
         r.stop()
     assert r.error is None
     assert db.execute("SELECT count(backlog) = 0 FROM pg_claim_leases WHERE name = %s", (name,)).fetchone()[0]
+
+
+def make_tenants(db, tbl, big=600, small=20, each=2):
+    """A large tenant's rows first (ids 1 .. big), then `small` tenants of
+    `each` rows (higher ids), and the index my_items_fair walks."""
+    db.execute(f"DROP TABLE IF EXISTS {tbl}")
+    db.execute(f"CREATE TABLE {tbl} (id bigint PRIMARY KEY, tenant text NOT NULL, done boolean NOT NULL DEFAULT false)")
+    db.execute(f"INSERT INTO {tbl} SELECT g, 'big', false FROM generate_series(1, %s) g", (big,))
+    db.execute(f"INSERT INTO {tbl} SELECT %s + row_number() OVER (), 'small-' || t, false"
+               " FROM generate_series(1, %s) t, generate_series(1, %s) r", (big, small, each))
+    db.execute(f"CREATE TABLE IF NOT EXISTS tlog (tbl text, item bigint, tenant text, slot int, batch int)")
+
+
+def tenant_handler(tbl):
+    """Marks the rows done and logs each with its slot and the number of its
+    batch (this worker's count, from 1)."""
+    count = [0]
+
+    def handle(tx, rows):
+        count[0] += 1
+        ids = [r["id"] for r in rows]
+        tx.execute(psycopg.sql.SQL("UPDATE {} SET done = true WHERE id = ANY(%s)").format(rows.table), (ids,))
+        tx.execute("INSERT INTO tlog SELECT %s, i, t, %s, %s FROM unnest(%s::bigint[], %s::text[]) u(i, t)",
+                   (tbl, rows.slot, count[0], ids, [r["tenant"] for r in rows]))
+    return handle
+
+
+@pytest.mark.parametrize("fair", [None, "tenant"])
+def test_fair_reaches_small_tenants_within_two_batches(db, fair):
+    """One slot, a large tenant's 600 rows before 20 small tenants' 2 each:
+    with fair, every small tenant's rows are in the first two batches; in key
+    order (no fair) they wait behind the whole backlog."""
+    tbl = f"ten_{fair or 'key'}"
+    make_tenants(db, tbl)
+    db.execute(f"CREATE INDEX ON {tbl} ((slot_of(id, 1)), tenant, id) WHERE NOT done")
+    r = Run(name=tbl, table=tbl, n=1, pending="done", batch=50, ttl=3, fair=fair, handler=tenant_handler(tbl),
+            poll_interval=0.2)
+    try:
+        wait_for(lambda: db.execute(f"SELECT bool_and(done) FROM {tbl}").fetchone()[0], what="drain")
+    finally:
+        r.stop()
+    assert r.error is None, r.error
+    (rows, distinct, last_small, batches) = db.execute(
+        "SELECT count(*), count(DISTINCT item), max(batch) FILTER (WHERE tenant <> 'big'), max(batch)"
+        " FROM tlog WHERE tbl = %s", (tbl,)).fetchone()
+    assert rows == distinct == 640
+    if fair:
+        assert last_small <= 2, last_small
+        assert batches == 13  # 640 rows of 50 a batch: no batch came back short while rows remained
+    else:
+        assert last_small >= 12, last_small
+
+
+def test_spread_keeps_a_tenant_on_at_most_k_slots(db):
+    """n = 8, spread = 2, two workers: each row is done once, on the slot
+    slot_of_spread(tenant, id, 8, 2) names; the large tenant on exactly 2
+    slots, no tenant on more."""
+    tbl = "ten_spread"
+    make_tenants(db, tbl, big=400, small=30, each=4)
+    db.execute(f"CREATE INDEX ON {tbl} ((slot_of_spread(tenant, id, 8, 2)), tenant, id) WHERE NOT done")
+    runs = [Run(name=tbl, table=tbl, n=8, pending="done", batch=20, ttl=3, route="tenant", spread=2,
+                handler=tenant_handler(tbl), poll_interval=0.2) for _ in range(2)]
+    try:
+        wait_for(lambda: db.execute(f"SELECT bool_and(done) FROM {tbl}").fetchone()[0], what="drain")
+    finally:
+        for r in runs:
+            r.stop()
+    assert all(r.error is None for r in runs), [r.error for r in runs]
+    (rows, distinct, wrong) = db.execute(
+        f"SELECT count(*), count(DISTINCT l.item), count(*) FILTER (WHERE l.slot <> slot_of_spread(t.tenant, t.id, 8, 2))"
+        f" FROM tlog l JOIN {tbl} t ON t.id = l.item WHERE l.tbl = %s", (tbl,)).fetchone()
+    assert (rows, distinct, wrong) == (520, 520, 0)
+    per = dict(db.execute("SELECT tenant, count(DISTINCT slot) FROM tlog WHERE tbl = %s GROUP BY 1", (tbl,)).fetchall())
+    assert per["big"] == 2 and max(per.values()) <= 2, per
+
+
+def test_tenant_options_are_checked():
+    h = lambda tx, rows: None  # noqa: E731
+    with pytest.raises(ValueError, match="spread needs route"):
+        pg_claim.Worker("", name="f", table="t", n=8, pending="done", handler=h, spread=2)
+    with pytest.raises(ValueError, match="spread must be an integer between 1 and n = 8, got 9"):
+        pg_claim.Worker("", name="f", table="t", n=8, pending="done", handler=h, route="tenant", spread=9)
+    with pytest.raises(ValueError, match="method 'jump' does not go with fair or spread"):
+        pg_claim.Worker("", name="f", table="t", n=8, pending="done", handler=h, fair="tenant", method="jump")
+
+
+def test_fair_sets_a_poison_item_aside_and_drains_the_rest(db):
+    """fair has no cursor: a failing row is read again at each batch of its
+    slot until it is dead; the other rows, its tenant's included, are done,
+    and the worker goes idle instead of fetching the dead row in a loop."""
+    tbl = "ten_poison"
+    make_tenants(db, tbl, big=200, small=5, each=3)
+    poison = db.execute(f"SELECT min(id) FROM {tbl} WHERE tenant = 'small-1'").fetchone()[0]
+    inner = tenant_handler(tbl)
+
+    def handle(tx, rows):
+        if any(r["id"] == poison for r in rows):
+            raise RuntimeError("poison")
+        inner(tx, rows)
+    r = Run(name=tbl, table=tbl, n=2, pending="done", batch=20, ttl=3, fair="tenant", handler=handle,
+            max_attempts=2, backoff=0.1, poll_interval=0.2)
+    try:
+        wait_for(lambda: db.execute(f"SELECT count(*) FILTER (WHERE NOT done) = 1 FROM {tbl}").fetchone()[0],
+                 what="the drain")
+        wait_for(lambda: failures(db, tbl) == [(str(poison), "dead", 2)], what="the poison item dead")
+        wait_for(lambda: r.said("idle"), what="the worker idle")
+        fetched = r.worker.stats.snapshot()["batches"]
+        idle = len(r.said("idle"))
+        wait_for(lambda: len(r.said("idle")) >= idle + 2, what="two more idle rounds")
+    finally:
+        r.stop()
+    assert r.error is None, r.error
+    assert r.worker.stats.snapshot()["batches"] == fetched  # idle rounds commit no batch
+    (rows, distinct) = db.execute("SELECT count(*), count(DISTINCT item) FROM tlog WHERE tbl = %s", (tbl,)).fetchone()
+    assert rows == distinct == 214

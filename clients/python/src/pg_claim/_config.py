@@ -43,6 +43,7 @@ class Config:
                  idle_in_transaction_timeout: Optional[Interval] = None,
                  query_timeout: Optional[Interval] = None,
                  key: Optional[str] = None, route: Optional[str] = None, method: Optional[str] = None,
+                 fair: Optional[str] = None, spread: Optional[int] = None,
                  max_slots: Optional[int] = None, holder: Optional[str] = None,
                  notify_conninfo: Optional[str] = None, poll_interval: Optional[float] = None,
                  max_attempts: int = 5, backoff: Interval = "10 seconds", session_pool: bool = False,
@@ -82,6 +83,17 @@ class Config:
             if s is not None and (s < 0 or (what == "renew_interval" and s == 0)):
                 raise ValueError(f"{what} must be {'positive' if what == 'renew_interval' else 'at least 0'},"
                                  f" got {v!r}")
+        if fair is not None and (not isinstance(fair, str) or not fair):
+            raise ValueError(f"fair must name the tenant column (a non-empty text), got {fair!r}")
+        if spread is not None:
+            if isinstance(spread, bool) or not isinstance(spread, int) or not 1 <= spread <= n:
+                raise ValueError(f"spread must be an integer between 1 and n = {n}, got {spread!r}")
+            if route is None:
+                raise ValueError("spread needs route: the tenant column, whose rows spread over at most"
+                                 f" {spread} slots (slot_of_spread(route, key, n, spread))")
+        if method is not None and (fair is not None or spread is not None):
+            raise ValueError(f"method {method!r} does not go with fair or spread: their batches are read by"
+                             " my_items_fair, with slot_of (or slot_of_spread) of the route column")
         if not isinstance(balance, bool):
             raise TypeError(f"balance must be True or False, got {balance!r}")
         if connection is not None and not isinstance(connection, dict):
@@ -89,6 +101,7 @@ class Config:
         self.conninfo, self.name, self.table, self.n = conninfo, name, table, n
         self.pending, self.handler, self.batch, self.mode = pending, handler, batch, mode
         self.ttl, self.key, self.route, self.method = ttl, key, route, method
+        self.fair, self.spread = fair, spread
         self.max_slots = max_slots or n
         self.holder = holder or make_holder()
         self.notify_conninfo, self.poll_interval = notify_conninfo, poll_interval
@@ -196,7 +209,7 @@ class Config:
             " LEFT JOIN pg_attribute a ON a.attrelid = pt.partrelid AND a.attnum = pt.partattrs[0]"
             " WHERE pt.partrelid = %s", (oid,)).fetchone()
         if part is not None and part[0] == "h" and part[1] == 1 and part[2] == mapped \
-                and self.method in (None, "pg_hash"):
+                and self.method in (None, "pg_hash") and not self._tenants:
             try:
                 conn.execute("SELECT slot_partition(%s::regclass, 0, %s)", (oid, self.n))
                 self._partitioned, self._method = True, "pg_hash"
@@ -207,25 +220,37 @@ class Config:
                          " through the table (%s)", self._table_text, self.n, e)
         args = [sql.SQL("NULL::{}").format(sql.SQL(rowtype)), sql.SQL("%(slot)s"), sql.SQL("%(n)s")]
         args.append(sql.SQL("key => %(key)s"))
-        if self._method is not None:
-            args.append(sql.SQL("method => %(method)s"))
-        if self.route is not None:
-            args.append(sql.SQL("route => %(route)s"))
-        args += [sql.SQL("after => %(after)s::text"), sql.SQL("batch => %(batch)s"),
-                 sql.SQL("pending => %(pending)s")]
+        items = "my_items({args})"
+        if self._tenants:
+            # tenants (docs/tenants.md): my_items_fair takes the slot's tenants
+            # in turn; it has no cursor, so each batch reads the slot's first
+            # pending rows again (the handler's done rows are no longer among
+            # them). The slot is slot_of(route, n), route defaulting to the
+            # key as for my_items, or slot_of_spread(route, key, n, spread).
+            items = "my_items_fair({args})"
+            args += [sql.SQL("fair => %(fair)s"), sql.SQL("route => %(route)s")]
+            if self.spread is not None:
+                args.append(sql.SQL("spread => %(spread)s"))
+        else:
+            if self._method is not None:
+                args.append(sql.SQL("method => %(method)s"))
+            if self.route is not None:
+                args.append(sql.SQL("route => %(route)s"))
+            args.append(sql.SQL("after => %(after)s::text"))
+        args += [sql.SQL("batch => %(batch)s"), sql.SQL("pending => %(pending)s")]
         k = sql.Identifier(key)
         # the batch's rows with their own failure records (item_failures with
         # the batch's keys reads those records only, by the primary key; a
         # key over 1024 bytes has none, record_failure refuses it)
         self._fetch = sql.SQL(
-            "WITH t AS (SELECT * FROM my_items({args}))"
+            "WITH t AS (SELECT * FROM {items})"
             " SELECT t.*, t.{k}::text AS {kc}, f.state AS {sc},"
             " extract(epoch FROM f.retry_at - clock_timestamp())::float8 AS {rc}"
             " FROM t LEFT JOIN item_failures(%(name)s, VARIADIC ARRAY(SELECT t.{k}::text FROM t"
             " WHERE octet_length(t.{k}::text) <= 1024)) f"
             " ON f.item = t.{k}::text ORDER BY t.{k}").format(
-                k=k, kc=sql.Identifier(_KEY), sc=sql.Identifier(_STATE), rc=sql.Identifier(_RETRY),
-                args=sql.SQL(", ").join(args)).as_string(conn)
+                items=sql.SQL(items).format(args=sql.SQL(", ").join(args)), k=k, kc=sql.Identifier(_KEY),
+                sc=sql.Identifier(_STATE), rc=sql.Identifier(_RETRY)).as_string(conn)
 
     def _table_for(self, conn: psycopg.Connection, slot: int) -> sql.Composable:
         if not self._partitioned:
@@ -237,5 +262,12 @@ class Config:
         return self._partitions[slot]
 
     def _params(self, slot: int, after: Optional[str]) -> Dict[str, Any]:
-        return {"slot": slot, "n": self.n, "key": self._key, "method": self._method, "route": self.route,
-                "after": after, "batch": self.batch, "pending": self.pending, "name": self.name}
+        return {"slot": slot, "n": self.n, "key": self._key, "method": self._method,
+                "route": (self.route or self._key) if self._tenants else self.route, "fair": self.fair or self.route,
+                "spread": self.spread, "after": after, "batch": self.batch, "pending": self.pending,
+                "name": self.name}
+
+    @property
+    def _tenants(self) -> bool:
+        """The batches are my_items_fair's (options fair or spread)."""
+        return self.fair is not None or self.spread is not None

@@ -28,6 +28,8 @@ OPTIONS: Tuple[Tuple[str, str], ...] = (
     ("key", "none"),
     ("route", "none"),
     ("method", "none"),
+    ("fair", "none"),
+    ("spread", "none"),
     ("max_slots", "n"),
     ("holder", "host:pid:random"),
     ("notify_conninfo", "none"),

@@ -176,7 +176,9 @@ class Walker:
         recheck = False
         try:
             end = len(rows) < self.batch
-            cursor = None if end else rows[-1][_KEY]
+            # my_items_fair (fair, spread) has no cursor: each batch reads the
+            # slot's first pending rows again
+            cursor = None if end or self._tenants else rows[-1][_KEY]
             retry_in = None
             keys: Keys = {}
             for r in rows:
@@ -188,7 +190,8 @@ class Walker:
                     retry_in = due_in if retry_in is None else min(retry_in, due_in)
             if not todo:  # nothing to do here: the transaction ends
                 self._commit(conn)
-                return 0, end, retry_in, cursor
+                # with fair: the same rows again next time, so the pass is over
+                return 0, end or self._tenants, retry_in, cursor
             if self._forced.pop(slot, False):
                 raise _Ended("item by item")  # TRANSIENT_LIMIT reached: the failure path
             try:

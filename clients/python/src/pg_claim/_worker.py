@@ -92,6 +92,18 @@ class Worker(Config, Claimer, Walker, Failures, Waker):
         mapped to the slot (default: the key), the mapping (default 'auto';
         'pg_hash' when the table is hash-partitioned with modulus n by the
         route or key column: then each slot's share is one partition).
+    fair
+        the tenant column (docs/tenants.md): each batch takes the slot's
+        tenants in turn (my_items_fair), each tenant's rows in key order, so
+        that a small tenant's rows are not stuck behind a large tenant's
+        backlog in the same slot. The slot is slot_of(route, n) as without it
+        (route default: the key). Needs an index on (slot expression, fair
+        column, key), partial on the pending predicate.
+    spread
+        k: the slot is slot_of_spread(route, key, n, k), so the rows of one
+        tenant (the route column, required) are on at most k slots, and so
+        with at most k workers at once. The batches are my_items_fair's,
+        taking the slot's tenants (fair, default: route) in turn.
     max_slots
         at most this many slots per worker (default n).
     holder
