@@ -19,14 +19,23 @@ ALTER TABLE @extschema@.pg_claim_leases
     ADD COLUMN IF NOT EXISTS backlog_at timestamptz,
     ADD COLUMN IF NOT EXISTS wanted_by text;
 
+-- The marked rows of a name by holder (report_backlog's look-up of a
+-- holder's wanted slots): a partial index, so a renewal, which changes
+-- only expires_at, stays a HOT update.
+CREATE INDEX pg_claim_leases_wanted ON @extschema@.pg_claim_leases (name, holder) WHERE wanted_by IS NOT NULL;
+
 -- report_backlog (src/leases.rs) for `role`: stores `remaining` as the
 -- weight of the lease (name, slot, token), when token is the slot's current
--- token and the lease is role's; true when another live holder of the
--- fleet wants the slot, false when not, NULL when the token does not hold
--- the lease (nothing stored). NULL remaining stores nothing and only asks.
+-- token and the lease is role's; returns the slots of the lease's holder
+-- that another live holder of the fleet wants (this slot among them when it
+-- is; ascending; empty when none), NULL when the token does not hold the
+-- lease (nothing stored). NULL remaining stores nothing and only asks. Every
+-- wanted slot, not only this one: a holder of many slots learns at its next
+-- batch of any slot that one is wanted, and gives it back after that batch
+-- (found through pg_claim_leases_wanted, an index of the marked rows only).
 CREATE FUNCTION @extschema@.pg_claim_lease_report(role oid, name text, slot integer, token bigint,
                                                   remaining bigint)
-RETURNS boolean
+RETURNS integer[]
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -41,7 +50,7 @@ BEGIN
         RAISE EXCEPTION 'remaining must be at least 0, got %', remaining USING ERRCODE = '22023',
             HINT = 'remaining is the number of the slot''s pending items: 0 when none is left, NULL to keep the last report.';
     END IF;
-    SELECT l.holder, l.backlog, l.backlog_at, l.wanted_by INTO r FROM @extschema@.pg_claim_leases l
+    SELECT l.holder, l.backlog, l.backlog_at INTO r FROM @extschema@.pg_claim_leases l
     WHERE l.name = pg_claim_lease_report.name AND l.slot = pg_claim_lease_report.slot
       AND l.token = pg_claim_lease_report.token AND l.holder IS NOT NULL AND NOT l.session
       AND l.expires_at > pg_catalog.clock_timestamp()
@@ -60,10 +69,16 @@ BEGIN
         WHERE l.name = pg_claim_lease_report.name AND l.slot = pg_claim_lease_report.slot
           AND l.token = pg_claim_lease_report.token;
     END IF;
-    RETURN r.wanted_by IS NOT NULL AND r.wanted_by <> r.holder
-       AND EXISTS (SELECT 1 FROM @extschema@.pg_claim_lease_members m
-                   WHERE m.name = pg_claim_lease_report.name AND m.holder = r.wanted_by
-                     AND m.expires_at > pg_catalog.clock_timestamp());
+    -- the holder's live leases of role's that a live other member wants
+    RETURN ARRAY(
+        SELECT l.slot FROM @extschema@.pg_claim_leases l
+        WHERE l.name = pg_claim_lease_report.name AND l.holder = r.holder AND l.wanted_by IS NOT NULL
+          AND l.wanted_by <> l.holder AND NOT l.session AND l.expires_at > pg_catalog.clock_timestamp()
+          AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
+          AND EXISTS (SELECT 1 FROM @extschema@.pg_claim_lease_members m
+                      WHERE m.name = pg_claim_lease_report.name AND m.holder = l.wanted_by
+                        AND m.expires_at > pg_catalog.clock_timestamp())
+        ORDER BY l.slot);
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_report(oid, text, integer, bigint, bigint) FROM PUBLIC;
 

@@ -876,6 +876,11 @@ ALTER TABLE @extschema@.pg_claim_leases
     ADD COLUMN IF NOT EXISTS backlog_at timestamptz,
     ADD COLUMN IF NOT EXISTS wanted_by text;
 
+-- The marked rows of a name by holder (report_backlog's look-up of a
+-- holder's wanted slots): a partial index, so a renewal, which changes
+-- only expires_at, stays a HOT update.
+CREATE INDEX pg_claim_leases_wanted ON @extschema@.pg_claim_leases (name, holder) WHERE wanted_by IS NOT NULL;
+
 CREATE OR REPLACE FUNCTION @extschema@.pg_claim_lease_hand(
     role oid, name text, s integer, n integer, holder text, ttl interval, key_ integer,
     now_ timestamptz, OUT slot integer, OUT token bigint, OUT expires_at timestamptz)
@@ -945,7 +950,7 @@ END $$;
 
 CREATE FUNCTION @extschema@.pg_claim_lease_report(role oid, name text, slot integer, token bigint,
                                                   remaining bigint)
-RETURNS boolean
+RETURNS integer[]
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -960,7 +965,7 @@ BEGIN
         RAISE EXCEPTION 'remaining must be at least 0, got %', remaining USING ERRCODE = '22023',
             HINT = 'remaining is the number of the slot''s pending items: 0 when none is left, NULL to keep the last report.';
     END IF;
-    SELECT l.holder, l.backlog, l.backlog_at, l.wanted_by INTO r FROM @extschema@.pg_claim_leases l
+    SELECT l.holder, l.backlog, l.backlog_at INTO r FROM @extschema@.pg_claim_leases l
     WHERE l.name = pg_claim_lease_report.name AND l.slot = pg_claim_lease_report.slot
       AND l.token = pg_claim_lease_report.token AND l.holder IS NOT NULL AND NOT l.session
       AND l.expires_at > pg_catalog.clock_timestamp()
@@ -979,10 +984,16 @@ BEGIN
         WHERE l.name = pg_claim_lease_report.name AND l.slot = pg_claim_lease_report.slot
           AND l.token = pg_claim_lease_report.token;
     END IF;
-    RETURN r.wanted_by IS NOT NULL AND r.wanted_by <> r.holder
-       AND EXISTS (SELECT 1 FROM @extschema@.pg_claim_lease_members m
-                   WHERE m.name = pg_claim_lease_report.name AND m.holder = r.wanted_by
-                     AND m.expires_at > pg_catalog.clock_timestamp());
+    -- the holder's live leases of role's that a live other member wants
+    RETURN ARRAY(
+        SELECT l.slot FROM @extschema@.pg_claim_leases l
+        WHERE l.name = pg_claim_lease_report.name AND l.holder = r.holder AND l.wanted_by IS NOT NULL
+          AND l.wanted_by <> l.holder AND NOT l.session AND l.expires_at > pg_catalog.clock_timestamp()
+          AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
+          AND EXISTS (SELECT 1 FROM @extschema@.pg_claim_lease_members m
+                      WHERE m.name = pg_claim_lease_report.name AND m.holder = l.wanted_by
+                        AND m.expires_at > pg_catalog.clock_timestamp())
+        ORDER BY l.slot);
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_report(oid, text, integer, bigint, bigint) FROM PUBLIC;
 
@@ -1179,12 +1190,12 @@ CREATE FUNCTION @extschema@."report_backlog"(
 	"slot" INT,
 	"token" bigint,
 	"remaining" bigint
-) RETURNS bool
+) RETURNS INT[]
 VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'report_backlog_wrapper';
 COMMENT ON FUNCTION @extschema@.report_backlog(text, integer, bigint, bigint) IS
-    'store remaining as the weight of the lease (its holder''s work left in the slot) for claim_leases'' balance: true when another holder wants the slot, false when not, NULL when token does not hold the lease';
+    'store remaining as the weight of the lease (its holder''s work left in the slot) for claim_leases'' balance: the slots of its holder that another holder wants (give them back after this batch; empty: none), NULL when token does not hold the lease';
 
 -- report_backlog is granted as claim_leases is (sql/grants.sql, run again)
 -- The grants to PUBLIC, made by the extension's owner: this function is

@@ -174,16 +174,16 @@ role_shells! {
     > = pg_claim_leases_claim via leases;
 
     /// Report the work left in a slot this holder leases (its weight for
-    /// claim_leases' balance; NULL `remaining`: only ask): true when another
-    /// holder wants the slot (give it back after this batch), false when
-    /// not, NULL when `token` does not hold the lease.
+    /// claim_leases' balance; NULL `remaining`: only ask): the slots of its
+    /// holder that another holder wants (give them back after this batch;
+    /// empty when none), NULL when `token` does not hold the lease.
     #[pg_extern(volatile, parallel_unsafe)]
     fn report_backlog(
         name: Option<&str>,
         slot: Option<i32>,
         token: Option<i64>,
         remaining: Option<i64>,
-    ) -> Option<bool> = pg_claim_lease_report via scalar;
+    ) -> Option<Vec<i32>> = pg_claim_lease_report via scalar;
 
     /// Extend a lease to `ttl` from now: the new expiry, or NULL when the lease
     /// was lost (taken over, released, or not this role's).

@@ -36,7 +36,7 @@ LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_cata
 $$;
 
 CREATE FUNCTION @extschema@.report_backlog(name text, slot integer, token bigint, remaining bigint)
-RETURNS boolean
+RETURNS integer[]
 LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT @extschema@.pg_claim_lease_report(@extschema@.pg_claim_caller(), name, slot, token, remaining)
 $$;

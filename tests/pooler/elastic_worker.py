@@ -16,7 +16,8 @@ With ELASTIC_BALANCE=1 (tests/pooler/test_balance.py) it also balances by
 remaining work (docs/leases.md, "Balancing"): each batch's transaction
 reports the slot's pending items left (a bounded count) with
 report_backlog, a slot found walked reports 0, and a slot the report says
-is wanted elsewhere is released right after the batch commits.
+is wanted elsewhere (the report lists every slot of the holder that another
+holder wants) is released right after the batch commits.
 
 Every change of the held slots, batch, write, rejected write and reconnection
 is one JSON line on stdout.
@@ -96,10 +97,13 @@ def work_once(conn, held):
             emit("rejected", slot=slot, token=token, items=len(todo), how="PC001")
             return True
         emit("wrote", slot=slot, token=token, items=len(todo))
-        if wanted:  # another holder wants the slot: give it back after this batch
-            released = conn.execute("SELECT release_lease(%s, %s, %s)", (NAME, slot, token)).fetchone()[0]
-            held.drop(slot, token)
-            emit("gave", slot=slot, token=token, released=released)
+        if wanted:  # slots another holder wants (this one or others): given back after this batch
+            mine = held.snapshot()
+            for s in wanted:
+                if s in mine:
+                    released = conn.execute("SELECT release_lease(%s, %s, %s)", (NAME, s, mine[s])).fetchone()[0]
+                    held.drop(s, mine[s])
+                    emit("gave", slot=s, token=mine[s], released=released)
             return True
     held.advance(slot, token, last)
     return True

@@ -30,8 +30,34 @@ def test_other_role_cannot_set_a_lease_weight():
         check(weights(admin, "sec_weights") == before,
               f"another role's report changed a weight: {before} -> {weights(admin, 'sec_weights')}")
         got = one(a, "SELECT report_backlog('sec_weights', %s, %s, 7)", (s1, t1))[0]
-        check(got is False, f"the owner's report answered {got!r}, not false")
+        check(got == [], f"the owner's report answered {got!r}, not an empty array (no slot wanted)")
         check(dict(weights(admin, "sec_weights")).get(s1) == 7, "the owner's report did not store its weight")
         got = one(a, "SELECT report_backlog('sec_weights', %s, %s, 9)", (s1, t1 - 1))[0]
         check(got is None, f"a wrong token's report answered {got!r}, not NULL")
         check(dict(weights(admin, "sec_weights")).get(s1) == 7, "a wrong token's report changed the weight")
+
+
+def test_wanted_slots_go_only_to_their_holder_role():
+    """A report answers the wanted slots of the lease's holder (every slot of
+    it that another live holder wants, whichever slot reported): to the
+    owner role, with the true token of any of them; another role with the
+    same true token learns nothing (NULL), not even which slots are wanted."""
+    a, b, o = as_fleet("sec_worker_a"), as_fleet("sec_worker_b"), connect("sec_other")
+    held = a.execute("SELECT slot, token FROM claim_leases('sec_wanted', 4, 'wa')").fetchall()
+    check(len(held) == 4, f"the only member holds {len(held)} of 4 slots")
+    for s, t in held:
+        one(a, "SELECT report_backlog('sec_wanted', %s, %s, 100)", (s, t))
+    with connect() as admin:  # past the damping: the slots changed hands a minute ago
+        admin.execute("UPDATE pg_claim_leases SET acquired_at = acquired_at - interval '1 minute'"
+                      " WHERE name = 'sec_wanted'")
+    got = b.execute("SELECT slot FROM claim_leases('sec_wanted', 4, 'wb')").fetchall()
+    check(got == [], f"the joiner took {got} at once (every slot is held and weighed)")
+    with connect() as admin:
+        marked = [r[0] for r in admin.execute("SELECT slot FROM pg_claim_leases WHERE name = 'sec_wanted'"
+                                              " AND wanted_by = 'wb' ORDER BY slot").fetchall()]
+    check(marked, "the joiner marked none of the heavy holder's slots")
+    for s, t in held:
+        got = one(a, "SELECT report_backlog('sec_wanted', %s, %s, NULL)", (s, t))[0]
+        check(got == marked, f"the holder's report of slot {s} answered {got!r}, not the wanted {marked}")
+        got = one(o, "SELECT report_backlog('sec_wanted', %s, %s, NULL)", (s, t))[0]
+        check(got is None, f"another role's report with the true token of slot {s} answered {got!r}, not NULL")

@@ -76,6 +76,7 @@ const methods = {
     const drop = () => { this._dropTimer = null; this._setHeld(new Map(), "expired"); };
     while (this._renewing) {
       const asked = Date.now();
+      let gained = false;
       try {
         c = c || await this._connect(this.connection, "_renewClient");
         const { rows } = await c.query({ text: "SELECT slot, token FROM claim_leases($1, $2, $3, max => $4, ttl => $5)",
@@ -92,6 +93,7 @@ const methods = {
         this._goodAt = asked;
         clearTimeout(this._dropTimer);
         this._dropTimer = setTimeout(drop, validMs);
+        gained = rows.some((r) => this.held.get(r.slot) !== r.token);
         this._setHeld(new Map(rows.map((r) => [r.slot, r.token])), reasons);
         this._leaving = new Set();
       } catch (e) {
@@ -101,9 +103,11 @@ const methods = {
         this._emit("claim_failed", { error: errorText(e) });
         if (this._goodAt === null || Date.now() >= this._goodAt + this.ttlMs) this._setHeld(new Map(), "expired");
       }
-      // balance: a worker with nothing to do asks again after HUNGRY_MS,
-      // HUNGRY_CALLS times in a row, instead of after renewInterval
-      burst = this._hungry() ? burst + 1 : 0;
+      // balance: a worker with nothing to do, or whose call gained slots (a
+      // joiner taking its share, slots given back for it after the givers'
+      // batches), asks again after HUNGRY_MS, HUNGRY_CALLS times in a row,
+      // instead of after renewInterval
+      burst = this._hungry() || (this.balance && gained) ? burst + 1 : 0;
       const end = asked + (burst > 0 && burst <= HUNGRY_CALLS ? HUNGRY_MS : this.renewMs);
       for (let rest = end - Date.now(); rest > 0 && this._renewing; rest = end - Date.now()) {
         await new Promise((resolve) => { this._renewTimer = setTimeout(resolve, Math.min(rest, HUNGRY_MS)); this._renewSleep = resolve; });

@@ -50,8 +50,8 @@ const methods = {
       const done = await this._batch(client, slot, token, side);
       if (this.balance && !done.fenced && !done.transient && this.held.get(slot) === token) {
         if (!side) this._weights.set(slot, done.end ? 0 : this.batch);
-        if (this._wanted.has(slot)) {
-          await this._handOver(client, slot, token);
+        if (this._wanted.size) { // this slot or others: none is in a batch now
+          for (const s of [...this._wanted].sort((a, b) => a - b)) await this._handOver(client, s, this.held.get(s));
           continue;
         }
       }
@@ -71,13 +71,15 @@ const methods = {
   },
 
   /**
-   * The slot is wanted by another holder (its batch's report said so): given
-   * back now that the batch committed, so that holder takes it at its next
-   * call (the fenced hand-over: the token is dead from now on).
+   * The slot is wanted by another holder (a batch's report said so, of this
+   * slot or another): given back now that the batch committed, so that
+   * holder takes it at its next call (the fenced hand-over: the token is
+   * dead from now on). undefined: no longer held.
    */
   async _handOver(client, slot, token) {
     this._wanted.delete(slot);
     this._weights.delete(slot);
+    if (token === undefined) return;
     await client.query("SELECT release_lease($1, $2, $3::bigint)", [this.name, slot, token]);
     if (this.held.get(slot) === token) {
       const now = new Map(this.held);
@@ -193,7 +195,8 @@ const methods = {
     try {
       const r = await client.query(fetch === null ? open : `${open}; ${fetch}`);
       if (token === null && !r[idle ? 2 : 1].rows[0].mine) throw Object.assign(new Error("pg-claim: the session no longer holds the slot"), { code: "PC001" });
-      if (token !== null && r[idle ? 2 : 1].rows[0].wanted) this._wanted.add(slot);
+      // the worker's slots wanted elsewhere
+      if (token !== null) for (const s of r[idle ? 2 : 1].rows[0].wanted || []) this._wanted.add(s);
       return fetch === null ? [] : r[r.length - 1].rows;
     } catch (e) {
       if (isConnectionLost(e)) throw e;

@@ -43,7 +43,7 @@ $$;
 SELECT lb_round('lb', 8, '{a,b}'), lb_round('lb', 8, '{a,b}');
 SELECT lb_shares('lb') AS by_count;
 -- a has 400 left over its 4 slots, b nothing: a report stores the weight
--- and answers false (not wanted elsewhere).
+-- and answers {} (none of its slots is wanted elsewhere).
 SELECT lb_report('lb', 'a', 100) AS a_reports, lb_report('lb', 'b', 0) AS b_reports;
 -- b has nothing left, but the slots changed hands just now: damping, no mark.
 SELECT count(*) AS b_slots FROM claim_leases('lb', 8, 'b', ttl => '1 minute');
@@ -56,7 +56,7 @@ SELECT lb_wanted('lb') AS wanted;
 -- A call again marks the same slots (its marks are made again, not added).
 SELECT count(*) AS b_slots FROM claim_leases('lb', 8, 'b', ttl => '1 minute');
 SELECT lb_wanted('lb') AS wanted_again;
--- a learns it from its next batch's report: true for the wanted slots.
+-- a learns it from its next batch's report, of any of its slots: slots 0 and 1.
 SELECT lb_report('lb', 'a', NULL) AS a_asks;
 -- a gives slot 0 back after its batch; b takes it at its next call, with a
 -- new token; a's old token of slot 0 is dead.

@@ -91,9 +91,11 @@ class Claimer:
             for s, _ in gained + lost:
                 self._weights.pop(s, None)
                 self._wanted.discard(s)
-            # balance: a worker with nothing to do asks again after HUNGRY_S,
+            # balance: a worker with nothing to do, or whose call gained
+            # slots (a joiner taking its share, slots given back for it
+            # after the givers' batches), asks again after HUNGRY_S,
             # HUNGRY_CALLS times in a row, instead of after the period
-            burst = burst + 1 if self._hungry() else 0
+            burst = burst + 1 if self._hungry() or (self.balance and gained) else 0
             if self._waits(asked, period, burst):
                 break
         if conn is not None:

@@ -60,8 +60,10 @@ class Walker:
             return True
         if not session and self.balance:
             self._weights[slot] = 0 if end else self.batch
-            if slot in self._wanted:
-                self._hand_over(conn, slot, token)
+            if self._wanted:  # this slot or others: none is in a batch now
+                held = self._held.snapshot()
+                for s in sorted(self._wanted):
+                    self._hand_over(conn, s, held.get(s))
                 return True
         if retry_in is not None:
             d = due.setdefault(slot, {})
@@ -76,12 +78,15 @@ class Walker:
         self._held.advance(slot, token, cursor)
         return True
 
-    def _hand_over(self, conn: psycopg.Connection, slot: int, token: int) -> None:
-        """The slot is wanted by another holder (its batch's report said so):
-        given back now that the batch committed, so that holder takes it at
-        its next call (the fenced hand-over: the token is dead from now on)."""
+    def _hand_over(self, conn: psycopg.Connection, slot: int, token: Optional[int]) -> None:
+        """The slot is wanted by another holder (a batch's report said so, of
+        this slot or another): given back now that the batch committed, so
+        that holder takes it at its next call (the fenced hand-over: the
+        token is dead from now on). None: no longer held."""
         self._wanted.discard(slot)
         self._weights.pop(slot, None)
+        if token is None:
+            return
         conn.execute("SELECT release_lease(%s, %s, %s::bigint)", (self.name, slot, token))
         if self._held.drop(slot, token):
             self._changed([], [(slot, token)], "given back")
@@ -274,8 +279,8 @@ class Walker:
             mine = cur.fetchone()
             if token is None and not (mine and mine["mine"]):
                 raise _SlotLost()
-            if mine and mine.get("wanted"):
-                self._wanted.add(slot)
+            if mine and mine.get("wanted"):  # the worker's slots wanted elsewhere
+                self._wanted.update(mine["wanted"])
             rows: List[Row] = []
             if fetch is not None:
                 cur.nextset()
