@@ -60,16 +60,27 @@ def measure(d, run, ttl_s):
             r[f"handover_p{p}_s"] = nearest_rank(lat, p)
         r["handover_max_s"] = max(lat) if lat else None
         r["handover_never"] = sum(1 for x in r["handover_latency_s"].values() if x is None)
+        r["joiner_most_slots"] = most_held(run)
     r["series"] = series(d, t0)
     # when each worker made its first call, after the release (joiners: their start-up)
     r["started_s"] = {w: round(run.started(w) - t0, 2) for w in run.procs if run.started(w) is not None}
     return r
 
 
+def share(run, holders):
+    """The slots a joiner's whole share is among `holders` live holders:
+    floor(n/H) by count; by weight (the lease scheme) the planner balances
+    within its slack, a tenth of the mean weight, so floor(0.9 n/H) (every
+    scenario with a hand-over figure has slots of even weight)."""
+    even = run.spec.n / holders
+    return max(1, int(0.9 * even) if run.scheme == "lease" else int(even))
+
+
 def latencies(run):
     """joiner -> seconds from its first claim_leases call (its "started"
-    event) to the first sample of lease_holders where it holds floor(n/H)
-    slots (H: the live holders then, itself included), None if never."""
+    event) to the first sample of lease_holders where it holds its whole
+    share (share(): H the live holders then, itself included), None if
+    never."""
     out = {}
     for _at, action, label in run.applied:
         if action != "join":
@@ -79,11 +90,16 @@ def latencies(run):
         for t, held in run.samples:
             if began is None or t < began:
                 continue
-            target = max(1, run.spec.n // len(set(held) | {label}))
-            if held.get(label, 0) >= target:
+            if held.get(label, 0) >= share(run, len(set(held) | {label})):
                 out[label] = round(t - began, 3)
                 break
     return out
+
+
+def most_held(run):
+    """joiner -> the most slots it held in any sample."""
+    return {label: max((held.get(label, 0) for _t, held in run.samples), default=0)
+            for _at, action, label in run.applied if action == "join"}
 
 
 def series(d, t0):
@@ -144,7 +160,8 @@ def table(meta, results):
                          f" ({r['heaviest_slot_rows']} rows x {r['handler_ms']} ms = {r['slot_bound_s']:.1f} s)")
             lines.append(line)
     lines.append("(hand-overs: changes of the worker writing a slot's rows; rows/ho: the slot's rows done after"
-                 " each; ho: from a joiner's first claim_leases to holding floor(n/H) slots; bound: the heaviest"
+                 " each; ho: from a joiner's first claim_leases to holding its share, floor(n/H) slots by count,"
+                 " floor(0.9 n/H) by weight (the planner's slack is a tenth of the mean); bound: the heaviest"
                  " slot's rows x the handler's time per row; the queue has no slots: its hand-overs count the"
                  " changes of writer between its batches)")
     return "\n".join(lines)
