@@ -97,5 +97,4 @@ LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = pg_catalog,
     SELECT @extschema@.pg_claim_fleet_n(@extschema@.pg_claim_caller(), name)
 $$;
 
--- (their comments: sql/lease_comments.sql and sql/leases_resize.sql, as in
--- the extension)
+-- (their comments: sql/lease_comments.sql, as in the extension)
