@@ -1632,15 +1632,18 @@ BEGIN
     END IF;
     top_ := greatest(old_, n, coalesce(r.top, 0));
 
-    -- 1. wait for every fenced transaction of the name: REPEATABLE READ ones
-    -- hold their slot's row FOR KEY SHARE, READ COMMITTED ones its fence lock
+    -- 1. wait for every fenced transaction of the name: READ COMMITTED ones
+    -- hold their slot's fence lock, REPEATABLE READ ones its row FOR KEY
+    -- SHARE. The fence locks first: a batch that passed fence may still
+    -- write its lease row (report_backlog) before it commits, which a row
+    -- lock of the resize would make it wait for (a deadlock)
+    FOR s IN 0 .. top_ - 1 LOOP
+        PERFORM pg_catalog.pg_advisory_xact_lock(key_, 271581184 + s);
+    END LOOP;
     PERFORM 1 FROM @extschema@.pg_claim_leases l
     WHERE l.name = pg_claim_leases_resize.name
     ORDER BY l.slot
     FOR UPDATE;
-    FOR s IN 0 .. top_ - 1 LOOP
-        PERFORM pg_catalog.pg_advisory_xact_lock(key_, 271581184 + s);
-    END LOOP;
     now_ := pg_catalog.clock_timestamp();
 
     -- 2. every old token fails fence after the commit (the guard trigger
