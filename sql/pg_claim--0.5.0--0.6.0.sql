@@ -1650,9 +1650,11 @@ BEGIN
     -- fires for each row deleted or given back)
     DELETE FROM @extschema@.pg_claim_leases l
     WHERE l.name = pg_claim_leases_resize.name AND l.slot >= n;
+    -- (a record of a session that left passes fence until its slot changes
+    -- hands: it is given back as a lease is; no session holds a slot now)
     UPDATE @extschema@.pg_claim_leases l
-    SET n = CASE WHEN l.session THEN l.n ELSE pg_claim_leases_resize.n END,
-        expires_at = CASE WHEN NOT l.session AND l.holder IS NOT NULL AND l.expires_at > now_
+    SET n = pg_claim_leases_resize.n, session = false,
+        expires_at = CASE WHEN l.holder IS NOT NULL AND (l.session OR l.expires_at > now_)
                           THEN now_ ELSE l.expires_at END,
         backlog = NULL, backlog_at = NULL, wanted_by = NULL
     WHERE l.name = pg_claim_leases_resize.name;
