@@ -25,7 +25,8 @@
 -- with fleet_n. The fleet's n changes only by resize_fleet, or by stopping
 -- every member and starting with another n (a name with no live member and
 -- no live lease starts with the n its first call passes). A joiner beside
--- live leases of claim_lease's holders of another n still gets 55000.
+-- live leases of claim_lease's holders of another n still gets 55000; a
+-- claim_lease beside live members of another n gets PC002 (sql/leases.sql).
 --
 -- Targets are computed from each member's count of leases as of its own last
 -- call (pg_claim_lease_members.held), so a call reads the members of the name

@@ -43,9 +43,12 @@ SELECT count(*) AS rows, count(*) FILTER (WHERE n = 8) AS of_n_8,
 FROM pg_claim_leases WHERE name = 'rs';
 SELECT holder, n, held FROM pg_claim_lease_members WHERE name = 'rs' ORDER BY holder;
 
--- The old n: PC002 naming the fleet's n, for a member and for a joiner.
+-- The old n: PC002 naming the fleet's n, for a member, a joiner and
+-- claim_lease.
 SELECT pc_try($$SELECT * FROM claim_leases('rs', 4, 'a')$$) AS member_old_n;
 SELECT pc_try($$SELECT * FROM claim_leases('rs', 4, 'c')$$) AS joiner_old_n;
+-- claim_lease too, while the members hold no lease yet
+SELECT pc_try($$SELECT * FROM claim_lease('rs', 4, 'single')$$) AS claim_lease_old_n;
 -- The new n: each holder takes its own slots back first, then the new ones.
 SELECT rs_round('rs', 8, '{a,b}');
 SELECT rs_round('rs', 8, '{a,b}');
