@@ -44,7 +44,7 @@ ALLOWED = {
     "55000": "object_not_in_prerequisite_state: a name leased with another n or in the other mode; resize_fleet of a name with session claims; a foreign table whose wrapper cannot scan",
     "55P03": "lock_not_available: resize_fleet while another resize of the name is in progress",
     "PC001": "fence: the token is not the slot's current one",
-    "PC002": "claim_leases: the call's n is not the fleet's (after a resize_fleet, or another n than its live members')",
+    "PC002": "claim_leases, claim_lease: the call's n is not the fleet's (after a resize_fleet, or another n than its live claim_leases members')",
 }
 
 
