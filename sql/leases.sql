@@ -322,6 +322,16 @@ BEGIN
     IF FOUND THEN
         PERFORM @extschema@.pg_claim_lease_refuse_role(name, r.owner, role);
     END IF;
+    -- a live claim_leases fleet of another n (its members hold no lease
+    -- between a resize_fleet and their next call): PC002, as claim_leases
+    -- says it (sql/leases_resize.sql)
+    SELECT m.n INTO r FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_lease_take.name AND m.expires_at > now_ AND m.n <> pg_claim_lease_take.n
+    ORDER BY m.seen_at DESC
+    LIMIT 1;
+    IF FOUND THEN
+        PERFORM @extschema@.pg_claim_leases_refuse_resized(name, r.n, pg_claim_lease_take.n);
+    END IF;
     -- live leases of another n
     SELECT l.n, l.holder INTO r FROM @extschema@.pg_claim_leases l
     WHERE l.name = pg_claim_lease_take.name AND NOT l.session AND l.holder IS NOT NULL
