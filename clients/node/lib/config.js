@@ -62,6 +62,7 @@ function configure(w, options) {
   w.batch = int("batch", 50, 1);
   w.maxAttempts = int("maxAttempts", 5, 1);
   w.maxSlots = int("maxSlots", w.n, 1);
+  w._maxSlotsGiven = o.maxSlots === undefined || o.maxSlots === null ? null : w.maxSlots; // a resize keeps it (at most the new n)
   if (w.maxSlots > w.n) throw new TypeError(`pg-claim: option maxSlots must be between 1 and n = ${w.n}, got ${w.maxSlots}`);
   if (typeof o.handler !== "function") throw new TypeError("pg-claim: option handler must be a function (client, rows, batch) => Promise");
   w.handler = o.handler;
