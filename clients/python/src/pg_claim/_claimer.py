@@ -153,7 +153,15 @@ class Claimer:
             first = self._connect(self.conninfo, deadline=1 / 3)
             asked = time.monotonic()
             try:
-                gained, lost = self._held.replace(self._claim(first), asked)
+                used = self.n
+                try:
+                    rows = self._claim(first, n=used)
+                except psycopg.Error as e:
+                    if e.sqlstate != RESIZED:
+                        raise
+                    self._follow(first, e, used)  # started with n before a resize: the new n
+                    rows = self._claim(first)
+                gained, lost = self._held.replace(rows, asked)
             except BaseException:
                 first.close()
                 raise

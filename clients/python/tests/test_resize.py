@@ -1,0 +1,82 @@
+"""pg_claim.Worker following an online resize (resize_fleet) against a real
+server: a live lease worker is resized 4 -> 8 in the middle of a drain, a
+second one starts after it with the old n; both follow the new n by
+themselves, every row is handled once, no slot is told lost for a wrong
+reason. Skipped without a server (PGHOST, PGPORT, PGUSER)."""
+import threading
+import time
+
+import psycopg
+
+from test_server import Run, db, dsn, make_table, wait_for  # noqa: F401  (db: the fixture)
+
+
+def slow_handler(tbl, seen_n, lock):
+    def handle(tx, rows):
+        ids = [r["id"] for r in rows]
+        tx.execute(psycopg.sql.SQL("UPDATE {} SET done = true WHERE id = ANY(%s)").format(rows.table), (ids,))
+        tx.execute("INSERT INTO log SELECT %s, unnest(%s::bigint[]), %s, %s, %s",
+                   (tbl, ids, rows.slot, rows.token, rows.table.as_string(tx)))
+        with lock:
+            seen_n.append(rows.slot)
+        time.sleep(0.01)  # a drain of a few seconds: the resize lands in its middle
+    return handle
+
+
+def test_a_lease_worker_follows_a_resize(db):  # noqa: F811
+    tbl, name, rows = "t_resize", "resize_py", 3000
+    make_table(db, tbl, rows)
+    seen, lock = [], threading.Lock()
+    first = Run(name=name, table=tbl, n=4, pending="done", batch=10, ttl=3, handler=slow_handler(tbl, seen, lock),
+                poll_interval=0.2)
+    second = None
+    try:
+        wait_for(lambda: db.execute("SELECT count(*) FROM log WHERE tbl = %s", (tbl,)).fetchone()[0] >= 300,
+                 what="a part of the drain")
+        held_before = set(first.worker.slots)
+        assert held_before and held_before <= set(range(4))
+        (old,) = db.execute("SELECT resize_fleet(%s, 8)", (name,)).fetchone()
+        assert old == 4
+        wait_for(lambda: first.said("resized"), what="the resized event")
+        assert first.said("resized") == [{"old_n": 4, "n": 8}]
+        # a worker started with the old n: its first claim is refused (PC002), it follows
+        second = Run(name=name, table=tbl, n=4, pending="done", batch=10, ttl=3,
+                     handler=slow_handler(tbl, seen, lock), poll_interval=0.2)
+        wait_for(lambda: second.said("resized") or second.error, what="the second worker's resized event")
+        assert second.error is None, second.error
+        assert second.said("resized") == [{"old_n": 4, "n": 8}]
+        wait_for(lambda: db.execute(f"SELECT count(*) FROM {tbl} WHERE NOT done").fetchone()[0] == 0,
+                 timeout=60, what="the drain")
+        wait_for(lambda: len(set(first.worker.slots) | set(second.worker.slots)) == 8, what="all 8 slots served")
+        assert first.worker.n == second.worker.n == 8
+        holders = db.execute("SELECT slot, holder FROM lease_holders(%s) WHERE NOT expired ORDER BY slot",
+                             (name,)).fetchall()
+        assert [s for s, _ in holders] == list(range(8))
+        assert {h for _, h in holders} == {first.worker.holder, second.worker.holder}
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+    assert first.error is None and second.error is None
+    # every row once; slots of the new n only after the resize
+    dup = db.execute("SELECT item, count(*) FROM log WHERE tbl = %s GROUP BY item HAVING count(*) > 1",
+                     (tbl,)).fetchall()
+    assert dup == []
+    assert db.execute("SELECT count(DISTINCT item) FROM log WHERE tbl = %s", (tbl,)).fetchone()[0] == rows
+    assert max(seen) >= 4
+    # right after the resized event, every slot held then is lost as `resized`; no slot of
+    # either worker is ever told `taken` (a fence refused after the resize is not another
+    # holder's) nor `expired`
+    resized_at = next(i for i, (_, e, _f) in enumerate(first.events) if e == "resized")
+    after = first.events[resized_at + 1:]
+    upto = next(i for i, (_, e, _f) in enumerate(after) if e == "slots")
+    told = [(f["slot"], f["reason"]) for _, e, f in after[:upto] if e == "lost"]
+    assert told and {r for _, r in told} == {"resized"}
+    assert after[upto][2]["held"] == []
+    for run in (first, second):
+        reasons = {f["reason"] for f in run.said("lost")}
+        assert reasons <= {"resized", "given back", "released"}, reasons
+    # the claims after the resize name n = 8: every gained token after it is one of the new leases
+    gained_after = [f["slot"] for _, e, f in first.events[resized_at:] if e == "gained"]
+    assert gained_after and max(gained_after) < 8
+
