@@ -19,6 +19,14 @@
 -- So a joiner gets its share from holders above their targets, and a leaver's
 -- slots go to holders below theirs; no other slot moves.
 --
+-- A call whose n is not that of the name's live members (another n, or the
+-- n before a resize_fleet; sql/leases_resize.sql) raises PC002, naming the
+-- fleet's n, whether the holder is a member or a joiner: a worker follows
+-- with fleet_n. The fleet's n changes only by resize_fleet, or by stopping
+-- every member and starting with another n (a name with no live member and
+-- no live lease starts with the n its first call passes). A joiner beside
+-- live leases of claim_lease's holders of another n still gets 55000.
+--
 -- Targets are computed from each member's count of leases as of its own last
 -- call (pg_claim_lease_members.held), so a call reads the members of the name
 -- and its live leases (at most n) a fixed number of times: its cost grows
@@ -209,19 +217,21 @@ BEGIN
                                 FOR UPDATE SKIP LOCKED));
     -- a live member of a role whose privileges this role lacks, this
     -- holder's own row included (its holder text is no key to it); else a
-    -- live member of another n (one read of the members for both)
+    -- live member of another n, this holder's own row included (a
+    -- resize_fleet set it: PC002, the call follows with fleet_n; one read of
+    -- the members for both)
     SELECT m.owner, m.n, m.holder,
            (m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE')) AS other_role
     INTO r FROM @extschema@.pg_claim_lease_members m
     WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
       AND ((m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE'))
-           OR (m.holder <> pg_claim_leases_take.holder AND m.n <> pg_claim_leases_take.n))
-    ORDER BY 4 DESC
+           OR m.n <> pg_claim_leases_take.n)
+    ORDER BY 4 DESC, m.seen_at DESC
     LIMIT 1;
     IF FOUND AND r.other_role THEN
         PERFORM @extschema@.pg_claim_lease_refuse_role(name, r.owner, role);
     ELSIF FOUND THEN
-        PERFORM @extschema@.pg_claim_lease_refuse_n(name, n, r.n, r.holder);
+        PERFORM @extschema@.pg_claim_leases_refuse_resized(name, r.n, n);
     END IF;
 
     SELECT m.expires_at <= now_ AS gone INTO r FROM @extschema@.pg_claim_lease_members m

@@ -546,19 +546,21 @@ BEGIN
                                 FOR UPDATE SKIP LOCKED));
     -- a live member of a role whose privileges this role lacks, this
     -- holder's own row included (its holder text is no key to it); else a
-    -- live member of another n (one read of the members for both)
+    -- live member of another n, this holder's own row included (a
+    -- resize_fleet set it: PC002, the call follows with fleet_n; one read of
+    -- the members for both)
     SELECT m.owner, m.n, m.holder,
            (m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE')) AS other_role
     INTO r FROM @extschema@.pg_claim_lease_members m
     WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
       AND ((m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE'))
-           OR (m.holder <> pg_claim_leases_take.holder AND m.n <> pg_claim_leases_take.n))
-    ORDER BY 4 DESC
+           OR m.n <> pg_claim_leases_take.n)
+    ORDER BY 4 DESC, m.seen_at DESC
     LIMIT 1;
     IF FOUND AND r.other_role THEN
         PERFORM @extschema@.pg_claim_lease_refuse_role(name, r.owner, role);
     ELSIF FOUND THEN
-        PERFORM @extschema@.pg_claim_lease_refuse_n(name, n, r.n, r.holder);
+        PERFORM @extschema@.pg_claim_leases_refuse_resized(name, r.n, n);
     END IF;
 
     SELECT m.expires_at <= now_ AS gone INTO r FROM @extschema@.pg_claim_lease_members m
@@ -1223,7 +1225,7 @@ BEGIN
                'claim_slot', 'claim_slots', 'release_slot', 'my_slot', 'my_slots',
                'slot_holders', 'slot_status',
                'claim_lease', 'claim_leases', 'report_backlog', 'renew_lease', 'release_lease',
-               'lease_holders', 'fence', 'lease_valid', 'my_token',
+               'lease_holders', 'fence', 'lease_valid', 'my_token', 'resize_fleet', 'fleet_n',
                'claim_partitions', 'my_partitions',
                'record_failure', 'failure_due', 'failing_items', 'clear_failure',
                'item_failures', 'define_fleet', 'drop_fleet']::pg_catalog.name[])
@@ -1488,5 +1490,283 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION @extschema@.my_items_fair(anyelement, integer, integer, text, text, text, integer, text, integer, text) IS
     'a batch of the slot''s rows taking its tenants (column fair) in turn, each tenant''s rows in key order';
+
+-- ==== resize ====
+-- (the bodies are those of sql/leases_resize.sql, sql/leases_fleet.sql and
+-- sql/grants.sql) resize_fleet changes the n of a claim_leases fleet online
+-- (the barrier that keeps order per key: every fenced transaction of the
+-- old n ends before any lease of the new n); fleet_n tells a worker the
+-- fleet's n; claim_leases refuses a call of another n than the live
+-- members' with PC002 (pg_claim_leases_take, above).
+-- claim_leases' refusal of a call whose n is not the fleet's: the live
+-- members of name use n = fleet_n (after a resize_fleet, or since they
+-- started), the call passed n.
+CREATE FUNCTION @extschema@.pg_claim_leases_refuse_resized(name text, fleet_n integer, n integer)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RAISE EXCEPTION 'fleet "%" has n = % (since a resize_fleet, or since its members started with it); this call passed n = %',
+        name, fleet_n, n
+        USING ERRCODE = 'PC002',
+        HINT = 'Call claim_leases with the fleet''s n (SELECT fleet_n(name)); the pg_claim worker libraries follow by themselves.';
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_refuse_resized(text, integer, integer) FROM PUBLIC;
+
+-- resize_fleet (src/leases.rs) for `role`: the old n.
+CREATE FUNCTION @extschema@.pg_claim_leases_resize(role oid, name text, n integer)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+-- every column is qualified: a bare name is one of the arguments
+#variable_conflict use_variable
+DECLARE
+    now_ timestamptz;
+    crc_ bigint;
+    key_ integer;
+    old_ integer;
+    top_ integer;
+    r record;
+    known boolean := false;
+BEGIN
+    PERFORM @extschema@.pg_claim_need_read_committed('resize_fleet'::text);
+    IF role IS NULL THEN
+        RAISE EXCEPTION 'role must not be null' USING ERRCODE = '22004',
+            HINT = 'This is resize_fleet''s internal function: call resize_fleet(name, n).';
+    END IF;
+    IF name IS NULL OR n IS NULL THEN
+        RAISE EXCEPTION '% must not be null', CASE WHEN name IS NULL THEN 'name' ELSE 'n' END
+            USING ERRCODE = '22004',
+            HINT = 'resize_fleet(name, n) sets the number of slots of the lease fleet name to n: pass both.';
+    END IF;
+    IF n < 1 OR n > 1024 THEN
+        RAISE EXCEPTION 'n must be between 1 and 1024 for resize_fleet, got %', n USING ERRCODE = '22023',
+            HINT = 'n is the fleet''s new number of slots; claim_leases serves at most 1024 slots of a name.';
+    END IF;
+    -- the name's checks (its length), as for a lease
+    PERFORM @extschema@.lease_check(name, 0::integer, 0::bigint, interval '1 second');
+    crc_ := @extschema@.crc32(name);
+    key_ := (crc_::bit(32))::integer;
+
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(key_, 269484036) THEN
+        RAISE EXCEPTION 'fleet "%" is being resized by another transaction', name
+            USING ERRCODE = '55P03',
+            HINT = 'One resize of a name at a time: wait for that transaction to end, then see the fleet''s n with SELECT fleet_n(name).';
+    END IF;
+    -- the lease mutex, to the end of the transaction: claim_leases and
+    -- claim_lease of the name wait for the resize to commit
+    PERFORM pg_catalog.pg_advisory_xact_lock(key_, 269484034);
+    now_ := pg_catalog.clock_timestamp();
+
+    -- a name in session mode: claim_slot holds a slot of it
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_locks k
+               WHERE k.locktype = 'advisory' AND k.objsubid = 2 AND k.granted
+                 AND k.mode = 'ExclusiveLock'
+                 AND k.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                   WHERE d.datname = pg_catalog.current_database())
+                 AND k.classid = crc_::oid AND k.objid::bigint <= 1048575) THEN
+        RAISE EXCEPTION 'name "%" is claimed with claim_slot; session fleets cannot be resized online', name
+            USING ERRCODE = '55000',
+            HINT = 'A session claim has no token that could fence an in-flight batch: stop the sessions of the name, change n in their configuration, and start them again.';
+    END IF;
+
+    -- the rights: every live member and live lease of the name belongs to a
+    -- role whose privileges this role has, and so does its definition
+    SELECT m.owner INTO r FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_resize.name AND m.expires_at > now_
+      AND m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE')
+    LIMIT 1;
+    IF NOT FOUND THEN
+        SELECT l.owner INTO r FROM @extschema@.pg_claim_leases l
+        WHERE l.name = pg_claim_leases_resize.name AND NOT l.session AND l.holder IS NOT NULL
+          AND l.expires_at > now_ AND l.owner IS NOT NULL AND l.owner <> role
+          AND NOT pg_catalog.pg_has_role(role, l.owner, 'USAGE')
+        LIMIT 1;
+    END IF;
+    IF FOUND THEN
+        RAISE EXCEPTION 'fleet "%" is leased by role %; role % cannot resize it', name,
+            r.owner::regrole, role::regrole
+            USING ERRCODE = '42501',
+            HINT = 'Only a role with the privileges of the role whose workers hold the fleet''s leases may resize it: resize as that role (SET ROLE), or be granted it.';
+    END IF;
+    SELECT f.owner::oid AS owner, f.n INTO r FROM @extschema@.pg_claim_fleets f
+    WHERE f.name = pg_claim_leases_resize.name;
+    IF FOUND THEN
+        known := true;
+        old_ := r.n;
+        IF NOT @extschema@.pg_claim_fleet_may_change(role, r.owner) THEN
+            RAISE EXCEPTION 'fleet "%" is defined by role %; role % cannot resize it', name,
+                r.owner::regrole, role::regrole
+                USING ERRCODE = '42501',
+                HINT = 'Only a member of the role that defined a fleet, or of the extension''s owner, may change its n: ask that role.';
+        END IF;
+    END IF;
+
+    -- the n now: the live members', else the live leases', else the
+    -- definition's, else that of the name's lease rows
+    SELECT m.n INTO r FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_leases_resize.name AND m.expires_at > now_
+    ORDER BY m.seen_at DESC LIMIT 1;
+    IF NOT FOUND THEN
+        SELECT l.n INTO r FROM @extschema@.pg_claim_leases l
+        WHERE l.name = pg_claim_leases_resize.name AND NOT l.session AND l.holder IS NOT NULL
+          AND l.expires_at > now_ AND l.n IS NOT NULL
+        ORDER BY l.acquired_at DESC LIMIT 1;
+    END IF;
+    IF FOUND THEN
+        known := true;
+        old_ := r.n;
+    END IF;
+    SELECT pg_catalog.max(l.slot) + 1 AS top, pg_catalog.max(l.n) AS n INTO r
+    FROM @extschema@.pg_claim_leases l WHERE l.name = pg_claim_leases_resize.name;
+    IF r.top IS NOT NULL THEN
+        known := true;
+        old_ := coalesce(old_, r.n, r.top);
+    END IF;
+    IF NOT known THEN
+        RAISE EXCEPTION 'fleet "%" does not exist: it has no live member, no lease and no definition', name
+            USING ERRCODE = '42704',
+            HINT = 'resize_fleet changes the n of a running claim_leases fleet (or of a define_fleet definition): check the name (SELECT * FROM lease_holders(name)); a fleet that is not running starts with the n its first claim_leases passes.';
+    END IF;
+    IF old_ = n THEN
+        RAISE EXCEPTION 'fleet "%" already has n = %', name, n USING ERRCODE = '22023',
+            HINT = 'Pass the new number of slots: SELECT fleet_n(name) shows the current one.';
+    END IF;
+    top_ := greatest(old_, n, coalesce(r.top, 0));
+
+    -- 1. wait for every fenced transaction of the name: REPEATABLE READ ones
+    -- hold their slot's row FOR KEY SHARE, READ COMMITTED ones its fence lock
+    PERFORM 1 FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_leases_resize.name
+    ORDER BY l.slot
+    FOR UPDATE;
+    FOR s IN 0 .. top_ - 1 LOOP
+        PERFORM pg_catalog.pg_advisory_xact_lock(key_, 271581184 + s);
+    END LOOP;
+    now_ := pg_catalog.clock_timestamp();
+
+    -- 2. every old token fails fence after the commit (the guard trigger
+    -- fires for each row deleted or given back)
+    DELETE FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_leases_resize.name AND l.slot >= n;
+    UPDATE @extschema@.pg_claim_leases l
+    SET n = CASE WHEN l.session THEN l.n ELSE pg_claim_leases_resize.n END,
+        expires_at = CASE WHEN NOT l.session AND l.holder IS NOT NULL AND l.expires_at > now_
+                          THEN now_ ELSE l.expires_at END,
+        backlog = NULL, backlog_at = NULL, wanted_by = NULL
+    WHERE l.name = pg_claim_leases_resize.name;
+
+    -- 3. the members' n (each holds nothing now) and the definition's
+    UPDATE @extschema@.pg_claim_lease_members m SET n = pg_claim_leases_resize.n, held = 0
+    WHERE m.name = pg_claim_leases_resize.name;
+    UPDATE @extschema@.pg_claim_fleets f SET n = pg_claim_leases_resize.n
+    WHERE f.name = pg_claim_leases_resize.name;
+    RETURN old_;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_resize(oid, text, integer) FROM PUBLIC;
+
+-- fleet_n (src/leases.rs): the n of the name's live lease fleet (its live
+-- members'), else its definition's, else NULL. Only that number: no holder,
+-- token or role (`role` is the shells' first argument; every role that may
+-- claim the name may ask).
+CREATE FUNCTION @extschema@.pg_claim_fleet_n(role oid, name text)
+RETURNS integer
+LANGUAGE plpgsql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n_ integer;
+BEGIN
+    IF name IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT m.n INTO n_ FROM @extschema@.pg_claim_lease_members m
+    WHERE m.name = pg_claim_fleet_n.name AND m.expires_at > pg_catalog.clock_timestamp()
+    ORDER BY m.seen_at DESC LIMIT 1;
+    IF FOUND THEN
+        RETURN n_;
+    END IF;
+    SELECT f.n INTO n_ FROM @extschema@.pg_claim_fleets f WHERE f.name = pg_claim_fleet_n.name;
+    RETURN n_;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_fleet_n(oid, text) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@."resize_fleet"(
+	"name" TEXT,
+	"n" INT
+) RETURNS INT
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'resize_fleet_wrapper';
+
+CREATE FUNCTION @extschema@."fleet_n"(
+	"name" TEXT
+) RETURNS INT
+STABLE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'fleet_n_wrapper';
+COMMENT ON FUNCTION @extschema@.resize_fleet(text, integer) IS
+    'set the number of slots of the lease fleet name to n online: waits for every fenced transaction of the old n, gives back every lease (old tokens fail fence), sets the members'' and the definition''s n; returns the old n';
+COMMENT ON FUNCTION @extschema@.fleet_n(text) IS
+    'the n of the lease fleet name: its live members'', else its define_fleet definition''s, else NULL';
+
+-- resize_fleet and fleet_n are granted as claim_leases is (sql/grants.sql,
+-- run again)
+-- The grants to PUBLIC, made by the extension's owner: this function is
+-- given to the owner below and dropped once called.
+CREATE FUNCTION @extschema@.pg_claim_grant_to_public(fns pg_catalog.regprocedure[])
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    f pg_catalog.regprocedure;
+BEGIN
+    FOREACH f IN ARRAY fns LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO PUBLIC', f);
+    END LOOP;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_grant_to_public(pg_catalog.regprocedure[]) FROM PUBLIC;
+
+DO $grants$
+DECLARE
+    fns pg_catalog.regprocedure[];
+    public_fns pg_catalog.regprocedure[];
+    f pg_catalog.regprocedure;
+    owner_ pg_catalog.text;
+    path_ pg_catalog.text := pg_catalog.current_setting('search_path');
+BEGIN
+    -- function signatures below print schema-qualified
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    SELECT e.extowner::pg_catalog.regrole::pg_catalog.text INTO owner_
+    FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_claim';
+    SELECT pg_catalog.array_agg(p.oid::pg_catalog.regprocedure ORDER BY p.oid) INTO fns
+    FROM pg_catalog.pg_depend d
+    JOIN pg_catalog.pg_proc p ON p.oid = d.objid
+    WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+      AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+      AND d.deptype = 'e'
+      AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_claim')
+      AND (p.proname = ANY (ARRAY[
+               'claim_slot', 'claim_slots', 'release_slot', 'my_slot', 'my_slots',
+               'slot_holders', 'slot_status',
+               'claim_lease', 'claim_leases', 'report_backlog', 'renew_lease', 'release_lease',
+               'lease_holders', 'fence', 'lease_valid', 'my_token', 'resize_fleet', 'fleet_n',
+               'claim_partitions', 'my_partitions',
+               'record_failure', 'failure_due', 'failing_items', 'clear_failure',
+               'item_failures', 'define_fleet', 'drop_fleet']::pg_catalog.name[])
+           OR p.proname OPERATOR(pg_catalog.~~) 'group\_%');
+    -- (in an upgrade, a function whose EXECUTE was already revoked from
+    -- PUBLIC stays revoked)
+    SELECT pg_catalog.array_agg(f2 ORDER BY f2::pg_catalog.oid) INTO public_fns
+    FROM pg_catalog.unnest(fns) f2
+    WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_proc p,
+                  pg_catalog.aclexplode(coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
+                  WHERE p.oid = f2::pg_catalog.oid AND a.grantee = 0 AND a.privilege_type = 'EXECUTE');
+    FOREACH f IN ARRAY fns LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s WITH GRANT OPTION', f, owner_);
+        EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+    END LOOP;
+    EXECUTE pg_catalog.format(
+        'ALTER FUNCTION @extschema@.pg_claim_grant_to_public(pg_catalog.regprocedure[]) OWNER TO %s', owner_);
+    PERFORM @extschema@.pg_claim_grant_to_public(coalesce(public_fns, '{}'));
+    PERFORM pg_catalog.set_config('search_path', path_, true);
+END $grants$;
+
+DROP FUNCTION @extschema@.pg_claim_grant_to_public(pg_catalog.regprocedure[]);
 
 -- ==== end ====

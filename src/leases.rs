@@ -1,5 +1,6 @@
 //! Leases and fencing tokens: claim_lease, claim_leases, report_backlog, renew_lease,
-//! release_lease, lease_holders, fence, lease_valid, my_token (reference: docs/leases.md).
+//! release_lease, lease_holders, fence, lease_valid, my_token, resize_fleet, fleet_n
+//! (reference: docs/leases.md).
 //!
 //! A lease belongs to the role that claimed it. The public functions here
 //! are thin SECURITY INVOKER shells: each reads the calling role
@@ -256,6 +257,19 @@ role_shells! {
     where {
         name?;
     } = pg_claim_lease_my_token via scalar;
+
+    /// Set the number of slots of the claim_leases fleet `name` to `n`, in
+    /// this transaction: it waits for every fenced transaction of the old n,
+    /// gives back every lease, and sets the members' and the definition's n
+    /// (`sql/leases_resize.sql`). The old n.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn resize_fleet(name: Option<&str>, n: Option<i32>) -> Option<i32>
+        = pg_claim_leases_resize via scalar;
+
+    /// The n of the lease fleet `name`: its live members', else its
+    /// define_fleet definition's, else NULL.
+    #[pg_extern(stable, parallel_safe)]
+    fn fleet_n(name: Option<&str>) -> Option<i32> = pg_claim_fleet_n via scalar;
 }
 
 /// The writer's half of the fence lock, called by the trigger of
@@ -290,4 +304,13 @@ pgrx::extension_sql_file!(
         fence,
         my_token
     ],
+);
+
+// Online resize of a lease fleet: claim_leases' PC002, resize_fleet's and
+// fleet_n's internal functions and their comments (the definitions' table
+// of sql/fleets.sql is read only when they run).
+pgrx::extension_sql_file!(
+    "../sql/leases_resize.sql",
+    name = "leases_resize",
+    requires = ["leases_balance", "leases_guard", resize_fleet, fleet_n]
 );

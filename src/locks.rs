@@ -10,8 +10,9 @@
 //! | `name_key(name)` | `0x10000000 + n` | "this session claims `name` with `n` slots", shared |
 //! | `name_key(name)` | `0x10000000` | "this session is a live claimer of `name`" (any `n`), shared |
 //! | `name_key(name)` | `0x10100001` | claim mutex of `name`, exclusive, held for microseconds |
-//! | `name_key(name)` | `0x10100002` | lease mutex of `name`: transaction-level, exclusive, held by `claim_lease` to the end of its transaction |
+//! | `name_key(name)` | `0x10100002` | lease mutex of `name`: transaction-level, exclusive, held by `claim_lease` to the end of its transaction (`resize_fleet`: to the end of its transaction) |
 //! | `name_key(name)` | `0x10100003` | "this session waits for a slot of `name`" (a standby in a wait form), RowExclusive; `claim_slots` holders probe it with a momentary Share lock |
+//! | `name_key(name)` | `0x10100004` | resize lock of `name`: transaction-level, exclusive, taken with a try by `resize_fleet` (another resize of the name in progress: 55P03; `sql/leases_resize.sql`) |
 //! | `name_key(name)` | `0x10200000 + s` | reservation of slot `s`'s first lease row, transaction-level, exclusive (`sql/leases.sql`) |
 //! | `name_key(name)` | `0x10300000 + s` | the fence of slot `s` of leases: transaction-level, shared by `fence`/`lease_valid` in READ COMMITTED, exclusive by every change of the slot's holder, token or expiry (`sql/leases_guard.sql`) |
 //! | `name_key(name)` | `0x20000000` | membership of group `name`, shared |
