@@ -2,15 +2,18 @@
 """A worker of the resize fleet test (test_resize.py) and of `scripts/bench
 resize`: pg_claim.Worker in lease mode through the pooler (RESIZE_DSN) on
 the ordered outbox, routed by customer with the jump mapping. The handler
-marks the batch's messages sent and logs each, in id order, in the batch's
+works RESIZE_ITEM_MS per message, marks the batch's messages sent and logs each, in id order, in the batch's
 transaction (sent_log: its seq, the item, the customer, the slot and token,
 the time). Every event of the worker is a JSON line on stdout."""
 import json
 import os
 import sys
 import threading
+import time
 
 import pg_claim
+
+ITEM_S = float(os.environ.get("RESIZE_ITEM_MS", "0")) / 1000
 
 _out = threading.Lock()  # events come from the worker's threads: one line at a time
 
@@ -22,6 +25,7 @@ def emit(event, **fields):
 
 
 def handle(tx, rows):
+    time.sleep(ITEM_S * len(rows))  # the work (I/O), inside the fenced transaction
     ids = [r["id"] for r in rows]
     tx.execute("UPDATE outbox SET sent_at = clock_timestamp() WHERE id = ANY(%s)", (ids,))
     tx.execute("INSERT INTO sent_log (item, customer_id, slot, token, holder)"

@@ -11,8 +11,8 @@ of it (PGC_POOLER_PORT; scripts/lib.sh pgc_pgbouncer_start). The layer
 In a database of its own (py_resize), an outbox of 1,000 customers x 50
 messages, the customers' messages interleaved in id order, routed by
 customer with the jump mapping (my_items(..., route => 'customer_id',
-method => 'jump')); the handler (resize_worker.py, resize_worker.js) marks
-its batch sent and logs each message in id order in the batch's
+method => 'jump')); the handler (resize_worker.py, resize_worker.js) works
+2 ms per message (I/O, in the fenced transaction), marks its batch sent and logs each message in id order in the batch's
 transaction (sent_log, its seq from a sequence):
 
 1. two Python and two Node.js workers start with n = 8 and drain a part;
@@ -52,6 +52,7 @@ CUSTOMERS, PER_CUSTOMER = 1000, 50
 ITEMS = CUSTOMERS * PER_CUSTOMER
 STEPS = (8, 32, 12)
 TTL_S = 2.0
+ITEM_MS = 2  # the handler's work per message: a drain of about 25 s
 TIME_LIMIT_S = 120
 if "PGC_POOLER_PORT" not in os.environ:
     sys.exit("test_resize.py: PGC_POOLER_PORT is not set (scripts/test sets it: pgc_pgbouncer_start)")
@@ -69,7 +70,7 @@ class Worker(WorkerProcess):
         Worker.seq += 1
         self.label = f"w{Worker.seq}-{lang}"
         self.lang = lang
-        env = dict(os.environ, RESIZE_N=str(n), RESIZE_TTL_S=str(TTL_S), RESIZE_NAME=NAME,
+        env = dict(os.environ, RESIZE_N=str(n), RESIZE_TTL_S=str(TTL_S), RESIZE_NAME=NAME, RESIZE_ITEM_MS=str(ITEM_MS),
                    RESIZE_DSN=f"host=127.0.0.1 port={POOLER_PORT} dbname={DB} user=postgres",
                    PGHOST="127.0.0.1", PGPORT=str(POOLER_PORT), PGDATABASE=DB, PGUSER="postgres",
                    PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "clients", "python", "src"),
