@@ -37,7 +37,7 @@ worker = pg_claim.Worker(
     os.environ["RESIZE_DSN"], name=os.environ.get("RESIZE_NAME", "resize"), table="outbox",
     n=int(os.environ["RESIZE_N"]), pending="sent_at", key="id", route="customer_id", method="jump",
     batch=int(os.environ.get("RESIZE_BATCH", "50")), mode="lease", ttl=float(os.environ.get("RESIZE_TTL_S", "2")),
-    poll_interval=0.2, handler=handle, on_event=lambda event, fields: emit(event, **fields))
+    poll_interval=0.2, balance=os.environ.get("RESIZE_BALANCE", "1") != "0", handler=handle, on_event=lambda event, fields: emit(event, **fields))
 
 if __name__ == "__main__":
     emit("holder", holder=worker.holder)
