@@ -101,11 +101,11 @@ const methods = {
     }
   },
 
-  /** Session mode: claim_slots refused as resized (PC002) or not in a state for it (55000). */
+  /** Session mode: claim_slots refused as resized (PC002) or not in a state for it (55000: its name is leased). */
   _sessionResized(e) {
-    return new ResizeError(`pg-claim: fleet ${JSON.stringify(this.name)} (session mode, n = ${this.n}) was refused by the server`
-      + ` with ${e.code}: ${errorText(e)}. Session fleets are not resized online: stop every worker of the name and start`
-      + " them again with the new n (or run the fleet in lease mode)");
+    return new ResizeError(`pg-claim: fleet ${JSON.stringify(this.name)} (session mode, n = ${this.n}): claim_slots was refused`
+      + ` with ${e.code}: ${errorText(e)}. A session fleet keeps its n for the life of its sessions (it is not resized online),`
+      + " and its name cannot be leased at the same time: stop every worker of the name and start them again in one mode with the fleet's n");
   },
 };
 

@@ -80,3 +80,16 @@ test("a lease worker follows a resize of its fleet", { skip: SKIP }, async (t) =
   const gainedAfter = e1.slice(at).filter((e) => e.type === "gained").map((e) => e.slot);
   assert.ok(gainedAfter.length > 0 && Math.max(...gainedAfter) < 8);
 });
+
+test("a session worker refused with 55000 stops with a clear error", { skip: SKIP }, async (t) => {
+  const db = `${DB}_session`;
+  await freshDatabase(t, db);
+  await sqlIn(db, "CREATE TABLE outbox (id bigint PRIMARY KEY, sent_at timestamptz); INSERT INTO outbox SELECT g FROM generate_series(1, 10) g");
+  // the name is leased: claim_slots refuses it (55000), and a session fleet is not resized online
+  await sqlIn(db, "SELECT count(*) FROM claim_leases('resize_session', 4, 'someone', ttl => '30 seconds')");
+  const events = [];
+  const w = new Worker({ connection: { database: db }, name: "resize_session", table: "outbox", n: 4, pending: "sent_at",
+    mode: "session", handler: async () => {}, onEvent: (e) => events.push(e) });
+  await assert.rejects(w.run(), (e) => e.name === "ResizeError" && /55000/.test(e.message) && /not resized online/.test(e.message));
+  assert.ok(!events.some((e) => e.type === "gained"));
+});

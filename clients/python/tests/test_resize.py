@@ -2,13 +2,16 @@
 server: a live lease worker is resized 4 -> 8 in the middle of a drain, a
 second one starts after it with the old n; both follow the new n by
 themselves, every row is handled once, no slot is told lost for a wrong
-reason. Skipped without a server (PGHOST, PGPORT, PGUSER)."""
+reason. A session worker refused with 55000 stops with a clear error.
+Skipped without a server (PGHOST, PGPORT, PGUSER)."""
 import threading
 import time
 
 import psycopg
 
-from test_server import Run, db, dsn, make_table, wait_for  # noqa: F401  (db: the fixture)
+import pg_claim
+
+from test_server import Run, db, make_table, wait_for  # noqa: F401  (db: the fixture)
 
 
 def slow_handler(tbl, seen_n, lock):
@@ -80,3 +83,17 @@ def test_a_lease_worker_follows_a_resize(db):  # noqa: F811
     gained_after = [f["slot"] for _, e, f in first.events[resized_at:] if e == "gained"]
     assert gained_after and max(gained_after) < 8
 
+
+
+def test_a_session_worker_stops_with_a_clear_error(db):  # noqa: F811
+    """Session mode does not follow: claim_slots refused with 55000 (the
+    name is leased by a lease fleet) stops the worker with pg_claim.Error."""
+    tbl, name = "t_resize_session", "resize_session"
+    make_table(db, tbl, 50)
+    db.execute("SELECT count(*) FROM claim_leases(%s, 4, 'someone', ttl => '30 seconds')", (name,))
+    w = Run(name=name, table=tbl, n=4, pending="done", mode="session", handler=lambda tx, rows: None)
+    wait_for(lambda: not w.thread.is_alive(), what="the session worker to stop")
+    assert isinstance(w.error, pg_claim.Error), w.error
+    assert "55000" in str(w.error) and "not resized online" in str(w.error)
+    assert isinstance(w.error.__cause__, psycopg.Error) and w.error.__cause__.sqlstate == "55000"
+    assert w.said("gained") == []

@@ -116,8 +116,10 @@ class Resizer:
 
     def _session_resized(self, e: psycopg.Error) -> Error:
         """Session mode: the server refused claim_slots because the fleet
-        was resized (PC002) or is not in a state for it (55000)."""
+        was resized (PC002) or is not in a state for it (55000: its name is
+        leased)."""
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        return Error(f"fleet {self.name!r} (session mode, n = {self.n}) was refused by the server with"
-                     f" {e.sqlstate}: {first}. Session fleets are not resized online: stop every worker"
-                     " of the name and start them again with the new n (or run the fleet in lease mode)")
+        return Error(f"fleet {self.name!r} (session mode, n = {self.n}): claim_slots was refused with"
+                     f" {e.sqlstate}: {first}. A session fleet keeps its n for the life of its sessions (it is"
+                     " not resized online), and its name cannot be leased at the same time: stop every worker"
+                     " of the name and start them again in one mode with the fleet's n")
