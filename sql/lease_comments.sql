@@ -18,3 +18,7 @@ COMMENT ON FUNCTION @extschema@.fence(text, integer, bigint) IS
     'raise PC001 unless token is the current token of slot of name; when it passes, the slot cannot change hands before the calling transaction ends';
 COMMENT ON FUNCTION @extschema@.my_token(text) IS
     'the fencing token of this session''s claim_slot claim of name (NULL when it holds none), for fence and lease_valid';
+COMMENT ON FUNCTION @extschema@.resize_fleet(text, integer) IS
+    'set the number of slots of the lease fleet name to n online: waits for every fenced transaction of the old n, gives back every lease (old tokens fail fence), sets the members'' and the definition''s n; returns the old n';
+COMMENT ON FUNCTION @extschema@.fleet_n(text) IS
+    'the n of the lease fleet name: its live members'', else its define_fleet definition''s, else NULL';

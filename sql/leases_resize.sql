@@ -230,8 +230,3 @@ BEGIN
     RETURN n_;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_fleet_n(oid, text) FROM PUBLIC;
-
-COMMENT ON FUNCTION @extschema@.resize_fleet(text, integer) IS
-    'set the number of slots of the lease fleet name to n online: waits for every fenced transaction of the old n, gives back every lease (old tokens fail fence), sets the members'' and the definition''s n; returns the old n';
-COMMENT ON FUNCTION @extschema@.fleet_n(text) IS
-    'the n of the lease fleet name: its live members'', else its define_fleet definition''s, else NULL';

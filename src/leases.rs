@@ -283,6 +283,15 @@ fn pg_claim_lease_handover(name: &str, slot: i32) {
     check::handover(name, slot);
 }
 
+// Online resize of a lease fleet: claim_leases' PC002 and the internal
+// functions of resize_fleet and fleet_n (the definitions' table of
+// sql/fleets.sql is read only when they run).
+pgrx::extension_sql_file!(
+    "../sql/leases_resize.sql",
+    name = "leases_resize",
+    requires = ["leases_balance"]
+);
+
 pgrx::extension_sql_file!(
     "../sql/leases_guard.sql",
     name = "leases_guard",
@@ -302,15 +311,8 @@ pgrx::extension_sql_file!(
         lease_holders,
         lease_valid,
         fence,
-        my_token
+        my_token,
+        resize_fleet,
+        fleet_n
     ],
-);
-
-// Online resize of a lease fleet: claim_leases' PC002, resize_fleet's and
-// fleet_n's internal functions and their comments (the definitions' table
-// of sql/fleets.sql is read only when they run).
-pgrx::extension_sql_file!(
-    "../sql/leases_resize.sql",
-    name = "leases_resize",
-    requires = ["leases_balance", "leases_guard", resize_fleet, fleet_n]
 );

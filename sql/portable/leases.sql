@@ -1,7 +1,7 @@
 -- The public lease functions of the portable edition: what src/leases.rs
 -- does in the extension, in SQL. Each calls the internal SECURITY DEFINER
--- function of sql/leases.sql or sql/leases_fleet.sql with the calling role's
--- oid first. The extension passes the current user, which a C function
+-- function of sql/leases.sql, sql/leases_fleet.sql or sql/leases_resize.sql
+-- with the calling role's oid first. The extension passes the current user, which a C function
 -- reads before any SECURITY DEFINER switch; a SQL function cannot, so these
 -- functions are SECURITY DEFINER themselves and pass the session's role (the
 -- role of SET ROLE, else the session user), which no SECURITY DEFINER
@@ -83,6 +83,18 @@ RETURNS bigint
 LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT CASE WHEN name IS NOT NULL
                 THEN @extschema@.pg_claim_lease_my_token(@extschema@.pg_claim_caller(), name) END
+$$;
+
+CREATE FUNCTION @extschema@.resize_fleet(name text, n integer)
+RETURNS integer
+LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT @extschema@.pg_claim_leases_resize(@extschema@.pg_claim_caller(), name, n)
+$$;
+
+CREATE FUNCTION @extschema@.fleet_n(name text)
+RETURNS integer
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT @extschema@.pg_claim_fleet_n(@extschema@.pg_claim_caller(), name)
 $$;
 
 -- (their comments: sql/lease_comments.sql, as in the extension)

@@ -33,7 +33,7 @@ ALLOWED = {
     "42501": "insufficient_privilege: no SELECT on the table or a column, no EXECUTE on the function; claim_lease of a name with a live lease of a role whose privileges the caller lacks",
     "42P01": "undefined_table: a relation that does not exist or was dropped",
     "42703": "undefined_column: a key or listed column that the table does not have (names are exact)",
-    "42704": "undefined_object: a type that does not exist or was dropped; an oid that is not a row type",
+    "42704": "undefined_object: a type that does not exist or was dropped; an oid that is not a row type; resize_fleet of a name with no live member, lease or definition",
     "42804": "datatype_mismatch: a key type the method cannot map; polymorphic arguments that do not fit together",
     "42723": "duplicate_function: a function created in pg_claim's schema would take the place of the mapping function a share query calls",
     "42P10": "invalid_column_reference: no single key column (no primary key, a two-column one): pass key",
@@ -41,8 +41,10 @@ ALLOWED = {
     "42883": "undefined_function: no function for these argument types (aggregate support functions take internal, PostgreSQL 15), or a key type without the hash or btree support needed; an internal function of the extension missing or not a member of it",
     "42710": "duplicate_object: a name whose lock key (crc32) another name already has in the database's name registry",
     "53400": "configuration_limit_exceeded: more advisory locks than pg_claim.max_locks_per_session",
-    "55000": "object_not_in_prerequisite_state: a name leased with another n or in the other mode; a foreign table whose wrapper cannot scan",
+    "55000": "object_not_in_prerequisite_state: a name leased with another n or in the other mode; resize_fleet of a name with session claims; a foreign table whose wrapper cannot scan",
+    "55P03": "lock_not_available: resize_fleet while another resize of the name is in progress",
     "PC001": "fence: the token is not the slot's current one",
+    "PC002": "claim_leases: the call's n is not the fleet's (after a resize_fleet, or another n than its live members')",
 }
 
 
