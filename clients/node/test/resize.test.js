@@ -93,3 +93,57 @@ test("a session worker refused with 55000 stops with a clear error", { skip: SKI
   await assert.rejects(w.run(), (e) => e.name === "ResizeError" && /55000/.test(e.message) && /not resized online/.test(e.message));
   assert.ok(!events.some((e) => e.type === "gained"));
 });
+
+test("a batch in flight commits before the resize, its next fence is not told as taken", { skip: SKIP }, async (t) => {
+  const db = `${DB}_flight`;
+  await freshDatabase(t, db);
+  await sqlIn(db, `CREATE TABLE outbox (id bigint PRIMARY KEY, sent_at timestamptz);
+    INSERT INTO outbox SELECT g FROM generate_series(1, 300) g;
+    CREATE TABLE sent (id bigint NOT NULL, slot int NOT NULL, token bigint NOT NULL)`);
+  let first = null, release;
+  const released = new Promise((resolve) => { release = resolve; });
+  const events = [];
+  const w = new Worker({
+    connection: { database: db }, name: "flight", table: "outbox", n: 2, pending: "sent_at", batch: 10, ttl: "5 seconds",
+    pollInterval: 200,
+    handler: async (client, rows, batch) => {
+      if (first === null) {
+        first = { slot: batch.slot, token: batch.token, ids: rows.map((r) => Number(r.id)) };
+        await released; // inside the fenced transaction, while the resize is called
+      }
+      const ids = rows.map((r) => r.id);
+      await client.query("UPDATE outbox SET sent_at = now() WHERE id = ANY($1)", [ids]);
+      await client.query("INSERT INTO sent SELECT unnest($1::bigint[]), $2, $3", [ids, batch.slot, batch.token]);
+    },
+    onEvent: (e) => events.push(e),
+  });
+  const running = w.run();
+  let resized = null;
+  try {
+    await until(() => first !== null, 20000, "a batch started");
+    const { Client } = require("pg");
+    const c = new Client({ database: db, application_name: "resizer" });
+    await c.connect();
+    resized = c.query("SELECT resize_fleet('flight', 3) AS old").finally(() => c.end());
+    // the resize waits for the batch (a lock wait of its session)
+    await until(async () => (await sqlIn(db, "SELECT count(*)::int AS k FROM pg_stat_activity WHERE application_name = 'resizer'"
+      + " AND wait_event_type IN ('Lock', 'LWLock')"))[0].k === 1, 20000, "the resize waiting for the batch in flight");
+    assert.ok(!events.some((e) => e.type === "resized"));
+    release();
+    assert.strictEqual((await resized).rows[0].old, 2);
+    await until(() => events.some((e) => e.type === "resized"), 20000, "the resized event");
+    await until(async () => (await sqlIn(db, "SELECT count(*)::int AS k FROM outbox WHERE sent_at IS NULL"))[0].k === 0, 20000, "the drain");
+  } finally {
+    release();
+    await w.stop();
+    await running;
+  }
+  assert.deepStrictEqual(events.filter((e) => e.type === "resized").map(({ oldN, n }) => ({ oldN, n })), [{ oldN: 2, n: 3 }]);
+  const logged = await sqlIn(db, "SELECT id::int, count(*)::int AS k, min(token)::text AS token FROM sent WHERE id = ANY($1) GROUP BY id ORDER BY id", [first.ids]);
+  assert.deepStrictEqual(logged.map((r) => r.id), [...first.ids].sort((a, b) => a - b));
+  assert.ok(logged.every((r) => r.k === 1 && r.token === String(first.token)));
+  assert.deepStrictEqual(await sqlIn(db, "SELECT count(*)::int AS k, count(DISTINCT id)::int AS d FROM sent"), [{ k: 300, d: 300 }]);
+  // one worker: nothing else ever holds a slot, so no slot is `taken`
+  assert.deepStrictEqual(events.filter((e) => e.type === "lost" && e.reason !== "resized" && e.reason !== "released"), []);
+  assert.ok(events.some((e) => e.type === "lost" && e.slot === first.slot && e.reason === "resized"));
+});

@@ -97,3 +97,56 @@ def test_a_session_worker_stops_with_a_clear_error(db):  # noqa: F811
     assert "55000" in str(w.error) and "not resized online" in str(w.error)
     assert isinstance(w.error.__cause__, psycopg.Error) and w.error.__cause__.sqlstate == "55000"
     assert w.said("gained") == []
+
+
+def test_a_batch_in_flight_commits_before_the_resize(db):  # noqa: F811
+    """resize_fleet waits for the fenced batch in flight, which commits; the
+    worker then follows (resized), and the old token's next fence is not
+    told as `taken`."""
+    tbl, name = "t_resize_flight", "resize_flight"
+    make_table(db, tbl, 300)
+    entered, release, first = threading.Event(), threading.Event(), {}
+
+    def handle(tx, rows):
+        if not first:
+            first.update(slot=rows.slot, token=rows.token, ids=[r["id"] for r in rows])
+            entered.set()
+            release.wait(30)  # inside the fenced transaction, while the resize is called
+        ids = [r["id"] for r in rows]
+        tx.execute(psycopg.sql.SQL("UPDATE {} SET done = true WHERE id = ANY(%s)").format(rows.table), (ids,))
+        tx.execute("INSERT INTO log SELECT %s, unnest(%s::bigint[]), %s, %s, %s",
+                   (tbl, ids, rows.slot, rows.token, rows.table.as_string(tx)))
+    w = Run(name=name, table=tbl, n=2, pending="done", batch=10, ttl=5, handler=handle, poll_interval=0.2)
+    result = {}
+    try:
+        assert entered.wait(20), "no batch started"
+
+        def resize():
+            with psycopg.connect(dbname=db.info.dbname, autocommit=True, application_name="resizer") as c:
+                result["old"] = c.execute("SELECT resize_fleet(%s, 3)", (name,)).fetchone()[0]
+        t = threading.Thread(target=resize, daemon=True)
+        t.start()
+        # the resize waits for the batch (a lock wait of its session), and has not returned
+        wait_for(lambda: db.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'resizer'"
+                                    " AND wait_event_type IN ('Lock', 'LWLock')").fetchone()[0] == 1,
+                 what="the resize waiting for the batch in flight")
+        assert "old" not in result and w.said("resized") == []
+        release.set()
+        t.join(20)
+        assert result.get("old") == 2
+        wait_for(lambda: w.said("resized"), what="the resized event")
+        wait_for(lambda: db.execute(f"SELECT count(*) FROM {tbl} WHERE NOT done").fetchone()[0] == 0,
+                 what="the drain")
+    finally:
+        release.set()
+        w.stop()
+    assert w.error is None
+    assert w.said("resized") == [{"old_n": 2, "n": 3}]
+    # the batch in flight committed, once
+    logged = db.execute("SELECT item, count(*), min(token) FROM log WHERE tbl = %s AND item = ANY(%s) GROUP BY item",
+                        (tbl, first["ids"])).fetchall()
+    assert sorted(i for i, _, _ in logged) == sorted(first["ids"])
+    assert all(k == 1 and tok == first["token"] for _, k, tok in logged)
+    assert db.execute("SELECT count(*), count(DISTINCT item) FROM log WHERE tbl = %s", (tbl,)).fetchone() == (300, 300)
+    assert "taken" not in {f["reason"] for f in w.said("lost")}
+    assert any(f["slot"] == first["slot"] and f["reason"] == "resized" for f in w.said("lost"))
