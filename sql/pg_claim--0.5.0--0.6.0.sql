@@ -1632,24 +1632,29 @@ BEGIN
     END IF;
     top_ := greatest(old_, n, coalesce(r.top, 0));
 
-    -- 1. wait for every fenced transaction of the name: REPEATABLE READ ones
-    -- hold their slot's row FOR KEY SHARE, READ COMMITTED ones its fence lock
+    -- 1. wait for every fenced transaction of the name: READ COMMITTED ones
+    -- hold their slot's fence lock, REPEATABLE READ ones its row FOR KEY
+    -- SHARE. The fence locks first: a batch that passed fence may still
+    -- write its lease row (report_backlog) before it commits, which a row
+    -- lock of the resize would make it wait for (a deadlock)
+    FOR s IN 0 .. top_ - 1 LOOP
+        PERFORM pg_catalog.pg_advisory_xact_lock(key_, 271581184 + s);
+    END LOOP;
     PERFORM 1 FROM @extschema@.pg_claim_leases l
     WHERE l.name = pg_claim_leases_resize.name
     ORDER BY l.slot
     FOR UPDATE;
-    FOR s IN 0 .. top_ - 1 LOOP
-        PERFORM pg_catalog.pg_advisory_xact_lock(key_, 271581184 + s);
-    END LOOP;
     now_ := pg_catalog.clock_timestamp();
 
     -- 2. every old token fails fence after the commit (the guard trigger
     -- fires for each row deleted or given back)
     DELETE FROM @extschema@.pg_claim_leases l
     WHERE l.name = pg_claim_leases_resize.name AND l.slot >= n;
+    -- (a record of a session that left passes fence until its slot changes
+    -- hands: it is given back as a lease is; no session holds a slot now)
     UPDATE @extschema@.pg_claim_leases l
-    SET n = CASE WHEN l.session THEN l.n ELSE pg_claim_leases_resize.n END,
-        expires_at = CASE WHEN NOT l.session AND l.holder IS NOT NULL AND l.expires_at > now_
+    SET n = pg_claim_leases_resize.n, session = false,
+        expires_at = CASE WHEN l.holder IS NOT NULL AND (l.session OR l.expires_at > now_)
                           THEN now_ ELSE l.expires_at END,
         backlog = NULL, backlog_at = NULL, wanted_by = NULL
     WHERE l.name = pg_claim_leases_resize.name;

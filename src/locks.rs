@@ -111,6 +111,12 @@ pub const LEASE_MUTEX_KEY: i32 = CLAIM_MUTEX_KEY + 1;
 /// Share lock, which conflicts with RowExclusive but not with other Share
 /// tests, and give an extra slot back when it is held.
 pub const WAITERS_KEY: i32 = CLAIM_MUTEX_KEY + 2;
+/// `key2` of the transaction-level lock that `resize_fleet` takes with a
+/// try, so that a second resize of the name is refused at once (just above
+/// the waiters' key). `sql/leases_resize.sql` writes it as a number; a test
+/// checks the two agree.
+#[cfg(test)]
+pub const RESIZE_KEY: i32 = CLAIM_MUTEX_KEY + 3;
 /// `key2` of slot `s`'s fence lock: `FENCE_BASE + s`, taken shared (to the
 /// end of the transaction) by `fence` and `lease_valid` in READ COMMITTED
 /// and exclusive by the trigger on every change of a lease's holder, token
@@ -282,12 +288,22 @@ mod tests {
     }
 
     #[test]
+    fn sql_uses_the_resize_and_mutex_keys() {
+        let sql = include_str!("../sql/leases_resize.sql");
+        assert!(sql.contains(&format!("pg_try_advisory_xact_lock(key_, {RESIZE_KEY})")));
+        assert!(sql.contains(&format!("pg_advisory_xact_lock(key_, {LEASE_MUTEX_KEY})")));
+        assert_eq!(RESIZE_KEY, 0x1010_0004);
+        const { assert!(RESIZE_KEY < 0x1020_0000) };
+    }
+
+    #[test]
     fn sql_uses_the_fence_key() {
         let key = format!("{FENCE_BASE} + ");
         for sql in [
             include_str!("../sql/leases.sql"),
             include_str!("../sql/leases_fleet.sql"),
             include_str!("../sql/leases_guard.sql"),
+            include_str!("../sql/leases_resize.sql"),
         ] {
             assert!(sql.contains(&key), "the fence key {key}...");
         }

@@ -73,6 +73,17 @@ SELECT count(*) AS started_with_5 FROM claim_leases('rs', 5, 'c');
 SELECT fleet_n('rs') AS n;
 SELECT count(*) FROM claim_leases('rs', 5, 'c', max => 0);
 
+-- A record of a session that left passes fence until its slot changes
+-- hands; a resize ends it too.
+SELECT claim_slot('rs_stale', 2) AS stale_slot;
+SELECT my_token('rs_stale') AS stale_token \gset
+SELECT release_slot('rs_stale');
+SELECT slot FROM claim_leases('rs_stale', 2, 'a', max => 1);
+SELECT lease_valid('rs_stale', 0, :stale_token) AS stale_valid_before;
+SELECT resize_fleet('rs_stale', 3) AS old_n;
+SELECT lease_valid('rs_stale', 0, :stale_token) AS stale_valid_after;
+SELECT count(*) FROM claim_leases('rs_stale', 3, 'a', max => 0);
+
 -- A definition's n follows the resize; with no live member fleet_n is the
 -- definition's.
 CREATE TABLE rs_jobs (id bigint PRIMARY KEY, done boolean NOT NULL DEFAULT false);
