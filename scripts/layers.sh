@@ -163,6 +163,16 @@ libs_node() {
         PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" pytests tests/libs/test_node_fleet.py -- "$@"
 }
 
+# An online resize of a library fleet (tests/libs/test_resize.py): Python and
+# Node.js workers through PgBouncer in transaction mode drain an ordered
+# outbox of 1,000 customers x 50 while resize_fleet takes the fleet 8 -> 32
+# -> 12, a worker killed with SIGKILL and one joining at each change: every
+# message once, in order per customer, each by the slot of its phase's n,
+# and the customers that moved within 10% of the jump mapping's expectation.
+resize() {
+    pgc_pgbouncer_start 8 && pytests tests/libs/test_resize.py -- "$@"
+}
+
 # The Python worker library (clients/python): pytest on its pure parts and
 # on both modes against the server (through PgBouncer for the pooler checks),
 # then a fleet of its workers through PgBouncer in transaction mode with

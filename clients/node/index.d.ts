@@ -38,9 +38,10 @@ export type Handler<Row = Record<string, any>> = (client: ClientBase, rows: Row[
  * after this worker's lease expired, or refused by the fence), "expired"
  * (this worker's lease ran out: no good claim for a ttl, or the slot came
  * back with a new token), "released" (stop()), "connection lost" (session
- * mode: the session and its locks are gone).
+ * mode: the session and its locks are gone), "resized" (lease mode:
+ * resize_fleet changed the fleet's n, every token of the name is dead).
  */
-export type LostReason = "given back" | "taken" | "expired" | "released" | "connection lost";
+export type LostReason = "given back" | "taken" | "expired" | "released" | "connection lost" | "resized";
 
 /** The events of docs/libraries.md (the Python library tells the same ones). */
 export type WorkerEvent =
@@ -54,6 +55,8 @@ export type WorkerEvent =
   | { type: "dead"; slot: number; item: string; error: string; state: "dead" }
   /** the fence refused the slot's token (PC001): the slot is lost ("taken") */
   | { type: "rejected"; slot: number; token: string | null }
+  /** lease mode: resize_fleet changed the fleet's n; every slot is dropped and claimed again with n */
+  | { type: "resized"; oldN: number; n: number }
   /** the handler failed transiently: the batch again after pauseMs; count: in a row for this first item (5: the failure path) */
   | { type: "retrying"; slot: number; item: string; error: string; count: number; pauseMs: number }
   /** the handler of item ended the transaction and its row is no longer pending (it committed): no failure recorded */

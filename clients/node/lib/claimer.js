@@ -3,6 +3,7 @@
 // claim_leases on a timer on a connection of its own, the reasons a slot
 // was lost, and the leave.
 const { intervalText, diffHeld, errorText } = require("./util");
+const { RESIZED, ResizeError } = require("./resize");
 
 // Balance: the pause of a worker with nothing to do before it calls
 // claim_leases again (a slot wanted for it is given back after the giver's
@@ -67,7 +68,8 @@ const methods = {
    * claim_leases every renewInterval (ttl / 3) on a connection of its own,
    * each call bounded by the ttl (through a busy pool a call may queue a
    * while): no new batch once no call succeeded for 2/3 of the ttl
-   * (_leaseOk), every slot dropped after a ttl (a timer).
+   * (_leaseOk), every slot dropped after a ttl (a timer). A call refused
+   * as resized (PC002) follows the new n and calls again at once (resize.js).
    */
   async _renewLoop() {
     let c = null;
@@ -77,11 +79,14 @@ const methods = {
     while (this._renewing) {
       const asked = Date.now();
       let gained = false;
+      const usedN = this.n;
+      this._claimNow = false;
       try {
         c = c || await this._connect(this.connection, "_renewClient");
         const { rows } = await c.query({ text: "SELECT slot, token FROM claim_leases($1, $2, $3, max => $4, ttl => $5)",
-          values: [this.name, this.n, this.holder, this.maxSlots, intervalText(this.ttlMs)], query_timeout: this.ttlMs });
+          values: [this.name, usedN, this.holder, this.maxSlots, intervalText(this.ttlMs)], query_timeout: this.ttlMs });
         if (!this._renewing) break;
+        if (this.n !== usedN) continue; // a refused fence followed a resize meanwhile: these tokens are dead
         // the leases are good for a ttl from when the call was sent, at the least
         const validMs = this.ttlMs - (Date.now() - asked);
         if (validMs <= 0) throw new Error(`pg-claim: claim_leases answered after ${Date.now() - asked} ms, past the ttl`);
@@ -98,6 +103,15 @@ const methods = {
         this._leaving = new Set();
       } catch (e) {
         this._leaving = new Set();
+        if (e.code === RESIZED && c && this._renewing) {
+          try {
+            await this._follow(c, e, usedN);
+            continue;
+          } catch (e2) {
+            if (e2 instanceof ResizeError) { this._fatal = e2; this.stop(); break; }
+            // fleet_n failed: tried again at the next period
+          }
+        }
         if (c) this._drop(c);
         c = null;
         this._emit("claim_failed", { error: errorText(e) });
@@ -111,7 +125,7 @@ const methods = {
       const end = asked + (burst > 0 && burst <= HUNGRY_CALLS ? HUNGRY_MS : this.renewMs);
       for (let rest = end - Date.now(); rest > 0 && this._renewing; rest = end - Date.now()) {
         await new Promise((resolve) => { this._renewTimer = setTimeout(resolve, Math.min(rest, HUNGRY_MS)); this._renewSleep = resolve; });
-        if (burst < HUNGRY_CALLS && Date.now() >= asked + HUNGRY_MS && this._hungry()) break;
+        if (this._claimNow || (burst < HUNGRY_CALLS && Date.now() >= asked + HUNGRY_MS && this._hungry())) break;
       }
       this._renewSleep = null;
     }
@@ -130,8 +144,15 @@ const methods = {
       const left = deadline - Date.now();
       try {
         c = await this._connect({ ...this.connection, connectionTimeoutMillis: Math.max(100, Math.min(this._connectMs, left)) });
-        await c.query({ text: "SELECT count(*) FROM claim_leases($1, $2, $3, max => 0)",
-          values: [this.name, this.n, this.holder], query_timeout: Math.max(100, Math.min(this._connectMs, deadline - Date.now())) });
+        const give = (n) => c.query({ text: "SELECT count(*) FROM claim_leases($1, $2, $3, max => 0)",
+          values: [this.name, n, this.holder], query_timeout: Math.max(100, Math.min(this._connectMs, deadline - Date.now())) });
+        try {
+          await give(this.n);
+        } catch (e) {
+          const n = e.code === RESIZED ? await this._fleetN(c) : null;
+          if (n === null) throw e;
+          await give(n); // resized since the last call
+        }
         this._emit("left", { slots: [...this.held.keys()] });
         return;
       } catch (e) {

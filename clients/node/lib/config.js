@@ -73,6 +73,7 @@ function configure(w, options) {
     throw new TypeError(`pg-claim: option method ${JSON.stringify(w.method)} does not go with fair or spread: their batches are read by my_items_fair, with slot_of (or slot_of_spread) of the route column`);
   }
   w.maxSlots = int("maxSlots", w.n, 1);
+  w._maxSlotsGiven = o.maxSlots === undefined || o.maxSlots === null ? null : w.maxSlots; // a resize keeps it (at most the new n)
   if (w.maxSlots > w.n) throw new TypeError(`pg-claim: option maxSlots must be between 1 and n = ${w.n}, got ${w.maxSlots}`);
   if (typeof o.handler !== "function") throw new TypeError("pg-claim: option handler must be a function (client, rows, batch) => Promise");
   w.handler = o.handler;

@@ -48,13 +48,13 @@ const RENAMED = { connectionString: "conninfo", notifyConnectionString: "notifyC
 
 /** The events, in the order a worker's life tells them. */
 const EVENTS = [
-  "mode", "started", "slots", "gained", "lost", "batch", "failed", "dead", "rejected", "retrying",
+  "mode", "started", "slots", "gained", "lost", "batch", "failed", "dead", "rejected", "resized", "retrying",
   "transaction_ended", "idle", "woken", "reconnecting", "reconnected", "claim_failed", "listen_failed",
   "left", "leave_failed", "stopped",
 ];
 
 /** The reasons of a `lost` event. */
-const LOST_REASONS = ["given back", "taken", "expired", "released", "connection lost"];
+const LOST_REASONS = ["given back", "taken", "expired", "released", "connection lost", "resized"];
 
 /** [name, type, labels] of the metrics served on metricsPort. */
 const METRICS = [

@@ -6,6 +6,7 @@
 const { isConnectionLost, isTransient, dueRows, soonest, nextSlot, Pass, errorText, TRANSIENT_LIMIT } = require("./util");
 const { KEY, ROUTE, FAILURE, RETRY, NotASessionError } = require("./config");
 const { TransientBatch, brokenBy, ENDED, ABORTED } = require("./failures");
+const { SESSION_STATES } = require("./resize");
 
 /** the most retries a walk keeps a time for (beyond, the walk reaches them) */
 const MAX_RETRIES_KEPT = 10000;
@@ -97,7 +98,9 @@ const methods = {
     const listening = new Set();
     const claim = async () => {
       const r = (await client.query("SELECT claim_slots($1, $2, $3) AS s, pg_backend_pid() AS pid",
-        [this.name, this.n, this.maxSlots])).rows[0];
+        [this.name, this.n, this.maxSlots]).catch((e) => {
+        throw SESSION_STATES.includes(e.code) ? this._sessionResized(e) : e;
+      })).rows[0];
       if (r.pid !== server) {
         throw new NotASessionError(`pg-claim: claim_slots ran in server process ${r.pid}, not ${server}:`
           + " the pool is not in session mode (its claim stays with that server connection)");
@@ -205,6 +208,7 @@ const methods = {
       this.stats.fenced++;
       this._emit("rejected", { slot, token });
       if (this._prom) this._prom.fenceRejections.inc({ fleet: this.name });
+      if (token !== null && await this._refused(client)) return null; // the fleet was resized: every slot dropped
       if (this.held.get(slot) === token && !this._leaving.has(slot)) { // until a claim returns it again
         const now = new Map(this.held);
         now.delete(slot);

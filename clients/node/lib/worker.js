@@ -1,7 +1,7 @@
 "use strict";
 // pg-claim's Worker, made of its parts (one file each): the configuration
-// (config.js), the connections (conn.js), the claims (claimer.js), the walk
-// and the fence (walk.js), the failure path (failures.js), the wake-ups
+// (config.js), the connections (conn.js), the claims (claimer.js), an online
+// resize of the fleet (resize.js), the walk and the fence (walk.js), the failure path (failures.js), the wake-ups
 // (wake.js), the signals (signals.js) and the metrics (metrics.js).
 const { isServerState, errorText } = require("./util");
 const { Stats, PromMetrics } = require("./metrics");
@@ -46,6 +46,8 @@ class Worker {
     this._streak = null; // {slot, key, count, pauseMs, error}: transient failures in a row of a batch's first item
     this._lostItem = null; // {slot, key, error}: the item whose handler lost the connection, one by one
     this._goodAt = null; // lease mode: when the last good claim call was sent
+    this._claimNow = false; // lease mode: a resize was followed, the renewal calls again at once
+    this._fatal = null; // an error of the renewal that stops the worker (a resize it cannot follow)
   }
 
   /**
@@ -158,6 +160,7 @@ class Worker {
     if (renewal) await renewal;
     if (listener) await listener;
     if (this.mode === "lease" && this._ready) await this._leave(this._stopDeadline || Date.now() + this.ttlMs);
+    if (!failed && this._fatal) failed = this._fatal;
     for (const timer of this._cutTimers || []) clearTimeout(timer);
     this._setHeld(new Map(), "released");
     this._emit("stopped", { error: failed ? errorText(failed) : null });
@@ -165,7 +168,7 @@ class Worker {
   }
 }
 
-for (const part of ["./config", "./conn", "./claimer", "./walk", "./failures", "./wake"]) {
+for (const part of ["./config", "./conn", "./claimer", "./resize", "./walk", "./failures", "./wake"]) {
   Object.assign(Worker.prototype, require(part).methods);
 }
 

@@ -76,3 +76,14 @@ test("the events are those the code tells, and no other is told", () => {
   assert.deepStrictEqual([...told].sort(), [...EVENTS].sort());
   assert.throws(() => new Worker(base)._emit("sent"), /sent is not an event of the vocabulary/);
 });
+
+test("a resize is told with the same event, fields and lost reason as in Python", () => {
+  const py = python();
+  assert.ok(py.events.includes("resized") && py.lost_reasons.includes("resized"));
+  const read = (dir, ext) => fs.readdirSync(dir).filter((f) => f.endsWith(ext)).map((f) => fs.readFileSync(path.join(dir, f), "utf8")).join("\n");
+  const js = [...read(path.join(__dirname, "..", "lib"), ".js").matchAll(/_emit\("resized", \{([^}]*)\}/g)].map((m) => m[1]);
+  const pySrc = [...read(path.join(ROOT, "clients", "python", "src", "pg_claim"), ".py").matchAll(/_emit\("resized", ([^)]*)\)/g)].map((m) => m[1]);
+  assert.strictEqual(js.length, 1);
+  assert.strictEqual(pySrc.length, 1);
+  assert.deepStrictEqual(js[0].split(",").map((f) => snake(f.split(":")[0].trim())), pySrc[0].split(",").map((f) => f.split("=")[0].trim()));
+});

@@ -23,7 +23,7 @@ DOC = os.path.join(ROOT, "docs", "libraries.md")
 # the functions of the extension a worker calls (docs/libraries.md, "The SQL they send")
 FUNCTIONS = ("claim_leases", "claim_slots", "release_slot", "my_slots", "lease_holders", "fence", "report_backlog",
              "release_lease", "my_items", "my_items_fair", "item_failures", "record_failure", "clear_failure", "slot_channel",
-             "slot_partition")
+             "slot_partition", "fleet_n")
 
 
 def snake(name):
@@ -130,6 +130,27 @@ def test_the_doc_tables_are_the_vocabulary(node):
     assert [r[0].strip("`") for r in table("Events")] == list(vocab.EVENTS)
     assert [(r[0].strip("`"), r[1], sorted(re.findall(r"`(\w+)`", r[2]))) for r in table("Metrics")] == \
         [(m, t, sorted(ls)) for m, t, ls in vocab.METRICS]
+
+
+def test_the_lost_reasons_are_those_of_the_doc_and_the_code():
+    with open(DOC, encoding="utf-8") as f:
+        row = next(line for line in f if line.startswith("| `lost` |"))
+    assert re.findall(r"`([a-z ]+)` \(", row) == list(vocab.LOST_REASONS)
+    for folder, ext in ((PY_SRC, ".py"), (os.path.join(NODE, "lib"), ".js")):
+        text = "\n".join(sources(folder, ext).values())
+        for reason in vocab.LOST_REASONS:
+            assert f'"{reason}"' in text, (folder, reason)
+
+
+def test_the_resized_event_has_the_same_fields_in_both():
+    """Python tells resized(old_n=, n=), Node.js { oldN, n }: the same
+    fields (docs/libraries.md, "A resize")."""
+    py = re.findall(r'_emit\("resized", ([^)]*)\)', "\n".join(sources(PY_SRC, ".py").values()))
+    js = re.findall(r'_emit\("resized", \{([^}]*)\}', "\n".join(sources(os.path.join(NODE, "lib"), ".js").values()))
+    assert len(py) == 1 and len(js) == 1
+    py_fields = [f.split("=")[0].strip() for f in py[0].split(",")]
+    js_fields = [snake(f.split(":")[0].strip()) for f in js[0].split(",")]
+    assert py_fields == js_fields == ["old_n", "n"]
 
 
 def calls(texts):

@@ -15,7 +15,8 @@ from psycopg import sql
 
 from ._conn import transient
 from ._held import Held
-from ._types import PoolerError
+from ._resize import RESIZED, SESSION_STATES
+from ._types import Error, PoolerError
 
 log = logging.getLogger("pg_claim")
 
@@ -29,9 +30,11 @@ HUNGRY_CALLS = 5
 class Claimer:
     """Claims of a Worker (mixed into Worker)."""
 
-    def _claim(self, conn: psycopg.Connection, max_: Optional[int] = None) -> List[Tuple[int, int]]:
+    def _claim(self, conn: psycopg.Connection, max_: Optional[int] = None,
+               n: Optional[int] = None) -> List[Tuple[int, int]]:
         return conn.execute("SELECT slot, token FROM claim_leases(%s, %s, %s, max => %s, ttl => %s)",
-                            (self.name, self.n, self.holder, self.max_slots if max_ is None else max_,
+                            (self.name, self.n if n is None else n, self.holder,
+                             self.max_slots if max_ is None else max_,
                              datetime.timedelta(seconds=self._ttl_s))).fetchall()
 
     def _changed(self, gained: List[Tuple[int, int]], lost: List[Tuple[int, int]],
@@ -56,17 +59,23 @@ class Claimer:
         """claim_leases every ttl/3 on a connection of its own, whatever the
         batches do. A failed call is tried again at the next period on a new
         connection; the slots are dropped once no call succeeded for a ttl.
-        An error that is not the connection's stops the worker."""
+        An error that is not the connection's stops the worker. A call
+        refused as resized (PC002) follows the new n and calls again at once
+        (_resize)."""
         period = self._renew_s or self._ttl_s / 3
         failing = False
         burst = 0
-        while True:
+        while not self._stop.is_set():
             asked = time.monotonic()
+            used = self.n
             try:
                 conn = conn or self._connect(self.conninfo, deadline=1 / 3)
-                rows = self._claim(conn)
+                rows = self._claim(conn, n=used)
                 again = {s for s, _ in rows}
-                gained, lost = self._held.replace(rows, asked)
+                with self._resize_lock:
+                    if self.n != used:  # the work loop followed a resize meanwhile: old tokens
+                        continue
+                    gained, lost = self._held.replace(rows, asked)
                 # a slot back with a new token: the lease ran out in between; one
                 # missing: given back for balance (no second statement through a
                 # busy pool to tell it from one taken after an expiry)
@@ -75,10 +84,16 @@ class Claimer:
                     failing = self._claim_failing = False
                     self._wake.set()
             except psycopg.Error as e:
+                resized = e.sqlstate == RESIZED
+                if resized and conn is not None and self._followed(conn, e, used):
+                    continue
                 if conn is not None:
                     conn.close()
                 conn = None
-                if not transient(e, own=True):
+                if self._fatal is not None:
+                    self.stop()
+                    return
+                if not resized and not transient(e, own=True):  # resized: fleet_n failed, again
                     self._fatal = e
                     self.stop()
                     return
@@ -101,18 +116,34 @@ class Claimer:
         if conn is not None:
             conn.close()
 
+    def _followed(self, conn: psycopg.Connection, e: psycopg.Error, used: int) -> bool:
+        """The claimer's call with n = `used` raised PC002: True once the
+        worker follows the new n (claim again at once). False when reading
+        it failed (tried again at the next period); a resize that cannot
+        be followed is fatal (_fatal)."""
+        try:
+            self._follow(conn, e, used)
+            return True
+        except Error as fatal:
+            self._fatal = fatal
+        except psycopg.Error as e2:
+            log.debug("fleet_n(%r) failed after PC002: %s", self.name, e2)
+        return False
+
     def _waits(self, asked: float, period: float, burst: int) -> bool:
         """The claimer's pause after the call sent at `asked`: the period, or
         HUNGRY_S while the worker has nothing to do (at most HUNGRY_CALLS
-        calls in a row). True when the worker stops."""
+        calls in a row), none after a resize. True when the worker stops."""
         end = asked + (HUNGRY_S if 0 < burst <= HUNGRY_CALLS else period)
         while True:
             left = end - time.monotonic()
-            if left <= 0:
+            if left <= 0 or self._claim_now.is_set():
+                self._claim_now.clear()
                 return self._stop.is_set()
             if burst < HUNGRY_CALLS and time.monotonic() >= asked + HUNGRY_S and self._hungry():
                 return self._stop.is_set()
-            if self._stop.wait(min(left, HUNGRY_S)):
+            self._claim_now.wait(min(left, HUNGRY_S))  # stop() sets it too
+            if self._stop.is_set():
                 return True
 
     def _run_lease(self) -> None:
@@ -124,7 +155,15 @@ class Claimer:
             first = self._connect(self.conninfo, deadline=1 / 3)
             asked = time.monotonic()
             try:
-                gained, lost = self._held.replace(self._claim(first), asked)
+                used = self.n
+                try:
+                    rows = self._claim(first, n=used)
+                except psycopg.Error as e:
+                    if e.sqlstate != RESIZED:
+                        raise
+                    self._follow(first, e, used)  # started with n before a resize: the new n
+                    rows = self._claim(first)
+                gained, lost = self._held.replace(rows, asked)
             except BaseException:
                 first.close()
                 raise
@@ -164,7 +203,13 @@ class Claimer:
             for attempt in range(3):
                 try:
                     with self._connect(self.conninfo, deadline=1 / 4) as conn:
-                        self._claim(conn, max_=0)
+                        try:
+                            self._claim(conn, max_=0)
+                        except psycopg.Error as e:
+                            new_n = self._fleet_n(conn) if e.sqlstate == RESIZED else None
+                            if new_n is None:
+                                raise
+                            self._claim(conn, max_=0, n=new_n)  # resized since the last call
                     return
                 except psycopg.Error as e:
                     if attempt == 2 or not transient(e, own=True) or time.monotonic() + 0.2 >= end:
@@ -224,7 +269,12 @@ class Claimer:
             q = "SELECT claim_slots(%s, %s, %s), pg_backend_pid()"
             if not held_before:  # a standby: the wait form, which holders see
                 q = "SELECT claim_slots(%s, %s, %s, '1 second'), pg_backend_pid()"
-            slots, pid = conn.execute(q, args).fetchone()  # type: ignore[misc]
+            try:
+                slots, pid = conn.execute(q, args).fetchone()  # type: ignore[misc]
+            except psycopg.Error as e:
+                if e.sqlstate in SESSION_STATES:
+                    raise self._session_resized(e) from e
+                raise
             if pid != state["pid"]:
                 raise PoolerError(f"claim_slots ran in server process {pid}, not {state['pid']}:"
                                   " a connection pooler is in between (the claim stays with the other"

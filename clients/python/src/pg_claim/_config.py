@@ -103,6 +103,7 @@ class Config:
         self.ttl, self.key, self.route, self.method = ttl, key, route, method
         self.fair, self.spread = fair, spread
         self.max_slots = max_slots or n
+        self._max_slots_given = max_slots  # a resize keeps it (at most the new n)
         self.holder = holder or make_holder()
         self.notify_conninfo, self.poll_interval = notify_conninfo, poll_interval
         self.max_attempts, self.backoff = max_attempts, backoff
@@ -135,6 +136,9 @@ class Config:
         self._weights: Dict[int, int] = {}
         self._wanted: Set[int] = set()
         self._claim_failing = False
+        # a resize (_resize): followed by one thread at a time; the claimer calls again at once
+        self._resize_lock = threading.Lock()
+        self._claim_now = threading.Event()
         self._threads: List[threading.Thread] = []
         self.running_mode: Optional[str] = None
 

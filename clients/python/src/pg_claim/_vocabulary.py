@@ -45,13 +45,13 @@ OPTIONS: Tuple[Tuple[str, str], ...] = (
 
 # The events, in the order a worker's life tells them.
 EVENTS: Tuple[str, ...] = (
-    "mode", "started", "slots", "gained", "lost", "batch", "failed", "dead", "rejected", "retrying",
+    "mode", "started", "slots", "gained", "lost", "batch", "failed", "dead", "rejected", "resized", "retrying",
     "transaction_ended", "idle", "woken", "reconnecting", "reconnected", "claim_failed", "listen_failed",
     "left", "leave_failed", "stopped",
 )
 
 # The reasons of a `lost` event.
-LOST_REASONS: Tuple[str, ...] = ("given back", "taken", "expired", "released", "connection lost")
+LOST_REASONS: Tuple[str, ...] = ("given back", "taken", "expired", "released", "connection lost", "resized")
 
 # (name, type, labels) of the metrics served on metrics_port.
 METRICS: Tuple[Tuple[str, str, Tuple[str, ...]], ...] = (

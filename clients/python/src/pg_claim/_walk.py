@@ -54,6 +54,8 @@ class Walker:
         except _SlotLost:
             self.stats.add("rejected")
             self._emit("rejected", slot=slot, token=None if session else token)
+            if not session and self._refused(conn):  # the fleet was resized: every slot dropped
+                return True
             if self._held.drop(slot, token):
                 self.stats.slots(0, 1, len(self._held.snapshot()))
                 self._tell_lost([(slot, token)], "taken")

@@ -1,6 +1,6 @@
 """pg_claim.Worker: the worker of a pg_claim fleet, made of its parts (one
-file each): the configuration (_config), the claims (_claimer), the walk
-and the fence (_walk), the failure path (_failures), the wake-ups (_wake),
+file each): the configuration (_config), the claims (_claimer), an online
+resize of the fleet (_resize), the walk and the fence (_walk), the failure path (_failures), the wake-ups (_wake),
 the signals (_signals) and the metrics (_metrics)."""
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from ._config import MAX_LEASE_SLOTS, MODES, Config, EventHook, make_holder
 from ._conn import PAUSE_MAX, Conn, next_pause, tcp_params, transient
 from ._failures import Failures
 from ._metrics import serve
+from ._resize import Resizer
 from ._signals import install_signals
 from ._types import Batch, Error, Handler, PoolerError
 from ._vocabulary import EVENTS
@@ -28,7 +29,7 @@ __all__ = ["Batch", "Error", "EventHook", "Handler", "MAX_LEASE_SLOTS", "MODES",
            "make_holder", "transient"]
 
 
-class Worker(Config, Claimer, Walker, Failures, Waker):
+class Worker(Config, Claimer, Resizer, Walker, Failures, Waker):
     """A worker of the fleet `name`: it serves slots of `n`, walks each slot's
     share of `table` in batches of `batch` rows still to do (`pending`), and
     calls `handler(tx, rows)` once per batch inside one transaction that has
@@ -45,7 +46,10 @@ class Worker(Config, Claimer, Walker, Failures, Waker):
         a dict of further psycopg.connect() parameters of every connection
         (sslmode, options, ...): they win over the worker's own.
     name, n
-        the fleet's name and its number of slots (fixed for the life of a name).
+        the fleet's name and its number of slots to start with. In lease
+        mode the worker follows resize_fleet(name, n) by itself: it drops
+        its slots (lost, reason "resized"), tells "resized" and claims
+        again with the new n. Session fleets are not resized online.
     table
         the table (optionally schema-qualified, as in SQL: 'outbox',
         'app."Mail Out"').
@@ -181,6 +185,7 @@ class Worker(Config, Claimer, Walker, Failures, Waker):
         handler."""
         self._stop.set()
         self._wake.set()
+        self._claim_now.set()
 
     @property
     def slots(self) -> Dict[int, Optional[int]]:
