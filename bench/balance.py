@@ -63,7 +63,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "pylib"))
 sys.path.insert(0, HERE)
 import balance_report as report  # noqa: E402
-from fleet_driver import Failure, WorkerProcess  # noqa: E402
+from fleet_driver import Failure, WorkerProcess, fresh_database  # noqa: E402
 
 DB = "pg_claim_balance"
 WORKER = os.path.join(HERE, "balance_worker.py")
@@ -136,14 +136,6 @@ def customers(keys, rows, seed=42):
 def direct(dbname=DB):
     return psycopg.connect(dbname=dbname, autocommit=True, application_name="balance driver")
 
-
-def fresh_database():
-    with direct("postgres") as d:
-        d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        d.execute(f"CREATE DATABASE {DB}")
-    with direct() as d:
-        d.execute("SET client_min_messages = warning")
-        d.execute("CREATE EXTENSION pg_claim")
 
 
 def make_table(spec, cust):
@@ -362,7 +354,7 @@ def main():
     load_before = os.getloadavg()[1]
     results = []
     try:
-        fresh_database()
+        fresh_database(DB)
         with direct() as d:
             version = d.execute("SHOW server_version").fetchone()[0]
         for i, spec in enumerate(specs):

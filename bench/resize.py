@@ -39,7 +39,7 @@ import psycopg
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "pylib"))
-from fleet_driver import Failure, WorkerProcess, check, poll, run_main  # noqa: E402
+from fleet_driver import Failure, WorkerProcess, check, fresh_database, poll, run_main  # noqa: E402
 
 DB = "pg_claim_resize"
 NAME = "resize"
@@ -68,11 +68,8 @@ class Worker(WorkerProcess):
 
 
 def setup(rows):
-    with direct("postgres") as d:
-        d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        d.execute(f"CREATE DATABASE {DB}")
+    fresh_database(DB)
     with direct() as d:
-        d.execute("CREATE EXTENSION pg_claim")
         d.execute("""
             CREATE TABLE outbox (id bigint PRIMARY KEY, customer_id integer NOT NULL, body text NOT NULL,
                                  sent_at timestamptz);

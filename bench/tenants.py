@@ -43,7 +43,7 @@ import psycopg
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "pylib"))
-from fleet_driver import Failure, WorkerProcess  # noqa: E402
+from fleet_driver import Failure, WorkerProcess, fresh_database  # noqa: E402
 
 DB = "pg_claim_tenants"
 WORKER = os.path.join(HERE, "tenants_worker.py")
@@ -60,14 +60,6 @@ INDEX = {
 def direct(dbname=DB):
     return psycopg.connect(dbname=dbname, autocommit=True, application_name="tenants driver")
 
-
-def fresh_database():
-    with direct("postgres") as d:
-        d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        d.execute(f"CREATE DATABASE {DB}")
-    with direct() as d:
-        d.execute("SET client_min_messages = warning")
-        d.execute("CREATE EXTENSION pg_claim")
 
 
 def make_table(scheme, big):
@@ -252,7 +244,7 @@ def main():
     started = datetime.datetime.now(datetime.timezone.utc)
     load_before = os.getloadavg()[1]
     results = []
-    fresh_database()
+    fresh_database(DB)
     with direct() as d:
         version = d.execute("SHOW server_version").fetchone()[0]
     for scheme in schemes:

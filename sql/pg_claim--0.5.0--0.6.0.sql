@@ -528,6 +528,12 @@ DECLARE
     given integer;
     maxes_ integer[];
     balanced integer;
+    -- the member that refuses the call, if any
+    refused_at timestamptz;
+    refused_role boolean;
+    refused_owner oid;
+    refused_n integer;
+    stale boolean := false;
 BEGIN
     -- the same checks again: a superuser may call this function directly
     PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
@@ -543,39 +549,52 @@ BEGIN
             HINT = 'This is claim_leases''s internal function: call claim_leases.';
     END IF;
 
+    -- one read of the members for what the call must know of them first:
+    -- this holder's own row (is it joining?), a live member of a role whose
+    -- privileges this role lacks, this holder's own row included (its holder
+    -- text is no key to it), else a live member of another n, this holder's
+    -- own row included (a resize_fleet set it: PC002, the call follows with
+    -- fleet_n), and whether any other member is no longer live
+    joining := true;
+    FOR r IN SELECT m.holder, m.owner, m.n, m.seen_at, m.expires_at > now_ AS live,
+                    (m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE')) AS other_role
+             FROM @extschema@.pg_claim_lease_members m
+             WHERE m.name = pg_claim_leases_take.name
+               AND (m.holder = pg_claim_leases_take.holder OR m.expires_at <= now_ OR m.owner <> role
+                    OR m.n <> pg_claim_leases_take.n) LOOP
+        IF r.holder = pg_claim_leases_take.holder THEN
+            joining := NOT r.live;
+        END IF;
+        IF NOT r.live THEN
+            stale := stale OR r.holder <> pg_claim_leases_take.holder;
+        ELSIF (r.other_role OR r.n <> n)
+              AND (refused_at IS NULL OR (r.other_role AND NOT refused_role)
+                   OR (r.other_role = refused_role AND r.seen_at > refused_at)) THEN
+            -- the first of them by (other role first, the latest seen)
+            refused_at := r.seen_at;
+            refused_role := r.other_role;
+            refused_owner := r.owner;
+            refused_n := r.n;
+        END IF;
+    END LOOP;
+    IF refused_role THEN
+        PERFORM @extschema@.pg_claim_lease_refuse_role(name, refused_owner, role);
+    ELSIF refused_at IS NOT NULL THEN
+        PERFORM @extschema@.pg_claim_leases_refuse_resized(name, refused_n, n);
+    END IF;
     -- the members of the name that are no longer live are forgotten (a
     -- row that a claimer's open transaction holds waits for the next call)
     -- (each statement that changes rows a locking subquery picks takes them
     -- as an array, computed once: a join with the subquery could run it
     -- again for every row of the name, when the planner estimates one row)
-    DELETE FROM @extschema@.pg_claim_lease_members m
-    WHERE m.name = pg_claim_leases_take.name
-      AND m.holder = ANY (ARRAY(SELECT o.holder FROM @extschema@.pg_claim_lease_members o
-                                WHERE o.name = pg_claim_leases_take.name AND o.expires_at <= now_
-                                  AND o.holder <> pg_claim_leases_take.holder
-                                FOR UPDATE SKIP LOCKED));
-    -- a live member of a role whose privileges this role lacks, this
-    -- holder's own row included (its holder text is no key to it); else a
-    -- live member of another n, this holder's own row included (a
-    -- resize_fleet set it: PC002, the call follows with fleet_n; one read of
-    -- the members for both)
-    SELECT m.owner, m.n, m.holder,
-           (m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE')) AS other_role
-    INTO r FROM @extschema@.pg_claim_lease_members m
-    WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
-      AND ((m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE'))
-           OR m.n <> pg_claim_leases_take.n)
-    ORDER BY 4 DESC, m.seen_at DESC
-    LIMIT 1;
-    IF FOUND AND r.other_role THEN
-        PERFORM @extschema@.pg_claim_lease_refuse_role(name, r.owner, role);
-    ELSIF FOUND THEN
-        PERFORM @extschema@.pg_claim_leases_refuse_resized(name, r.n, n);
+    IF stale THEN
+        DELETE FROM @extschema@.pg_claim_lease_members m
+        WHERE m.name = pg_claim_leases_take.name
+          AND m.holder = ANY (ARRAY(SELECT o.holder FROM @extschema@.pg_claim_lease_members o
+                                    WHERE o.name = pg_claim_leases_take.name AND o.expires_at <= now_
+                                      AND o.holder <> pg_claim_leases_take.holder
+                                    FOR UPDATE SKIP LOCKED));
     END IF;
-
-    SELECT m.expires_at <= now_ AS gone INTO r FROM @extschema@.pg_claim_lease_members m
-    WHERE m.name = pg_claim_leases_take.name AND m.holder = pg_claim_leases_take.holder;
-    joining := NOT FOUND OR r.gone;
     IF joining THEN
         -- a joiner checks what the members do not show: the name's other
         -- leases (claim_lease's holders) and its session claims

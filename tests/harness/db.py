@@ -42,3 +42,15 @@ def expect_error(conn, stmt, state, what, params=None):
               f"{what}: expected SQLSTATE {'/'.join(states)}, got {e.diag.sqlstate}: {e.diag.message_primary}")
         return e
     raise Failure(f"{what}: expected SQLSTATE {'/'.join(states)}, got a result: {rows[:3]}")
+
+
+def fresh_database(name, extension=True, **kw):
+    """Database `name` dropped (its sessions ended) and created again, with
+    pg_claim in it unless extension=False; keyword arguments as connect's."""
+    with connect("postgres", **kw) as c:
+        c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        c.execute(f"CREATE DATABASE {name}")
+    if extension:
+        with connect(name, **kw) as c:
+            c.execute("SET client_min_messages = warning")
+            c.execute("CREATE EXTENSION pg_claim")

@@ -41,7 +41,8 @@ import psycopg
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.join(ROOT, "clients", "python", "tests")
-from harness import Failure, Producer, WorkerProcess, check, check_processing_log, failure_state, log, poll  # noqa: E402
+from harness import (Failure, Producer, WorkerProcess, check, check_processing_log, failure_state,  # noqa: E402
+                     fresh_database, log, poll)
 
 DB = "py_fleet"
 NAME, N, TTL_S = "fleet", 8, 2.0
@@ -134,11 +135,8 @@ def retry_db(fn):
 
 
 def run(workdir):
-    with direct("postgres") as d:
-        d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        d.execute(f"CREATE DATABASE {DB}")
+    fresh_database(DB)
     with direct() as d:
-        d.execute("CREATE EXTENSION pg_claim")
         d.execute(f"""
             CREATE TABLE items (id bigserial PRIMARY KEY, payload text NOT NULL,
                                 done boolean NOT NULL DEFAULT false);

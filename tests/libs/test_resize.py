@@ -44,7 +44,7 @@ import psycopg
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
-from harness import Failure, WorkerProcess, check, log, poll, stop_all  # noqa: E402
+from harness import Failure, WorkerProcess, check, fresh_database, log, poll, stop_all  # noqa: E402
 
 DB = "py_resize"
 NAME = "resize"
@@ -98,11 +98,8 @@ def logged(d):
 
 
 def setup():
-    with direct("postgres") as d:
-        d.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        d.execute(f"CREATE DATABASE {DB}")
+    fresh_database(DB)
     with direct() as d:
-        d.execute("CREATE EXTENSION pg_claim")
         d.execute("""
             CREATE TABLE outbox (id bigint PRIMARY KEY, customer_id integer NOT NULL, body text NOT NULL,
                                  sent_at timestamptz);

@@ -5,7 +5,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from harness import Failure, WorkerProcess, check, connect, failure_state, log, poll  # noqa: E402,F401
+from harness import Failure, WorkerProcess, check, connect, failure_state, fresh_database, log, poll  # noqa: E402,F401
 
 
 def run_main(name, main):
