@@ -117,11 +117,11 @@ const methods = {
         this._emit("claim_failed", { error: errorText(e) });
         if (this._goodAt === null || Date.now() >= this._goodAt + this.ttlMs) this._setHeld(new Map(), "expired");
       }
-      // balance: a worker with nothing to do, or whose call gained slots (a
-      // joiner taking its share, slots given back for it after the givers'
-      // batches), asks again after HUNGRY_MS, HUNGRY_CALLS times in a row,
-      // instead of after renewInterval
-      burst = this._hungry() || (this.balance && gained) ? burst + 1 : 0;
+      // balance: a worker whose call gained slots (a joiner taking its share
+      // as the givers release it after their batches) asks again after
+      // HUNGRY_MS, and one with nothing to do too, up to HUNGRY_CALLS times
+      // in a row, instead of after renewInterval
+      burst = this.balance && gained ? 1 : this._hungry() ? burst + 1 : 0;
       const end = asked + (burst > 0 && burst <= HUNGRY_CALLS ? HUNGRY_MS : this.renewMs);
       for (let rest = end - Date.now(); rest > 0 && this._renewing; rest = end - Date.now()) {
         await new Promise((resolve) => { this._renewTimer = setTimeout(resolve, Math.min(rest, HUNGRY_MS)); this._renewSleep = resolve; });

@@ -106,11 +106,11 @@ class Claimer:
             for s, _ in gained + lost:
                 self._weights.pop(s, None)
                 self._wanted.discard(s)
-            # balance: a worker with nothing to do, or whose call gained
-            # slots (a joiner taking its share, slots given back for it
-            # after the givers' batches), asks again after HUNGRY_S,
+            # balance: a worker whose call gained slots (a joiner taking its
+            # share as the givers release it after their batches) asks
+            # again after HUNGRY_S, and one with nothing to do too, up to
             # HUNGRY_CALLS times in a row, instead of after the period
-            burst = burst + 1 if self._hungry() or (self.balance and gained) else 0
+            burst = 1 if self.balance and gained else burst + 1 if self._hungry() else 0
             if self._waits(asked, period, burst):
                 break
         if conn is not None:
