@@ -250,11 +250,13 @@ def run(coord, nodes, workdir):
             # every batch event is in: the fleet handled every item
             poll(lambda: sum(e["items"] for p in fleet.procs for e in p.events if e["event"] == "handled") >= ITEMS,
                  10, "the workers to report every batch")
-            single, multi = counters(c)
-            fetches, batches = fleet.count("fetch"), fleet.count("handled")
+            # the workers gone first: an idle fetch in flight would be counted
+            # by one side and not yet by the other
             fleet.signal(signal.SIGTERM)
             for p in fleet.procs:
                 p.proc.wait(timeout=20)
+            single, multi = counters(c)
+            fetches, batches = fleet.count("fetch"), fleet.count("handled")
         finally:
             fleet.kill()
         fleet_single, fleet_multi = single - driver.own[0], multi - driver.own[1]
