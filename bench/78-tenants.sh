@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Tenants: pg_claim.Worker in lease mode through PgBouncer in transaction
-# mode on a table shared by one large tenant and 200 small ones, three
+# mode on a table shared by one large tenant and 200 small ones, five
 # schemes with the same rows, handler and workers: key order, fair
-# (my_items_fair) and spread (at most k workers on one tenant): the small
-# tenants' time from insert to done, items/s with the cap and without, the
-# most workers on one tenant at once, every row done exactly once. The
+# (my_items_fair), spread (at most k workers on one tenant), and fair in a
+# fleet capped at W and at G holders (cap_fleet): the small tenants' time
+# from insert to done, items/s with the caps and without, the most workers
+# on one tenant and in all at once, every row done exactly once. The
 # driver is bench/tenants.py (figures there); its options come from
 # scripts/bench's command line (`scripts/bench tenants --quick`, BENCH_ARGS).
 # Writes target/bench/tenants.json and tenants.txt.

@@ -7,7 +7,11 @@ tenants`):
   key     slot_of(id, n), each slot in key order: no cap, no fairness;
   fair    slot_of(id, n), fair => 'tenant' (my_items_fair): no cap;
   spread  route => 'tenant', spread => k (slot_of_spread): a tenant on at
-          most k slots, so with at most k workers; fair too.
+          most k slots, so with at most k workers; fair too;
+  cap_w   fair, and the fleet capped at W holders (cap_fleet(name, W)): the
+          cap's cost where it takes no worker away;
+  cap_g   fair, and the fleet capped at G = 4 holders: 4 of the 8 workers
+          hold slots, the others wait as standbys.
 
     bench/tenants.py [--quick] [--scheme NAME]... [--out-dir DIR]
 
@@ -25,9 +29,11 @@ rows per second; the time from insert to done of the small tenants' rows
 tenant at once and the most slots one tenant's rows were handled on (from
 tenant_log, one row per tenant of each batch, written in the batch's
 transaction: worker, slot, tenant, start and end of the handler's work);
-every row done exactly once. The run fails (exit status 1) when a row is
-not done exactly once, or when spread lets more than k workers on one
-tenant at once. A text table on stdout and in DIR/tenants.txt, and
+the most workers running the handler at once, all tenants together (the
+holders that work at once, from the same log); every row done exactly once.
+The run fails (exit status 1) when a row is not done exactly once, when
+spread lets more than k workers on one tenant at once, or when a capped
+fleet has more than its cap working at once. A text table on stdout and in DIR/tenants.txt, and
 DIR/tenants.json.
 """
 import argparse
@@ -47,13 +53,17 @@ from fleet_driver import Failure, WorkerProcess, fresh_database  # noqa: E402
 
 DB = "pg_claim_tenants"
 WORKER = os.path.join(HERE, "tenants_worker.py")
-SCHEMES = ("key", "fair", "spread")
-N, W, K, BATCH, HANDLER_MS, TTL_S = 8, 8, 4, 50, 2, 5.0
+SCHEMES = ("key", "fair", "spread", "cap_w", "cap_g")
+N, W, K, G, BATCH, HANDLER_MS, TTL_S = 8, 8, 4, 4, 50, 2, 5.0
+# the fleet-wide cap of each capped scheme
+CAPS = {"cap_w": W, "cap_g": G}
 SMALL, SMALL_ROWS = 200, 10
 INDEX = {
     "key": f"((slot_of(id, {N})), id)",
     "fair": f"((slot_of(id, {N})), tenant, id)",
     "spread": f"((slot_of_spread(tenant, id, {N}, {K})), tenant, id)",
+    "cap_w": f"((slot_of(id, {N})), tenant, id)",
+    "cap_g": f"((slot_of(id, {N})), tenant, id)",
 }
 
 
@@ -84,6 +94,7 @@ class Run:
         self.name = f"tenants_{scheme}"
         self.dsn = f"host=127.0.0.1 port={pooler_port} dbname={DB} user={os.environ.get('PGUSER', 'postgres')}"
         self.procs = {}
+        self.cap = CAPS.get(scheme)
         # the small tenants' inserts: one tenant at a time over the first half
         # of the large tenant's drain without cap
         self.spread_s = 0.5 * big * HANDLER_MS / 1000 / W
@@ -102,19 +113,24 @@ class Run:
                 raise Failure(f"{self.name}: worker {label} ended: {e['error'] if e else p.proc.returncode}")
 
     def wait_ready(self, d, timeout=90):
-        """Every slot held, one per worker."""
+        """Every slot held, shared by every worker (by the cap's number of
+        them, when capped)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.check_alive()
             h = dict(d.execute("SELECT holder, count(*) FROM lease_holders(%s) WHERE NOT expired GROUP BY holder",
                                (self.name,)).fetchall())
-            if len(h) == W and sum(h.values()) == N:
+            if len(h) == (self.cap or W) and sum(h.values()) == N:
                 return
             time.sleep(0.05)
         raise Failure(f"{self.name}: the {W} workers did not hold the {N} slots within {timeout} s")
 
     def execute(self):
         try:
+            if self.cap:
+                with direct() as d:
+                    d.execute("SELECT define_fleet(%s, 'items', %s, 'done_at')", (self.name, N))
+                    d.execute("SELECT cap_fleet(%s, %s)", (self.name, self.cap))
             for i in range(W):
                 self.spawn(f"w{i}")
             with direct() as d:
@@ -174,6 +190,11 @@ def measure(d):
         " UNION ALL SELECT tenant, ended, -1 FROM tenant_log) e) x GROUP BY tenant").fetchall())
     slots = dict(d.execute("SELECT tenant, count(DISTINCT slot) FROM tenant_log GROUP BY tenant").fetchall())
     small_conc = max(v for t, v in conc.items() if t != "big")
+    # the most workers in the handler at once (a batch logs one row per tenant)
+    (busy,) = d.execute(
+        "SELECT max(c) FROM (SELECT sum(d) OVER (ORDER BY t, d ROWS UNBOUNDED PRECEDING) AS c"
+        " FROM (SELECT DISTINCT worker, started AS t, 1 AS d FROM tenant_log"
+        " UNION ALL SELECT DISTINCT worker, ended, -1 FROM tenant_log) e) x").fetchone()
     return {"rows": rows, "exactly_once": not_once == 0, "not_once": not_once,
             "makespan_s": round(float(makespan), 2), "items_per_s": round(rows / float(makespan)),
             "big_drain_s": round(float(big_s), 2),
@@ -181,7 +202,7 @@ def measure(d):
             "small_max_ms": round(float(worst) * 1000),
             "max_workers_on_a_tenant": max(conc.values()), "max_workers_on_big": conc.get("big", 0),
             "max_workers_on_a_small_tenant": small_conc,
-            "max_slots_of_a_tenant": max(slots.values())}
+            "max_slots_of_a_tenant": max(slots.values()), "max_workers_at_once": int(busy)}
 
 
 def table(meta, results):
@@ -192,7 +213,7 @@ def table(meta, results):
            f" {meta['inserts_over_s']:g} s; n = {N}, W = {W}, k = {K}, batch {BATCH}, {HANDLER_MS} ms/row,"
            " Python workers through PgBouncer (transaction mode)", ""]
     head = ("scheme", "makespan s", "items/s", "big drain s", "small p50 ms", "small p99 ms", "small max ms",
-            "max workers/tenant", "max slots/tenant", "exactly once")
+            "max workers/tenant", "max slots/tenant", "max workers at once", "exactly once")
     out.append(" | ".join(head))
     out.append(" | ".join("-" * len(h) for h in head))
     for r in results:
@@ -202,7 +223,7 @@ def table(meta, results):
         out.append(" | ".join(str(v) for v in (
             r["scheme"], r["makespan_s"], r["items_per_s"], r["big_drain_s"], r["small_p50_ms"],
             r["small_p99_ms"], r["small_max_ms"], r["max_workers_on_a_tenant"], r["max_slots_of_a_tenant"],
-            "yes" if r["exactly_once"] else f"NO ({r['not_once']})")))
+            r["max_workers_at_once"], "yes" if r["exactly_once"] else f"NO ({r['not_once']})")))
     by = {r["scheme"]: r for r in results if "error" not in r}
     out.append("")
     if "key" in by and "fair" in by:
@@ -213,6 +234,11 @@ def table(meta, results):
                    f" {by['fair']['items_per_s']} without ({by['spread']['items_per_s'] / by['fair']['items_per_s']:.2f}x);"
                    f" most workers on one tenant at once {by['spread']['max_workers_on_a_tenant']} (k = {K})"
                    f" against {by['fair']['max_workers_on_a_tenant']}")
+    for scheme, cap in CAPS.items():
+        if "fair" in by and scheme in by:
+            out.append(f"cap_fleet {cap}: {by[scheme]['items_per_s']} items/s against {by['fair']['items_per_s']}"
+                       f" uncapped ({by[scheme]['items_per_s'] / by['fair']['items_per_s']:.2f}x); most workers at"
+                       f" once {by[scheme]['max_workers_at_once']} (cap {cap}) against {by['fair']['max_workers_at_once']}")
     return "\n".join(out)
 
 
@@ -223,7 +249,7 @@ def on_signal(signum, _frame):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="20,000 rows of the large tenant, not 100,000")
-    ap.add_argument("--scheme", action="append", default=[], help="key, fair or spread (default: all three)")
+    ap.add_argument("--scheme", action="append", default=[], help=f"{', '.join(SCHEMES)} (default: all)")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "target", "bench"))
     ap.add_argument("--time-limit", type=float, default=None, help="seconds per run (120 quick, 600 full)")
     ap.add_argument("--pooler-port", type=int, default=int(os.environ.get("PGC_POOLER_PORT", "0")))
@@ -233,7 +259,7 @@ def main():
     schemes = args.scheme or list(SCHEMES)
     bad = [s for s in schemes if s not in SCHEMES]
     if bad:
-        sys.exit(f"tenants: no scheme named {', '.join(bad)} (key, fair, spread)")
+        sys.exit(f"tenants: no scheme named {', '.join(bad)} ({', '.join(SCHEMES)})")
     big = 20_000 if args.quick else 100_000
     time_limit = args.time_limit or (120.0 if args.quick else 600.0)
     os.makedirs(args.out_dir, exist_ok=True)
@@ -258,13 +284,15 @@ def main():
                 result.update(measure(d))
             if scheme == "spread" and result["max_workers_on_a_tenant"] > K:
                 result["error"] = f"{result['max_workers_on_a_tenant']} workers on one tenant at once, above k = {K}"
+            if scheme in CAPS and result["max_workers_at_once"] > CAPS[scheme]:
+                result["error"] = f"{result['max_workers_at_once']} workers at once, above the cap {CAPS[scheme]}"
         except Failure as e:
             result["error"] = str(e)
         results.append(result)
     command = os.environ.get("BENCH_COMMAND") or " ".join(["bench/tenants.py"] + sys.argv[1:])
     meta = {"date": started.strftime("%Y-%m-%d %H:%M UTC"), "cores": os.cpu_count(), "postgresql": version,
             "command": command, "quick": args.quick, "big": big, "small": SMALL, "small_rows": SMALL_ROWS,
-            "n": N, "workers": W, "k": K, "batch": BATCH, "handler_ms": HANDLER_MS, "ttl_s": TTL_S,
+            "n": N, "workers": W, "k": K, "caps": CAPS, "batch": BATCH, "handler_ms": HANDLER_MS, "ttl_s": TTL_S,
             "inserts_over_s": 0.5 * big * HANDLER_MS / 1000 / W,
             "pool": int(os.environ.get("PGC_POOLER_POOL", "0")) or None,
             "load_avg_5min": [round(load_before, 1), round(os.getloadavg()[1], 1)],

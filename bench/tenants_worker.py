@@ -1,13 +1,14 @@
 """One worker of the tenants benchmark (bench/tenants.py): pg_claim.Worker
 in lease mode (clients/python) through the pooler (TEN_DSN), holder
-TEN_LABEL, in one of three schemes on the table `items`:
+TEN_LABEL, in one of five schemes on the table `items`:
 
   key     rows mapped by id (slot_of(id, n)), each slot in key order: no
           cap on the workers of one tenant, no fairness;
   fair    rows mapped by id, fair => 'tenant': each batch takes the slot's
           tenants in turn (my_items_fair), no cap;
   spread  route => 'tenant', spread => k: a tenant on at most k slots
-          (slot_of_spread(tenant, id, n, k)), its batches fair.
+          (slot_of_spread(tenant, id, n, k)), its batches fair;
+  cap_w, cap_g  as fair, in a fleet the driver capped (cap_fleet).
 
 The handler sleeps TEN_HANDLER_MS per row (I/O-bound work), then in one
 statement of the batch's transaction marks the rows done (done_at, times +
@@ -54,7 +55,8 @@ def handle(tx, rows):
 
 
 def main():
-    options = {"key": {}, "fair": {"fair": "tenant"}, "spread": {"route": "tenant", "spread": K}}[SCHEME]
+    options = {"key": {}, "fair": {"fair": "tenant"}, "spread": {"route": "tenant", "spread": K},
+               "cap_w": {"fair": "tenant"}, "cap_g": {"fair": "tenant"}}[SCHEME]
     worker = pg_claim.Worker(
         DSN, name=NAME, table="items", n=N, pending="done_at", batch=BATCH, mode="lease", ttl=TTL_S,
         holder=LABEL, poll_interval=0.1, handler=handle,

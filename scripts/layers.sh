@@ -169,8 +169,11 @@ libs_node() {
 # -> 12, a worker killed with SIGKILL and one joining at each change: every
 # message once, in order per customer, each by the slot of its phase's n,
 # and the customers that moved within 10% of the jump mapping's expectation.
+# Then a fleet capped at 3 holders (tests/libs/test_cap.py): five workers, a
+# kill, a pause past the ttl and a join, never more than 3 holders at once
+# (sampled every 20 ms), the standbys taking over, every message once.
 resize() {
-    pgc_pgbouncer_start 8 && pytests tests/libs/test_resize.py -- "$@"
+    pgc_pgbouncer_start 8 && pytests tests/libs/test_resize.py tests/libs/test_cap.py -- "$@"
 }
 
 # The Python worker library (clients/python): pytest on its pure parts and

@@ -56,6 +56,7 @@ BEGIN
                'slot_holders', 'slot_status',
                'claim_lease', 'claim_leases', 'report_backlog', 'renew_lease', 'release_lease',
                'lease_holders', 'fence', 'lease_valid', 'my_token', 'resize_fleet', 'fleet_n',
+               'cap_fleet', 'fleet_cap',
                'claim_partitions', 'my_partitions',
                'record_failure', 'failure_due', 'failing_items', 'clear_failure',
                'item_failures', 'define_fleet', 'drop_fleet']::pg_catalog.name[])

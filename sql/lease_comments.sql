@@ -22,3 +22,7 @@ COMMENT ON FUNCTION @extschema@.resize_fleet(text, integer) IS
     'set the number of slots of the lease fleet name to n online: waits for every fenced transaction of the old n, gives back every lease (old tokens fail fence), sets the members'' and the definition''s n; returns the old n';
 COMMENT ON FUNCTION @extschema@.fleet_n(text) IS
     'the n of the lease fleet name: its live members'', else its define_fleet definition''s, else NULL';
+COMMENT ON FUNCTION @extschema@.cap_fleet(text, integer) IS
+    'let at most g holders of the lease fleet name hold slots at once (the other members wait as standbys and take over; NULL: no cap); returns the cap before';
+COMMENT ON FUNCTION @extschema@.fleet_cap(text) IS
+    'the cap of the lease fleet name (the most holders that hold its slots at once), NULL when it has none';

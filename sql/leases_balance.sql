@@ -99,15 +99,17 @@ REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_report(oid, text, integer, big
 --      heavier of the two; never a slot that changed hands within
 --      least(ttl / 3, 5 s), nor one whose move would not lower the larger
 --      weight (the damping rule: no slot bounces).
--- Its own earlier marks are cleared first and made again from the weights
--- of now (none is made while one could not be cleared). The mean is the
--- weight of the slots no claim_lease holder holds over the live members
--- whose max is above 0. Each step reads the name's
+-- `active` is the active members of a capped fleet (sql/leases_cap.sql),
+-- NULL when it is not capped: the others are neither shared with nor
+-- taken from. Its own earlier marks are cleared first and made again from
+-- the weights of now (none is made while one could not be cleared). The
+-- mean is the weight of the slots no claim_lease holder holds over the
+-- live (active) members whose max is above 0. Each step reads the name's
 -- rows at most once, except the marking, which reads the chosen member's
 -- slots once per mark (at most 16 marks per call).
 CREATE FUNCTION @extschema@.pg_claim_leases_balance(
     role oid, name text, n integer, holder text, max integer, ttl interval, key_ integer,
-    now_ timestamptz, mine integer)
+    now_ timestamptz, mine integer, active text[])
 RETURNS integer
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp AS $$
@@ -145,7 +147,8 @@ DECLARE
     r record;
 BEGIN
     SELECT pg_catalog.array_agg(m.holder) INTO members_ FROM @extschema@.pg_claim_lease_members m
-    WHERE m.name = pg_claim_leases_balance.name AND m.expires_at > now_ AND m.max > 0;
+    WHERE m.name = pg_claim_leases_balance.name AND m.expires_at > now_ AND m.max > 0
+      AND (active IS NULL OR m.holder = ANY (active));
     -- one read of the name's slots, grouped by live holder (NULL:
     -- unserved): how many, the sum and count of the reported weights, and
     -- the same for the slots that stay where they are (not wanted by
@@ -291,4 +294,4 @@ BEGIN
     END LOOP;
     RETURN mine;
 END $$;
-REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_balance(oid, text, integer, text, integer, interval, integer, timestamptz, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_balance(oid, text, integer, text, integer, interval, integer, timestamptz, integer, text[]) FROM PUBLIC;

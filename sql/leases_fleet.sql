@@ -199,6 +199,9 @@ DECLARE
     given integer;
     maxes_ integer[];
     balanced integer;
+    -- the active members of a capped fleet (NULL: not capped; empty: this
+    -- holder is a standby)
+    active_ text[];
     -- the member that refuses the call, if any
     refused_at timestamptz;
     refused_role boolean;
@@ -319,14 +322,22 @@ BEGIN
       AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'));
     GET DIAGNOSTICS mine = ROW_COUNT;
 
-    -- 3. by weight, once the fleet's holders report weights
-    -- (sql/leases_balance.sql: it gives back, takes and marks itself);
-    -- else by count, as follows
-    balanced := @extschema@.pg_claim_leases_balance(role, name, n, holder, max, ttl, key_, now_, mine);
+    -- 3. a standby of a capped fleet (sql/leases_cap.sql) holds nothing,
+    -- and wants nothing; else by weight, once the fleet's holders report
+    -- weights (sql/leases_balance.sql: it gives back, takes and marks
+    -- itself); else by count, as follows; both among the active members
+    active_ := @extschema@.pg_claim_leases_active(name, holder, mine, now_);
+    IF pg_catalog.cardinality(active_) = 0 THEN
+        target := 0;
+        UPDATE @extschema@.pg_claim_leases l SET wanted_by = NULL
+        WHERE l.name = pg_claim_leases_take.name AND l.wanted_by = pg_claim_leases_take.holder;
+    ELSE
+        balanced := @extschema@.pg_claim_leases_balance(role, name, n, holder, max, ttl, key_, now_, mine, active_);
+    END IF;
     IF balanced IS NOT NULL THEN
         mine := balanced;
         target := balanced;
-    ELSE
+    ELSIF target IS NULL THEN
         -- 3. its target: the slots the members share are n less those that
         -- live leases of claim_lease's holders (not members) hold; members whose
         -- max is below the even share of what is left get their max; the others
@@ -343,6 +354,7 @@ BEGIN
               FROM (SELECT m.holder, m.max AS mx, 0 AS lease
                     FROM @extschema@.pg_claim_lease_members m
                     WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
+                      AND (active_ IS NULL OR m.holder = ANY (active_))
                     UNION ALL
                     SELECT l.holder, NULL::integer, 1 FROM @extschema@.pg_claim_leases l
                     WHERE l.name = pg_claim_leases_take.name AND NOT l.session AND l.holder IS NOT NULL
@@ -370,6 +382,7 @@ BEGIN
                 SELECT count(*) INTO ahead FROM @extschema@.pg_claim_lease_members m
                 WHERE m.name = pg_claim_leases_take.name AND m.expires_at > now_
                   AND m.max > coalesce(maxes_[capped], -1)
+                  AND (active_ IS NULL OR m.holder = ANY (active_))
                   AND m.holder <> pg_claim_leases_take.holder
                   AND (m.held > r.held
                        OR (m.held = r.held AND (m.joined_at, m.holder) < (r.joined_at, pg_claim_leases_take.holder)));

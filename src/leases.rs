@@ -1,5 +1,6 @@
 //! Leases and fencing tokens: claim_lease, claim_leases, report_backlog, renew_lease,
-//! release_lease, lease_holders, fence, lease_valid, my_token, resize_fleet, fleet_n
+//! release_lease, lease_holders, fence, lease_valid, my_token, resize_fleet, fleet_n,
+//! cap_fleet, fleet_cap
 //! (reference: docs/leases.md).
 //!
 //! A lease belongs to the role that claimed it. The public functions here
@@ -270,6 +271,17 @@ role_shells! {
     /// define_fleet definition's, else NULL.
     #[pg_extern(stable, parallel_safe)]
     fn fleet_n(name: Option<&str>) -> Option<i32> = pg_claim_fleet_n via scalar;
+
+    /// Let at most `g` holders of the claim_leases fleet `name` hold slots at
+    /// once; the other members wait as standbys (`sql/leases_cap.sql`).
+    /// NULL `g` removes the cap. The cap before.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn cap_fleet(name: Option<&str>, g: Option<i32>) -> Option<i32>
+        = pg_claim_leases_cap via scalar;
+
+    /// The cap of the lease fleet `name`, NULL when it has none.
+    #[pg_extern(stable, parallel_safe)]
+    fn fleet_cap(name: Option<&str>) -> Option<i32> = pg_claim_fleet_cap via scalar;
 }
 
 /// The writer's half of the fence lock, called by the trigger of
@@ -290,6 +302,14 @@ pgrx::extension_sql_file!(
     "../sql/leases_resize.sql",
     name = "leases_resize",
     requires = ["leases_balance"]
+);
+
+// A fleet-wide cap: the internal functions of cap_fleet and fleet_cap, and
+// claim_leases' reading of the cap.
+pgrx::extension_sql_file!(
+    "../sql/leases_cap.sql",
+    name = "leases_cap",
+    requires = ["leases_resize"]
 );
 
 pgrx::extension_sql_file!(
@@ -313,6 +333,8 @@ pgrx::extension_sql_file!(
         fence,
         my_token,
         resize_fleet,
-        fleet_n
+        fleet_n,
+        cap_fleet,
+        fleet_cap
     ],
 );

@@ -97,6 +97,18 @@ LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = pg_catalog,
     SELECT @extschema@.pg_claim_fleet_n(@extschema@.pg_claim_caller(), name)
 $$;
 
+CREATE FUNCTION @extschema@.cap_fleet(name text, g integer)
+RETURNS integer
+LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT @extschema@.pg_claim_leases_cap(@extschema@.pg_claim_caller(), name, g)
+$$;
+
+CREATE FUNCTION @extschema@.fleet_cap(name text)
+RETURNS integer
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT @extschema@.pg_claim_fleet_cap(@extschema@.pg_claim_caller(), name)
+$$;
+
 -- (their comments: sql/lease_comments.sql, as in the extension)
 
 -- An earlier edition's index on the leases' expiry, which made every renewal

@@ -33,7 +33,7 @@ ALLOWED = {
     "42501": "insufficient_privilege: no SELECT on the table or a column, no EXECUTE on the function; claim_lease of a name with a live lease of a role whose privileges the caller lacks",
     "42P01": "undefined_table: a relation that does not exist or was dropped",
     "42703": "undefined_column: a key or listed column that the table does not have (names are exact)",
-    "42704": "undefined_object: a type that does not exist or was dropped; an oid that is not a row type; resize_fleet of a name with no live member, lease or definition",
+    "42704": "undefined_object: a type that does not exist or was dropped; an oid that is not a row type; resize_fleet or cap_fleet of a name with no live member, lease or definition",
     "42804": "datatype_mismatch: a key type the method cannot map; polymorphic arguments that do not fit together",
     "42723": "duplicate_function: a function created in pg_claim's schema would take the place of the mapping function a share query calls",
     "42P10": "invalid_column_reference: no single key column (no primary key, a two-column one): pass key",

@@ -42,9 +42,8 @@ import time
 
 import psycopg
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-HERE = os.path.dirname(os.path.abspath(__file__))
-from harness import Failure, WorkerProcess, check, fresh_database, log, poll, stop_all  # noqa: E402
+from harness import Failure, check, fresh_database, log, poll, stop_all  # noqa: E402
+from .outbox import OutboxWorker, check_outbox_log, outbox_tables  # noqa: E402
 
 DB = "py_resize"
 NAME = "resize"
@@ -63,26 +62,8 @@ def direct(dbname=DB):
     return psycopg.connect(dbname=dbname, autocommit=True, application_name="resize driver")
 
 
-class Worker(WorkerProcess):
-    seq = 0
-
-    def __init__(self, workdir, lang, n):
-        Worker.seq += 1
-        self.label = f"w{Worker.seq}-{lang}"
-        self.lang = lang
-        env = dict(os.environ, RESIZE_N=str(n), RESIZE_TTL_S=str(TTL_S), RESIZE_NAME=NAME, RESIZE_ITEM_MS=str(ITEM_MS),
-                   RESIZE_DSN=f"host=127.0.0.1 port={POOLER_PORT} dbname={DB} user=postgres",
-                   PGHOST="127.0.0.1", PGPORT=str(POOLER_PORT), PGDATABASE=DB, PGUSER="postgres",
-                   PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "clients", "python", "src"),
-                                               os.environ.get("PYTHONPATH", "")]))
-        env.pop("PGSERVICE", None)
-        cmd = [sys.executable, os.path.join(HERE, "resize_worker.py")] if lang == "py" else \
-            ["node", os.path.join(HERE, "resize_worker.js")]
-        super().__init__(cmd, env, os.path.join(workdir, f"{self.label}.err"))
-        self.holder = self.wait_event("holder", 0, 20)["holder"]
-
-    def __str__(self):
-        return self.label
+def Worker(workdir, lang, n):
+    return OutboxWorker(workdir, lang, n, db=DB, name=NAME, port=POOLER_PORT, ttl_s=TTL_S, item_ms=ITEM_MS)
 
 
 def served(d, n, live):
@@ -100,15 +81,7 @@ def logged(d):
 def setup():
     fresh_database(DB)
     with direct() as d:
-        d.execute("""
-            CREATE TABLE outbox (id bigint PRIMARY KEY, customer_id integer NOT NULL, body text NOT NULL,
-                                 sent_at timestamptz);
-            CREATE TABLE sent_log (seq bigserial PRIMARY KEY, item bigint NOT NULL, customer_id integer NOT NULL,
-                                   slot integer NOT NULL, token bigint NOT NULL, holder text NOT NULL,
-                                   logged_at timestamptz NOT NULL DEFAULT clock_timestamp());""")
-        # message r of customer c has id (r - 1) * CUSTOMERS + c: the customers interleaved in id order
-        d.execute("INSERT INTO outbox SELECT (r - 1) * %s + c, c, 'm' || r FROM generate_series(1, %s) r,"
-                  " generate_series(1, %s) c", (CUSTOMERS, PER_CUSTOMER, CUSTOMERS))
+        outbox_tables(d, CUSTOMERS, PER_CUSTOMER)
         for n in STEPS:  # each n's share is read through an index of its own
             d.execute(f"CREATE INDEX ON outbox ((jump_slot(customer_id::int8, {n})), id) WHERE sent_at IS NULL")
         d.execute("ANALYZE outbox")
@@ -142,14 +115,7 @@ def change(d, workdir, workers, live, victim, joiner, old_n, n):
 
 
 def checks(d, marks):
-    total, distinct = d.execute("SELECT count(*), count(DISTINCT item) FROM sent_log").fetchone()
-    check(total == ITEMS and distinct == ITEMS, f"every message logged once: {total} rows, {distinct} distinct")
-    (unsent,) = d.execute("SELECT count(*) FROM outbox WHERE sent_at IS NULL").fetchone()
-    check(unsent == 0, f"{unsent} messages left unsent")
-    (disorder,) = d.execute("""
-        SELECT count(*) FROM (SELECT item, lag(item) OVER (PARTITION BY customer_id ORDER BY seq) AS prev
-                              FROM sent_log) x WHERE item < prev""").fetchone()
-    check(disorder == 0, f"{disorder} messages logged before an earlier message of their customer")
+    check_outbox_log(d, ITEMS)
     # the phase of each row by the time the resizes committed: the slot of its phase's n
     t1, t2 = marks
     wrong = d.execute("""

@@ -47,14 +47,13 @@ const methods = {
   },
 
   /**
-   * Why the slots held before and missing from a claim's result were lost:
-   * "expired" (the lease ran out: the slot came back with a new token, or
-   * no good call for a ttl), "taken" (another holder has it), "given back"
-   * (claim_leases gave it to another holder for balance).
+   * Why each slot held before was lost: "expired" (the lease ran out: the
+   * slot came back in the claim's result `now`, slot -> token, with a new
+   * token, or no good call for a ttl), "taken" (another holder has it),
+   * "given back" (claim_leases gave it to another holder for balance).
+   * `gone`: the slots missing from `now`.
    */
-  async _lostReasons(c, before, rows, expired) {
-    const now = new Map(rows.map((r) => [r.slot, r.token]));
-    const gone = [...before.keys()].filter((s) => !now.has(s));
+  async _lostReasons(c, gone, now, expired) {
     const others = new Set();
     if (gone.length) {
       const h = await c.query("SELECT slot FROM lease_holders($1) WHERE slot = ANY($2) AND NOT expired"
@@ -93,13 +92,15 @@ const methods = {
         const expired = this._goodAt === null || asked >= this._goodAt + this.ttlMs;
         // the slots this call gave back: a batch whose fence refuses one of
         // them meanwhile leaves its reason to this call (_begin)
-        this._leaving = new Set([...this.held.keys()].filter((s) => !rows.some((r) => r.slot === s)));
-        const reasons = await this._lostReasons(c, this.held, rows, expired);
+        const now = new Map(rows.map((r) => [r.slot, r.token]));
+        const gone = [...this.held.keys()].filter((s) => !now.has(s));
+        this._leaving = new Set(gone);
+        const reasons = await this._lostReasons(c, gone, now, expired);
         this._goodAt = asked;
         clearTimeout(this._dropTimer);
         this._dropTimer = setTimeout(drop, validMs);
         gained = rows.some((r) => this.held.get(r.slot) !== r.token);
-        this._setHeld(new Map(rows.map((r) => [r.slot, r.token])), reasons);
+        this._setHeld(now, reasons);
         this._leaving = new Set();
       } catch (e) {
         this._leaving = new Set();
