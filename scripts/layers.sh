@@ -252,9 +252,10 @@ security() { pytests tests/security -- "$@"; }
 # functions; the promises
 # of docs/security.md that apply to it (tests/security/ with
 # PGC_SECURITY_PORTABLE); then the pg_regress tests and isolation specs that
-# apply to it (tests/portable/regress.py). Test names: words of the pytest
-# tests' names. A subshell: the
-# test cluster stays for the next layers.
+# apply to it (tests/portable/test_regress.py: one test each, its work
+# directory left in $PGC_WORK/portable-regress-N). Test names: words of the
+# pytest tests' names (a pg_regress test's or spec's name among them). A
+# subshell: the test cluster stays for the next layers.
 portable_edition() (
     PGC_CLUSTERS=()
     trap pgc_cleanup EXIT
@@ -270,15 +271,16 @@ portable_edition() (
     # of both editions against each other and the partition routing, plain and parallel
     # (test_mappings.py); the file over each earlier build kept in tests/portable/releases/:
     # the catalog of a fresh install (test_upgrade.py); its public functions against the
-    # hostile matrix and a random caller; the promises of docs/security.md that apply to it
+    # hostile matrix and a random caller; the promises of docs/security.md that apply to it;
+    # the pg_regress tests of tests/portable/regress.txt and the isolation specs of
+    # isolation.txt through pg_regress and pg_isolation_regress (test_regress.py)
     PGC_EXT_HOST="$ext_host" PGC_EXT_PORT="$ext_port" PGC_PORTABLE_SQL="$sql" \
-        PGC_HOSTILE_PORTABLE="$sql" PGC_SECURITY_PORTABLE="$sql" pytests \
+        PGC_HOSTILE_PORTABLE="$sql" PGC_SECURITY_PORTABLE="$sql" PGC_BIN="$PGC_BIN" \
+        PGC_PG_REGRESS="$PGC_PGXS/src/test/regress/pg_regress" \
+        PGC_PORTABLE_REGRESS_DIR="$PGC_WORK/portable-regress-$PGC_PG_MAJOR" pytests \
         tests/portable/test_portable.py tests/portable/test_mappings.py tests/portable/test_upgrade.py \
-        tests/hostile/test_matrix.py tests/security -- \
-        --server-log "$PGC_WORK/pg/server-portable-$PGC_PG_MAJOR.log" --calls 3000 "$@" || return 1
-    # the pg_regress tests that apply (tests/portable/regress.txt)
-    python3 tests/portable/regress.py "$PGC_PGXS/src/test/regress/pg_regress" "$PGC_BIN" \
-        "$PGC_WORK/portable-regress-$PGC_PG_MAJOR" "$sql"
+        tests/hostile/test_matrix.py tests/security tests/portable/test_regress.py -- \
+        --server-log "$PGC_WORK/pg/server-portable-$PGC_PG_MAJOR.log" --calls 3000 "$@"
 )
 
 # The demo end to end on a smaller table: workers, standbys, a killed worker,
