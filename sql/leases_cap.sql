@@ -62,6 +62,7 @@ DECLARE
     crc_ bigint;
     key_ integer;
     old_ integer;
+    owner_ oid;
     r record;
 BEGIN
     IF role IS NULL THEN
@@ -97,20 +98,10 @@ BEGIN
     END IF;
 
     -- the rights: as for resize_fleet, and the cap's own setter
-    SELECT m.owner INTO r FROM @extschema@.pg_claim_lease_members m
-    WHERE m.name = pg_claim_leases_cap.name AND m.expires_at > now_
-      AND m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE')
-    LIMIT 1;
-    IF NOT FOUND THEN
-        SELECT l.owner INTO r FROM @extschema@.pg_claim_leases l
-        WHERE l.name = pg_claim_leases_cap.name AND NOT l.session AND l.holder IS NOT NULL
-          AND l.expires_at > now_ AND l.owner IS NOT NULL AND l.owner <> role
-          AND NOT pg_catalog.pg_has_role(role, l.owner, 'USAGE')
-        LIMIT 1;
-    END IF;
-    IF FOUND THEN
+    owner_ := @extschema@.pg_claim_leases_foreign_owner(role, name, now_);
+    IF owner_ IS NOT NULL THEN
         RAISE EXCEPTION 'fleet "%" is leased by role %; role % cannot cap it', name,
-            r.owner::regrole, role::regrole
+            owner_::regrole, role::regrole
             USING ERRCODE = '42501',
             HINT = 'Only a role with the privileges of the role whose workers hold the fleet''s leases may cap it: cap it as that role (SET ROLE), or be granted it.';
     END IF;

@@ -55,6 +55,26 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_refuse_resized(text, integer, integer) FROM PUBLIC;
 
+-- The owner of a live member or a live lease of `name` whose privileges
+-- `role` lacks, else NULL: the rights resize_fleet and cap_fleet
+-- (sql/leases_cap.sql) check before they change a running fleet.
+CREATE FUNCTION @extschema@.pg_claim_leases_foreign_owner(role oid, name text, now_ timestamptz)
+RETURNS oid
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce(
+        (SELECT m.owner FROM @extschema@.pg_claim_lease_members m
+         WHERE m.name = pg_claim_leases_foreign_owner.name AND m.expires_at > now_
+           AND m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE')
+         LIMIT 1),
+        (SELECT l.owner FROM @extschema@.pg_claim_leases l
+         WHERE l.name = pg_claim_leases_foreign_owner.name AND NOT l.session AND l.holder IS NOT NULL
+           AND l.expires_at > now_ AND l.owner IS NOT NULL AND l.owner <> role
+           AND NOT pg_catalog.pg_has_role(role, l.owner, 'USAGE')
+         LIMIT 1))
+$$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_foreign_owner(oid, text, timestamptz) FROM PUBLIC;
+
 -- resize_fleet (src/leases.rs) for `role`: the old n.
 CREATE FUNCTION @extschema@.pg_claim_leases_resize(role oid, name text, n integer)
 RETURNS integer
@@ -68,6 +88,7 @@ DECLARE
     key_ integer;
     old_ integer;
     top_ integer;
+    owner_ oid;
     r record;
     known boolean := false;
 BEGIN
@@ -114,20 +135,10 @@ BEGIN
 
     -- the rights: every live member and live lease of the name belongs to a
     -- role whose privileges this role has, and so does its definition
-    SELECT m.owner INTO r FROM @extschema@.pg_claim_lease_members m
-    WHERE m.name = pg_claim_leases_resize.name AND m.expires_at > now_
-      AND m.owner <> role AND NOT pg_catalog.pg_has_role(role, m.owner, 'USAGE')
-    LIMIT 1;
-    IF NOT FOUND THEN
-        SELECT l.owner INTO r FROM @extschema@.pg_claim_leases l
-        WHERE l.name = pg_claim_leases_resize.name AND NOT l.session AND l.holder IS NOT NULL
-          AND l.expires_at > now_ AND l.owner IS NOT NULL AND l.owner <> role
-          AND NOT pg_catalog.pg_has_role(role, l.owner, 'USAGE')
-        LIMIT 1;
-    END IF;
-    IF FOUND THEN
+    owner_ := @extschema@.pg_claim_leases_foreign_owner(role, name, now_);
+    IF owner_ IS NOT NULL THEN
         RAISE EXCEPTION 'fleet "%" is leased by role %; role % cannot resize it', name,
-            r.owner::regrole, role::regrole
+            owner_::regrole, role::regrole
             USING ERRCODE = '42501',
             HINT = 'Only a role with the privileges of the role whose workers hold the fleet''s leases may resize it: resize as that role (SET ROLE), or be granted it.';
     END IF;

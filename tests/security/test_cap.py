@@ -80,6 +80,7 @@ CAP_PLANTS = SEARCH_PATH_PLANTS + [
     "pg_claim_leases_cap(oid, text, integer)",
     "pg_claim_fleet_cap(oid, text)",
     "pg_claim_leases_active(text, text, integer, timestamp with time zone)",
+    "pg_claim_leases_foreign_owner(oid, text, timestamp with time zone)",
     "pg_claim_fleet_may_change(oid, oid)",
     "cap_fleet(text, integer)",
     "fleet_cap(text)",

@@ -68,6 +68,7 @@ RESIZE_PLANTS = SEARCH_PATH_PLANTS + [
     "pg_claim_leases_resize(oid, text, integer)",
     "pg_claim_fleet_n(oid, text)",
     "pg_claim_leases_refuse_resized(text, integer, integer)",
+    "pg_claim_leases_foreign_owner(oid, text, timestamp with time zone)",
     "pg_claim_need_read_committed(text)",
     "pg_claim_need_read_committed(character varying)",
     "resize_fleet(text, integer)",
