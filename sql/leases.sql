@@ -188,6 +188,20 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_claim_check(text, integer, text, interval) FROM PUBLIC;
 
+-- The time an internal lease function is given as its statement's (now_):
+-- its callers pass clock_timestamp(); a direct call with a time a day or
+-- more away is refused before any arithmetic on it overflows.
+CREATE FUNCTION @extschema@.pg_claim_lease_now_check(now_ timestamptz)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF now_ IS NULL OR NOT pg_catalog.isfinite(now_)
+       OR pg_catalog.abs(extract(epoch FROM now_ - pg_catalog.clock_timestamp())) > 86400 THEN
+        RAISE EXCEPTION 'now_ must be within a day of the clock, got %', now_ USING ERRCODE = '22023',
+            HINT = 'now_ is the time of the calling statement: pass clock_timestamp().';
+    END IF;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_now_check(timestamptz) FROM PUBLIC;
+
 -- The refusals claim_lease and claim_leases share: a live lease of the
 -- name belongs to role `owner`, whose privileges `role` lacks (42501); live
 -- leases of the name use another n (55000).
@@ -225,6 +239,9 @@ CREATE FUNCTION @extschema@.pg_claim_lease_hand(
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    -- its callers pass checked values; a direct call is checked the same way
+    PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
+    PERFORM @extschema@.pg_claim_lease_now_check(now_);
     -- a transaction that passed fence / lease_valid on the slot in READ
     -- COMMITTED holds its fence lock shared: the slot is left to the caller's
     -- next candidate (all three OUT values NULL), never waited for

@@ -141,11 +141,14 @@ DECLARE
     best integer;
     fit numeric;
     marks integer := 0;
-    damp timestamptz := now_ - least(ttl / 3, interval '5 seconds');
+    damp timestamptz;
     -- a weight counts for a minute after its report
-    fresh timestamptz := now_ - interval '1 minute';
+    fresh timestamptz;
     r record;
 BEGIN
+    PERFORM @extschema@.pg_claim_lease_now_check(now_);
+    damp := now_ - least(ttl / 3, interval '5 seconds');
+    fresh := now_ - interval '1 minute';
     SELECT pg_catalog.array_agg(m.holder) INTO members_ FROM @extschema@.pg_claim_lease_members m
     WHERE m.name = pg_claim_leases_balance.name AND m.expires_at > now_ AND m.max > 0
       AND (active IS NULL OR m.holder = ANY (active));

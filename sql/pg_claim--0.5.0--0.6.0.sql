@@ -925,12 +925,29 @@ ALTER TABLE @extschema@.pg_claim_leases
 -- only expires_at, stays a HOT update.
 CREATE INDEX pg_claim_leases_wanted ON @extschema@.pg_claim_leases (name, holder) WHERE wanted_by IS NOT NULL;
 
+-- The time an internal lease function is given as its statement's (now_):
+-- its callers pass clock_timestamp(); a direct call with a time a day or
+-- more away is refused before any arithmetic on it overflows.
+CREATE FUNCTION @extschema@.pg_claim_lease_now_check(now_ timestamptz)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF now_ IS NULL OR NOT pg_catalog.isfinite(now_)
+       OR pg_catalog.abs(extract(epoch FROM now_ - pg_catalog.clock_timestamp())) > 86400 THEN
+        RAISE EXCEPTION 'now_ must be within a day of the clock, got %', now_ USING ERRCODE = '22023',
+            HINT = 'now_ is the time of the calling statement: pass clock_timestamp().';
+    END IF;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_now_check(timestamptz) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION @extschema@.pg_claim_lease_hand(
     role oid, name text, s integer, n integer, holder text, ttl interval, key_ integer,
     now_ timestamptz, OUT slot integer, OUT token bigint, OUT expires_at timestamptz)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    -- its callers pass checked values; a direct call is checked the same way
+    PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
+    PERFORM @extschema@.pg_claim_lease_now_check(now_);
     -- a transaction that passed fence / lease_valid on the slot in READ
     -- COMMITTED holds its fence lock shared: the slot is left to the caller's
     -- next candidate (all three OUT values NULL), never waited for
@@ -1075,11 +1092,14 @@ DECLARE
     best integer;
     fit numeric;
     marks integer := 0;
-    damp timestamptz := now_ - least(ttl / 3, interval '5 seconds');
+    damp timestamptz;
     -- a weight counts for a minute after its report
-    fresh timestamptz := now_ - interval '1 minute';
+    fresh timestamptz;
     r record;
 BEGIN
+    PERFORM @extschema@.pg_claim_lease_now_check(now_);
+    damp := now_ - least(ttl / 3, interval '5 seconds');
+    fresh := now_ - interval '1 minute';
     SELECT pg_catalog.array_agg(m.holder) INTO members_ FROM @extschema@.pg_claim_lease_members m
     WHERE m.name = pg_claim_leases_balance.name AND m.expires_at > now_ AND m.max > 0
       AND (active IS NULL OR m.holder = ANY (active));

@@ -282,6 +282,7 @@ VALID_BY_FUNCTION = {
     ("report_backlog", "remaining"): "10::bigint",
     ("pg_claim_lease_report", "remaining"): "10::bigint",
     ("pg_claim_leases_balance", "now_"): "clock_timestamp()",
+    ("pg_claim_lease_hand", "now_"): "clock_timestamp()",
     ("pg_claim_leases_balance", "mine"): "0",
     ("my_items_fair", "fair"): "'email'::text",
     ("my_items_fair", "spread"): "NULL::integer",
