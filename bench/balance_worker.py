@@ -45,6 +45,11 @@ POLL_S = float(os.environ.get("BAL_POLL_S", "0.1"))
 LIFETIME_S = float(os.environ.get("BAL_LIFETIME_S", "900"))
 
 emit = emitter(LABEL)
+# BAL_BACKLOG="NAME=VALUE,...": constants of the library's weight counting
+# (pg_claim/_backlog.py) set for a trial of another rule
+for setting in filter(None, os.environ.get("BAL_BACKLOG", "").split(",")):
+    key, value = setting.split("=")
+    setattr(pg_claim._backlog, key, int(value) if value.isdigit() else float(value))
 # the Worker's events the driver reads (not one per batch: the queue sends none)
 EVENTS = {"started", "slots", "rejected", "claim_failed", "reconnecting", "left", "leave_failed", "stopped"}
 MARK = "UPDATE items SET done_at = clock_timestamp(), done_by = %s, times = times + 1 WHERE id = ANY(%s)"

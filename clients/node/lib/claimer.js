@@ -20,7 +20,7 @@ const methods = {
     const { taken, lost } = diffHeld(this.held, now);
     if (!taken.length && !lost.length) return;
     for (const { slot } of [...lost, ...taken]) {
-      this._weights.delete(slot);
+      this._backlog.forget(slot);
       this._wanted.delete(slot);
     }
     for (const { slot, token } of lost) {

@@ -4,6 +4,7 @@
 // mode (a session or a pooler), the table, its key, its partitions, the fetch.
 const { durationMs, intervalText, makeHolder, isConnectionLost } = require("./util");
 const { OPTIONS, RENAMED } = require("./vocabulary");
+const { Backlog } = require("./backlog");
 
 const OPTION_NAMES = new Set(OPTIONS.map(([name]) => name));
 
@@ -96,9 +97,11 @@ function configure(w, options) {
   if (o.balance !== undefined && typeof o.balance !== "boolean") throw new TypeError(`pg-claim: option balance must be true or false, got ${JSON.stringify(o.balance)}`);
   w.balance = o.balance !== false;
   // lease mode's balance (docs/leases.md, "Balancing"): each held slot's weight as
-  // its batches saw it (batch: full, work left; 0: walked), and the slots the
-  // last report said another holder wants
-  w._weights = new Map();
+  // its batches count it (backlog.js), and the slots the last report said
+  // another holder wants
+  w._backlog = new Backlog(w.batch);
+  w._windows = new Map(); // slot -> the last batch's window count {pending, last}
+  w._fetchedRows = new Map(); // slot -> the rows of its last batch
   w._wanted = new Set();
   w._leaving = new Set();
   w.metricsPort = o.metricsPort === undefined || o.metricsPort === null ? null : int("metricsPort", null, 0);
@@ -173,7 +176,7 @@ const methods = {
     // (the handler's done rows are no longer among them). The slot is
     // slot_of(route, n), route defaulting to the key as for my_items, or
     // slot_of_spread(route, key, n, spread).
-    const fixed = `key => ${lit(this.key)}, batch => ${lit(this.batch)}, pending => ${lit(this.pending)}`
+    const fixed = (batch) => `key => ${lit(this.key)}, batch => ${lit(batch)}, pending => ${lit(this.pending)}`
       + (this.tenants ? `, fair => ${lit(this.fair || this.route)}, route => ${lit(this.route || this.key)}` : "")
       + (this.spread !== null ? `, spread => ${lit(this.spread)}` : "")
       + (!this.tenants && this.route !== null ? `, route => ${lit(this.route)}` : "")
@@ -185,10 +188,14 @@ const methods = {
     // over 1024 bytes has none, record_failure refuses it)
     const tail = ` FROM t LEFT JOIN item_failures(${lit(this.name)}, VARIADIC ARRAY(SELECT t.${q(this.key)}::text FROM t`
       + ` WHERE octet_length(t.${q(this.key)}::text) <= 1024)) f ON f.item = t.${q(this.key)}::text ORDER BY t.${q(this.key)}`;
-    const args = (slot) => `NULL::${rowType}, ${lit(slot)}, ${lit(this.n)}, ${fixed}`;
+    const args = (slot, batch = this.batch) => `NULL::${rowType}, ${lit(slot)}, ${lit(this.n)}, ${fixed(batch)}`;
     const fair = (slot) => `my_items_fair(${args(slot)})`;
-    const keyOrder = (slot, after) => `my_items(${args(slot)}, after => ${lit(after)}::text)`;
+    const keyOrder = (slot, after, batch) => `my_items(${args(slot, batch)}, after => ${lit(after)}::text)`;
     this._fetchText = (slot, after) => `WITH t AS (SELECT * FROM ${this.tenants ? fair(slot) : keyOrder(slot, after)}) ${cols}${tail}`;
+    // balance: a window of the slot's pending rows, counted (one bounded index
+    // walk), and the key of its last row; my_items_fair has no cursor: no count
+    this._countText = this.tenants ? null : (slot, after, bound) => `SELECT count(*)::int8 AS pending,`
+      + ` (array_agg(c.${q(this.key)}::text ORDER BY c.${q(this.key)} DESC))[1] AS last FROM ${keyOrder(slot, after, bound)} c`;
     // the first fetch checks the columns and the method now, not at the first batch
     await client.query(`SELECT count(*) FROM (${this._fetchText(0, null)} LIMIT 0) x`);
     if (this.pollMs === null) this.pollMs = this.mode === "session" || this.notifyConnection ? 30000 : 1000;

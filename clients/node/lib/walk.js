@@ -24,7 +24,9 @@ const methods = {
       const r = this._resting.get(s);
       return !r || r.until <= now || r.token !== this.held.get(s);
     });
-    return { slot: nextSlot(turn.length ? turn : held, last), side: null };
+    const candidates = turn.length ? turn : held;
+    const weighed = this.balance ? this._backlog.pick(candidates) : null; // by weight, else round robin
+    return { slot: weighed === null ? nextSlot(candidates, last) : weighed, side: null };
   },
 
   /** After a batch: a transient failure waits its back-off (true: retry that slot); else the back-off is over. */
@@ -50,7 +52,7 @@ const methods = {
       const token = this.held.get(slot);
       const done = await this._batch(client, slot, token, side);
       if (this.balance && !done.fenced && !done.transient && this.held.get(slot) === token) {
-        if (!side) this._weights.set(slot, done.end ? 0 : this.batch);
+        if (!side) this._backlog.batchDone(slot, this._fetchedRows.get(slot) || 0, this._windows.get(slot) || null, done.end, Date.now());
         if (this._wanted.size) { // this slot or others: none is in a batch now
           for (const s of [...this._wanted].sort((a, b) => a - b)) await this._handOver(client, s, this.held.get(s));
           continue;
@@ -79,7 +81,7 @@ const methods = {
    */
   async _handOver(client, slot, token) {
     this._wanted.delete(slot);
-    this._weights.delete(slot);
+    this._backlog.forget(slot);
     if (token === undefined) return;
     await client.query("SELECT release_lease($1, $2, $3::bigint)", [this.name, slot, token]);
     if (this.held.get(slot) === token) {
@@ -91,7 +93,7 @@ const methods = {
 
   /** Lease mode's balance: no slot held, or every held slot walked (its last batch came back short). */
   _hungry() {
-    return this.balance && [...this.held.keys()].every((s) => this._weights.get(s) === 0);
+    return this.balance && [...this.held.keys()].every((s) => this._backlog.weight(s) === 0);
   },
 
   async _serveSession(client, server) {
@@ -182,7 +184,7 @@ const methods = {
    * fetch's SQL) the slot's next rows. The rows ([] without `fetch`), or
    * null when the fence refused the token (rolled back).
    */
-  async _begin(client, slot, token, fetch = null) {
+  async _begin(client, slot, token, fetch = null, count = null) {
     // a worker paused inside its fenced transaction (SIGSTOP, a GC pause)
     // holds its slot: the server ends that transaction after idleMs, so
     // the slot moves on as a lease would
@@ -192,11 +194,15 @@ const methods = {
     let guard = token === null ? `SELECT ${slot} = ANY (my_slots(${name})) AS mine` : `SELECT fence(${name}, ${slot}, ${token}::bigint)`;
     // balance: the slot's weight as its batches saw it, and whether another
     // holder wants it (then given back after this batch)
-    const weight = this._weights.has(slot) ? this._weights.get(slot) : "NULL";
-    if (token !== null && this.balance) guard += `, report_backlog(${name}, ${slot}, ${token}::bigint, ${weight}::bigint) AS wanted`;
+    const { report, weight } = token !== null && this.balance ? this._backlog.report(slot, Date.now()) : { report: false, weight: null };
+    if (report) guard += `, report_backlog(${name}, ${slot}, ${token}::bigint, ${weight === null ? "NULL" : weight}::bigint) AS wanted`;
     const open = `BEGIN${idle}; ${guard}`;
     try {
-      const r = await client.query(fetch === null ? open : `${open}; ${fetch}`);
+      const r = await client.query([open, fetch, count].filter((x) => x !== null).join("; "));
+      if (count !== null) {
+        const c = r.pop().rows[0];
+        this._windows.set(slot, { pending: Number(c.pending), last: c.last });
+      }
       if (token === null && !r[idle ? 2 : 1].rows[0].mine) throw Object.assign(new Error("pg-claim: the session no longer holds the slot"), { code: "PC001" });
       // the worker's slots wanted elsewhere
       if (token !== null) for (const s of r[idle ? 2 : 1].rows[0].wanted || []) this._wanted.add(s);
@@ -252,8 +258,13 @@ const methods = {
     const partition = await this._partition(client, slot);
     const cursor = side ? side.cursor : w.after;
     const t0 = process.hrtime.bigint(); // the batch latency: from its BEGIN (with the fence and fetch) to its COMMIT
-    const rows = await this._begin(client, slot, token, this._fetchText(slot, cursor));
+    // balance: a window of the slot's pending rows counted in the same message
+    const win = !side && token !== null && this.balance && this._countText !== null ? this._backlog.window(slot, cursor, Date.now()) : null;
+    this._windows.delete(slot);
+    const rows = await this._begin(client, slot, token, this._fetchText(slot, cursor),
+      win === null ? null : this._countText(slot, win.after, win.bound));
     if (rows === null) return { handled: 0, end: true, fenced: true };
+    this._fetchedRows.set(slot, rows.length);
     let open = true;
     try {
       // my_items_fair (fair, spread) reads the same rows again while none is

@@ -239,6 +239,13 @@ test("the library against a server", { skip: SKIP }, async (t) => {
     // past the damping (least(ttl / 3, 5 s)): the first worker's leases are 5 s old
     await until(async () => (await sql("SELECT count(*)::int AS k FROM lease_holders('bal') WHERE NOT expired"
       + " AND acquired_at < now() - interval '5.2 seconds'"))[0].k === 4, 15000, "the first worker's leases, 5 s old");
+    // a slot's weight is its pending rows ahead of the cursor, counted (lib/backlog.js):
+    // not the batch size a full batch shows, never above the slot's own rows
+    const [{ most }] = await sql("SELECT max(k)::int AS most FROM (SELECT count(*) AS k FROM bal GROUP BY slot_of(id, 4)) x");
+    const weights = async () => (await sql("SELECT coalesce(max(backlog), 0)::int AS m FROM pg_claim_leases WHERE name = 'bal'"))[0].m;
+    let heaviest = 0;
+    await until(async () => (heaviest = Math.max(heaviest, await weights())) > 10, 5000, "a weight above the batch size");
+    assert.ok(heaviest <= most, `a weight above the slot's rows: ${heaviest} > ${most}`);
     const joined = Date.now();
     const second = new Worker(opts(secondEvents));
     runs.push(second.run());

@@ -176,3 +176,66 @@ def test_both_send_the_same_functions_with_the_same_named_arguments():
     assert py[0] | NODE_ONLY == node_calls[0] and not py[0] & NODE_ONLY
     assert py[1] == node_calls[1]
     assert node_calls[0] == set(FUNCTIONS)
+
+
+# one Worker's weights of a slot through counts, batches and a pass's end
+# (batch 10): each step and what both libraries answer
+BACKLOG_TRACE = [
+    ["window", 0, None, 0.0], ["done", 0, 10, [400, "k400"], False, 0.0], ["send", 0, 0.0],
+    ["window", 0, "k10", 0.5], ["done", 0, 10, None, False, 0.5], ["send", 0, 0.5],
+    ["window", 0, "k20", 1.0], ["done", 0, 10, [300, "k700"], False, 1.0], ["send", 0, 1.0],
+    ["window", 0, "k30", 2.0], ["done", 0, 10, None, False, 2.0], ["send", 0, 2.0],
+    ["window", 0, "k40", 6.1], ["done", 0, 10, [5, "k705"], False, 6.1], ["send", 0, 6.1],
+    ["done", 0, 3, None, True, 6.5], ["send", 0, 6.5], ["window", 0, None, 7.0],
+    # two slots, one ten times the other's weight, served in turn by weight
+    ["window", 1, None, 8.0], ["done", 1, 10, [400, "k400"], False, 8.0],
+    ["window", 2, None, 8.0], ["done", 2, 10, [49, "k49"], False, 8.0],
+] + [["pick", [1, 2]]] * 22 + [
+    # a report when a weight is to be sent, else at most every 0.2 s
+    ["report", 1, 9.0], ["report", 2, 9.05], ["report", 1, 9.1], ["report", 1, 9.3],
+]
+
+
+def backlog_python(trace):
+    from pg_claim._backlog import Backlog
+    b, out = Backlog(10), []
+    for op, slot, *args in trace:
+        if op == "window":
+            w = b.window(slot, args[0], args[1])
+            out.append(None if w is None else list(w))
+        elif op == "done":
+            b.batch_done(slot, args[0], None if args[1] is None else tuple(args[1]), end=args[2], now=args[3])
+            out.append(b.weight(slot))
+        elif op == "pick":
+            out.append(b.pick(slot))
+        elif op == "report":
+            out.append(list(b.report(slot, args[0])))
+        else:
+            out.append(b.to_send(slot, args[0]))
+    return out
+
+
+def test_both_weigh_a_slot_by_the_same_rule(node):
+    js = """
+const { Backlog } = require(process.argv[1] + "/lib/backlog");
+const b = new Backlog(10), out = [];
+for (const [op, slot, ...a] of JSON.parse(process.argv[2])) {
+  if (op === "window") { const w = b.window(slot, a[0], a[1] * 1000); out.push(w === null ? null : [w.after, w.bound]); }
+  else if (op === "done") { b.batchDone(slot, a[0], a[1] === null ? null : { pending: a[1][0], last: a[1][1] }, a[2], a[3] * 1000); out.push(b.weight(slot)); }
+  else if (op === "pick") out.push(b.pick(slot));
+  else if (op === "report") { const r = b.report(slot, a[0] * 1000); out.push([r.report, r.weight]); }
+  else out.push(b.toSend(slot, a[0] * 1000));
+}
+process.stdout.write(JSON.stringify(out));"""
+    got = json.loads(subprocess.run(["node", "-e", js, NODE, json.dumps(BACKLOG_TRACE)], capture_output=True,
+                                    text=True, check=True).stdout)
+    want = backlog_python(BACKLOG_TRACE)
+    assert got == want
+    # the rule itself: a first window from the cursor, a larger one after its
+    # last row, then a refresh; the rows counted less those walked; 0 at the end
+    assert want[:18] == [[None, 400], 390, 390, None, 380, None, ["k400", 800], 670, 670, None, 660, None,
+                         ["k700", 400], 655, 655, 0, 0, [None, 400]]
+    # 390 and 39 rows left: ten batches of the heavy slot per batch of the light one
+    picks = want[-26:-4]
+    assert picks.count(1) == 20 and picks.count(2) == 2, picks
+    assert want[-4:] == [[True, 390], [True, 39], [False, None], [True, None]]

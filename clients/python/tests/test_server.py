@@ -469,6 +469,33 @@ def test_a_joiner_gets_its_share_by_weight_within_seconds(db):
     assert logged == distinct == 2000
 
 
+def test_the_weight_is_the_slots_counted_pending_rows(db):
+    """A slot's weight is its pending rows ahead of the cursor, counted in
+    windows (pg_claim/_backlog.py), not the batch size a full batch showed:
+    the leases carry weights beyond the first window, and none above the
+    slot's own rows."""
+    from pg_claim._backlog import FIRST_WINDOW
+    tbl, name = "t_counted", "counted"
+    make_table(db, tbl, 2000)
+    (most,) = db.execute(f"SELECT max(k) FROM (SELECT count(*) AS k FROM {tbl} GROUP BY slot_of(id, 2)) x").fetchone()
+
+    def slow(tx, rows):
+        time.sleep(0.002 * len(rows))
+        handler_for(tbl)(tx, rows)
+    r = Run(name=name, table=tbl, n=2, pending="done", batch=10, ttl=30, handler=slow, poll_interval=0.2)
+    seen = []
+    try:
+        def weights():
+            seen.extend(w for (w,) in db.execute("SELECT backlog FROM pg_claim_leases WHERE name = %s"
+                                                 " AND backlog IS NOT NULL", (name,)))
+            return any(w > FIRST_WINDOW * 10 for w in seen)
+        wait_for(weights, timeout=20, what="a weight beyond the first window")
+    finally:
+        r.stop()
+    assert r.error is None, r.error
+    assert max(seen) <= most, (most, sorted(set(seen)))
+
+
 def test_balance_off_sends_no_report(db):
     """balance=False: no report_backlog, no weight on the leases."""
     tbl, name = "t_nobalance", "nobalance"

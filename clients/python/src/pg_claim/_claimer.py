@@ -104,7 +104,7 @@ class Claimer:
             if gained or lost:
                 self._changed(gained, lost, reason)
             for s, _ in gained + lost:
-                self._weights.pop(s, None)
+                self._backlog.forget(s)
                 self._wanted.discard(s)
             # balance: a worker whose call gained slots (a joiner taking its
             # share as the givers release it after their batches) asks

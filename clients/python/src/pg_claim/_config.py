@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 import psycopg
 from psycopg import sql
 
+from ._backlog import Backlog
 from ._conn import Interval
 from ._conn import interval_param as _interval_param
 from ._conn import seconds as _seconds
@@ -131,9 +132,11 @@ class Config:
         self._forced: Dict[int, bool] = {}
         self._owed: Dict[int, Dict[str, str]] = {}
         # lease mode's balance (docs/leases.md, "Balancing"): each held slot's
-        # weight as its batches saw it (batch: full, work left; 0: walked), and
-        # the slots the last report said another holder wants
-        self._weights: Dict[int, int] = {}
+        # weight as its batches count it (_backlog.py), the last batch's rows
+        # and window count, and the slots the last report said another holder
+        # wants
+        self._backlog = Backlog(batch)
+        self._last_fetch: Tuple[int, Optional[Tuple[int, Optional[str]]]] = (0, None)
         self._wanted: Set[int] = set()
         self._claim_failing = False
         # a resize (_resize): followed by one thread at a time; the claimer calls again at once
@@ -241,8 +244,17 @@ class Config:
             if self.route is not None:
                 args.append(sql.SQL("route => %(route)s"))
             args.append(sql.SQL("after => %(after)s::text"))
+        counted = args[:-1] + [sql.SQL("after => %(count_after)s::text"), sql.SQL("batch => %(bound)s"),
+                               sql.SQL("pending => %(pending)s")]
         args += [sql.SQL("batch => %(batch)s"), sql.SQL("pending => %(pending)s")]
         k = sql.Identifier(key)
+        # balance: a window of the slot's pending rows, counted (one bounded
+        # index walk), and the key of its last row; my_items_fair has no
+        # cursor: no count
+        self._count = None if self._tenants else sql.SQL(
+            "SELECT count(*) AS pending, (array_agg(c.{k}::text ORDER BY c.{k} DESC))[1] AS last"
+            " FROM {items} c").format(
+                items=sql.SQL(items).format(args=sql.SQL(", ").join(counted)), k=k).as_string(conn)
         # the batch's rows with their own failure records (item_failures with
         # the batch's keys reads those records only, by the primary key; a
         # key over 1024 bytes has none, record_failure refuses it)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Container, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Container, Dict, Iterable, List, Optional, Tuple
 
 Slot = int
 Token = int
@@ -84,18 +84,22 @@ class Held:
         with self._lock:
             return now < self._valid_until - self.margin_s
 
-    def next(self, now: Optional[float] = None,
-             resting: Container[Slot] = ()) -> Optional[Tuple[Slot, Token, Optional[str]]]:
-        """The next slot to work on, round robin, passing over the `resting`
-        ones unless every held slot is: (slot, token, cursor), or None when
-        no slot is held or the claims are too old to work on."""
+    def next(self, now: Optional[float] = None, resting: Container[Slot] = (),
+             choose: Optional[Callable[[List[Slot]], Optional[Slot]]] = None,
+             ) -> Optional[Tuple[Slot, Token, Optional[str]]]:
+        """The next slot to work on, round robin (or `choose`'s pick among
+        them, when it makes one), passing over the `resting` ones unless
+        every held slot is: (slot, token, cursor), or None when no slot is
+        held or the claims are too old to work on."""
         now = time.monotonic() if now is None else now
         with self._lock:
             if not self._tokens or now >= self._valid_until - self.margin_s:
                 return None
             turn = [s for s in self._tokens if s not in resting] or list(self._tokens)
-            later = [s for s in turn if s > self._last]
-            slot = min(later) if later else min(turn)
+            slot = choose(sorted(turn)) if choose is not None else None
+            if slot is None:
+                later = [s for s in turn if s > self._last]
+                slot = min(later) if later else min(turn)
             self._last = slot
             return slot, self._tokens[slot], self._cursor.get(slot)
 

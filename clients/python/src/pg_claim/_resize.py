@@ -88,7 +88,7 @@ class Resizer:
             self.max_slots = min(self._max_slots_given or new_n, new_n)
             self._partitions = {}
             self._repartition(conn)
-            self._weights.clear()
+            self._backlog.clear()
             self._wanted.clear()
             self._resting.clear()
             self._emit("resized", old_n=old_n, n=new_n)

@@ -41,7 +41,8 @@ class Walker:
             self._rest_notices = self._notices
             self._resting.clear()
         nxt = nxt or self._held.next(now, {s for (s, t), until in self._resting.items()
-                                           if until > now and held.get(s) == t})
+                                           if until > now and held.get(s) == t},
+                                     self._backlog.pick if self.balance and not session else None)
         if nxt is None:
             if not session:  # no good claim for a ttl: drop the slots, whatever the claimer does
                 lost = self._held.failed(now)
@@ -61,7 +62,7 @@ class Walker:
                 self._tell_lost([(slot, token)], "taken")
             return True
         if not session and self.balance:
-            self._weights[slot] = 0 if end else self.batch
+            self._backlog.batch_done(slot, *self._last_fetch, end=end, now=time.monotonic())
             if self._wanted:  # this slot or others: none is in a batch now
                 held = self._held.snapshot()
                 for s in sorted(self._wanted):
@@ -86,7 +87,7 @@ class Walker:
         that holder takes it at its next call (the fenced hand-over: the
         token is dead from now on). None: no longer held."""
         self._wanted.discard(slot)
-        self._weights.pop(slot, None)
+        self._backlog.forget(slot)
         if token is None:
             return
         conn.execute("SELECT release_lease(%s, %s, %s::bigint)", (self.name, slot, token))
@@ -97,7 +98,7 @@ class Walker:
         """Lease mode's balance: no slot held, or every held slot walked (its
         last batch came back short): the claimer asks again soon."""
         held = self._held.snapshot()
-        return self.balance and all(self._weights.get(s) == 0 for s in held)
+        return self.balance and all(self._backlog.weight(s) == 0 for s in held)
 
     def _all_quiet(self, quiet: Dict[Tuple[int, int], bool]) -> bool:
         held = self._held.snapshot()
@@ -261,19 +262,26 @@ class Walker:
             q = "BEGIN; SELECT %(slot)s = ANY (my_slots(%(name)s)) AS mine"
         else:
             q = "BEGIN; SELECT fence(%(name)s, %(slot)s, %(token)s::bigint)"
-            if self.balance:
-                # the slot's weight as its batches saw it, and whether another
-                # holder wants it (then given back after this batch)
+            report, params["weight"] = self._backlog.report(slot, time.monotonic()) if self.balance else (False, None)
+            if report:
+                # the slot's weight as its batches count it, and the slots of
+                # this holder another holder wants (given back after this batch)
                 q += ", report_backlog(%(name)s, %(slot)s, %(token)s::bigint, %(weight)s::bigint) AS wanted"
-                params["weight"] = self._weights.get(slot)
         # 0: no limit (the server's own setting)
         if self._idle_s > 0:
             q += ", set_config('idle_in_transaction_session_timeout', %(idle)s, true)"
         if self._query_s > 0:
             q += ", set_config('statement_timeout', %(query)s, true)"
+        window = None
         if fetch is not None:
             q += "; " + self._fetch
             params.update(fetch)
+            if token is not None and self.balance and self._count is not None:
+                # balance: a window of the slot's pending rows counted in the same message
+                window = self._backlog.window(slot, fetch["after"], time.monotonic())
+                if window is not None:
+                    q += "; " + self._count
+                    params["count_after"], params["bound"] = window
         cur = psycopg.ClientCursor(conn, row_factory=dict_row)
         try:
             cur.execute(q, params)
@@ -287,6 +295,12 @@ class Walker:
             if fetch is not None:
                 cur.nextset()
                 rows = cur.fetchall()
+                counted = None
+                if window is not None:
+                    cur.nextset()
+                    c = cur.fetchone()
+                    counted = (c["pending"], c["last"])
+                self._last_fetch = (len(rows), counted)
             return rows
         except BaseException as e:
             self._rollback(conn)

@@ -1,0 +1,155 @@
+"""Lease mode's balance (docs/leases.md, "Balancing"): each held slot's
+weight, its pending rows ahead of the walk's cursor, as a Worker's batches
+count them. The same rule as clients/node/lib/backlog.js.
+
+A slot's rows are counted in windows, each one bounded index walk of
+my_items in a batch's own message: the first from the walk's cursor (the
+batch's rows included), each next one after the last row the previous one
+counted, while the previous one came back full, at most once per
+COUNT_EVERY_S, each twice as large as the one before (up to MAX_WINDOW
+batches); once a window comes back short the count is whole, and a window
+after its last row every REFRESH_S adds the rows inserted since. Between
+counts the weight is the rows counted less the rows the walk has fetched
+since; a pass that reaches the share's end weighs 0 and starts over. So a
+count costs at most one walk over the slot's pending rows, however many
+there are, and a heavy slot is known as heavy within a few seconds.
+
+A worker serves its held slots in turn, each in proportion to its weight
+(stride scheduling: the slot with the least pass goes next, and its pass
+grows by the lightest weight over its own), at most SHARE_CAP batches of a
+heavy slot per batch of the lightest: a holder of one heavy slot and a few
+light ones spends its time on the heavy one, whose rows set the fleet's
+end, while the planner hands the light ones to holders with less left.
+Equal weights, or none known, are plain round robin.
+
+The weight a batch's report sends is None (the last one stands) unless it
+moved by SEND_CHANGE of the last one sent, reached or left 0, or the last
+one sent is SEND_EVERY_S old; a batch with no weight to send carries no
+report at all unless the worker's last one is REPORT_EVERY_S old (the
+report also tells the slots wanted elsewhere): with short batches a report
+in every batch would cost a fifth of the fleet's rate."""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+FIRST_WINDOW = 40  # batches
+MAX_WINDOW = 1000  # batches
+COUNT_EVERY_S = 1.0
+REFRESH_S = 5.0
+SEND_CHANGE = 0.1
+SEND_EVERY_S = 5.0
+REPORT_EVERY_S = 0.2
+SHARE_CAP = 10
+
+
+class _Count:
+    __slots__ = ("known", "last", "full", "walked", "at", "window")
+
+    def __init__(self) -> None:
+        self.known = 0  # pending rows counted ahead of the cursor of the first window
+        self.last: Optional[str] = None  # the key of the last row counted
+        self.full = False  # the last window came back full: more rows beyond `last`
+        self.walked = 0  # rows the walk fetched since the first window
+        self.at = 0.0  # the time of the last window
+        self.window = 2 * FIRST_WINDOW  # the next window's, in batches
+
+
+class Backlog:
+    """The weights of the held slots, for one Worker (its batch size)."""
+
+    def __init__(self, batch: int) -> None:
+        self.batch = batch
+        self._counts: Dict[int, _Count] = {}
+        self._weights: Dict[int, int] = {}
+        self._sent: Dict[int, Tuple[int, float]] = {}
+        self._pending: Dict[int, Tuple[bool, int]] = {}  # slot -> (a first window, its bound)
+        self._pass: Dict[int, float] = {}
+        self._reported = float("-inf")
+
+    def window(self, slot: int, cursor: Optional[str], now: float) -> Optional[Tuple[Optional[str], int]]:
+        """The window to count in the slot's next batch: (after, bound), or
+        None when no count is due."""
+        c = self._counts.get(slot)
+        if c is not None and (now - c.at < (COUNT_EVERY_S if c.full else REFRESH_S)):
+            return None
+        if c is None or c.last is None or c.walked >= c.known:  # from the cursor (the walk passed the count)
+            self._pending[slot] = (True, FIRST_WINDOW * self.batch)
+            return cursor, FIRST_WINDOW * self.batch
+        bound = (c.window if c.full else FIRST_WINDOW) * self.batch
+        self._pending[slot] = (False, bound)
+        return c.last, bound
+
+    def batch_done(self, slot: int, fetched: int, counted: Optional[Tuple[int, Optional[str]]], *, end: bool,
+                   now: float) -> None:
+        """After a batch of the walk: the rows it fetched, its window's
+        (count, last key) if it counted one, and whether the share was
+        walked to its end."""
+        first, bound = self._pending.pop(slot, (True, 0))
+        if end:
+            self._counts.pop(slot, None)
+            self._weights[slot] = 0
+            return
+        c = self._counts.get(slot)
+        if counted is not None:
+            k, last = counted
+            if first or c is None:
+                c = self._counts[slot] = _Count()
+                c.known = k
+            else:
+                c.known += k
+                if c.full:  # each next window of a count twice the one before
+                    c.window = min(c.window * 2, MAX_WINDOW)
+            c.last = last if last is not None else c.last
+            c.full = k >= bound
+            c.at = now
+        if c is None:
+            self._weights[slot] = max(self.batch, self._weights.get(slot) or 0)
+            return
+        c.walked += fetched
+        self._weights[slot] = max(self.batch, c.known - c.walked)
+
+    def pick(self, turn: List[int]) -> Optional[int]:
+        """The slot of `turn` (held, not resting) to serve next, by weight;
+        None when fewer than two slots or no weight: round robin."""
+        known = [w for w in (self._weights.get(s) for s in turn) if w]
+        if len(turn) < 2 or not known:
+            return None
+        lightest = min(known)
+        front = min((self._pass[s] for s in turn if s in self._pass), default=0.0)
+        for s in turn:  # a new slot, or one back from resting, starts at the front
+            self._pass[s] = max(self._pass.get(s, front), front)
+        slot = min(turn, key=lambda s: (self._pass[s], s))
+        share = min(max((self._weights.get(slot) or lightest) / lightest, 1.0), SHARE_CAP)
+        self._pass[slot] += 1.0 / share
+        return slot
+
+    def weight(self, slot: int) -> Optional[int]:
+        return self._weights.get(slot)
+
+    def to_send(self, slot: int, now: float) -> Optional[int]:
+        w = self._weights.get(slot)
+        if w is None:
+            return None
+        last = self._sent.get(slot)
+        if last is not None and now - last[1] < SEND_EVERY_S and (w == 0) == (last[0] == 0) \
+                and abs(w - last[0]) < SEND_CHANGE * max(last[0], 1):
+            return None
+        self._sent[slot] = (w, now)
+        return w
+
+    def report(self, slot: int, now: float) -> Tuple[bool, Optional[int]]:
+        """Whether the slot's next batch carries a report, and its weight
+        (None: the last one stands)."""
+        w = self.to_send(slot, now)
+        if w is None and now - self._reported < REPORT_EVERY_S:
+            return False, None
+        self._reported = now
+        return True, w
+
+    def forget(self, slot: int) -> None:
+        for d in (self._counts, self._weights, self._sent, self._pending, self._pass):
+            d.pop(slot, None)  # type: ignore[attr-defined]
+
+    def clear(self) -> None:
+        for d in (self._counts, self._weights, self._sent, self._pending, self._pass):
+            d.clear()  # type: ignore[attr-defined]
