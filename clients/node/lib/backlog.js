@@ -22,7 +22,7 @@ const COUNT_EVERY_MS = 1000;
 const REFRESH_MS = 5000;
 const SEND_CHANGE = 0.1;
 const SEND_EVERY_MS = 5000;
-const SHARE_CAP = 10;
+const SHARE_CAP = 100;
 const REPORT_EVERY_MS = 200;
 
 class Backlog {
