@@ -138,9 +138,10 @@ pooler() {
 }
 
 # Elastic fleets (claim_leases, tests/pooler/test_elastic.py) through PgBouncer
-# in transaction mode: Python and Node holders join, leave, are killed and
-# stopped past the ttl; the shares balance, a join moves at most ceil(n/H)
-# slots, late writes are rejected, each customer's items in key order, every
+# in transaction mode: Python and Node holders (the worker libraries in lease
+# mode) join, leave, are killed and stopped past the ttl; the shares
+# balance, a join moves at most ceil(n/H) slots, stale tokens are refused by
+# fence and no late write lands, each customer's items in key order, every
 # item exactly once. Then a tenant's k slots (slot_of_spread) held by k
 # different holders of a claim_leases fleet (tests/pooler/test_tenants.py),
 # and balancing by remaining work (tests/pooler/test_balance.py): uneven

@@ -189,9 +189,10 @@ PY
 
 # The drivers of the pooler test (tests/pooler) and of the example workers
 # (examples/, tests/loops): psycopg 3 for python3, node-postgres in
-# tests/pooler/node_modules and examples/node/node_modules (git-ignored), a
-# JDK with Debian's JDBC driver (/usr/share/java/postgresql.jar), and Ruby
-# with Debian's pg gem.
+# clients/node/node_modules (the library's dependencies; the library is
+# linked into examples/node/node_modules; both git-ignored), a JDK with
+# Debian's JDBC driver (/usr/share/java/postgresql.jar), and Ruby with
+# Debian's pg gem.
 pgc_ensure_clients() {
     local p missing=()
     for p in default-jdk-headless libpostgresql-jdbc-java ruby-pg; do
@@ -211,10 +212,6 @@ pgc_ensure_clients() {
     fi
     pgc_ensure_python_libs
     pgc_ensure_browser
-    if [ ! -f "$PGC_ROOT/tests/pooler/node_modules/pg/package.json" ]; then
-        pgc_log "installing node-postgres into tests/pooler/node_modules"
-        (cd "$PGC_ROOT/tests/pooler" && npm install --silent --no-audit --no-fund --no-package-lock </dev/null)
-    fi
     # the Node.js library's dependencies (pg; prom-client and typescript for
     # its tests) from its lock file, again when the lock file changes
     if ! cmp -s "$PGC_ROOT/clients/node/package-lock.json" "$PGC_ROOT/clients/node/node_modules/.package-lock.json.ci" 2>/dev/null; then

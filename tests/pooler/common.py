@@ -1,8 +1,8 @@
 """What the pooler tests share (test_claim_slot.py, test_fleets.py,
-test_wake.py, test_elastic.py): the test database, connections direct and
-through PgBouncer (the `pgbouncer` fixture's, or scripts/test's:
-PGC_POOLER_PORT, PGC_POOLER_POOL), the library workers of fleet.py and
-fleet.js, and what the fleet tests read of the leases."""
+test_wake.py, test_elastic.py, test_balance.py): the test database,
+connections direct and through PgBouncer (the `pgbouncer` fixture's, or
+scripts/test's: PGC_POOLER_PORT, PGC_POOLER_POOL), the library workers of
+fleet.py and fleet.js, and what the fleet tests read of the leases."""
 import os
 import signal
 import sys
@@ -135,19 +135,20 @@ def balanced(d, workers, n=N):
     return poll(ok, 30, f"{n} live leases, one per worker")
 
 
-def probe_stale_token(slot, token):
-    """The SQL-level guarantees, on a stale token through the pool: fence
-    raises PC001 inside a transaction, lease_valid is false, and a write
-    guarded by it in one statement touches no row (had it touched one, the
-    processing log would show a duplicate)."""
-    with pooled() as c:
+def probe_stale_token(slot, token, db=DB, name=NAME, n=N):
+    """The SQL-level guarantees, on a stale token of slot `slot` of the fleet
+    `name` of n slots, through the pool to database `db`: fence raises PC001
+    inside a transaction, lease_valid is false, and a write of the table
+    `items` guarded by it in one statement touches no row (had it touched
+    one, the processing log would show a duplicate)."""
+    with pooled(db) as c:
         try:
             with c.transaction():
-                c.execute("SELECT fence(%s, %s, %s)", (NAME, slot, token))
+                c.execute("SELECT fence(%s, %s, %s)", (name, slot, token))
             raise Failure(f"fence passed the stale token {token} of slot {slot}")
         except psycopg.Error as e:
             check(e.sqlstate == "PC001", f"fence on a stale token: {e.sqlstate} {e}")
-        (valid,) = c.execute("SELECT lease_valid(%s, %s, %s)", (NAME, slot, token)).fetchone()
+        (valid,) = c.execute("SELECT lease_valid(%s, %s, %s)", (name, slot, token)).fetchone()
         check(valid is False, f"lease_valid of the stale token {token} of slot {slot}: {valid}")
         cur = c.execute(
             """WITH done AS (
@@ -156,7 +157,7 @@ def probe_stale_token(slot, token):
                    AND (SELECT lease_valid(%(name)s, %(slot)s, %(token)s))
                  RETURNING id)
                INSERT INTO processing_log (item, worker, token) SELECT id, 'probe', %(token)s FROM done""",
-            {"slot": slot, "n": N, "name": NAME, "token": token})
+            {"slot": slot, "n": n, "name": name, "token": token})
         check(cur.rowcount == 0, f"a write behind lease_valid with the stale token wrote {cur.rowcount} rows")
 
 
@@ -176,3 +177,21 @@ def stop_mid_batch(w, item_ms=ITEM_MS, tries=10):
             return ev["slot"], int(ev["token"]), stopped_at
         os.kill(w.pid, signal.SIGCONT)  # too late for this batch: the next one
     raise Failure(f"could not stop {w} in the middle of a batch")
+
+
+def late_write_lost(d, w, since, slot, token, stopped_at):
+    """w was stopped (SIGSTOP, stop_mid_batch at `stopped_at`) in its batch
+    of slot `slot` with `token`, past the ttl, and resumed: from its event
+    `since` on, the late write of that batch fails, and none of it lands in
+    the processing log (slot, token: the elastic tests'). A library worker
+    tries it in the batch's fenced transaction, which the server ended while
+    it was stopped (idle_in_transaction_session_timeout = ttl): the
+    handler's write fails with the session ("refused"); a fence that
+    refuses the token says "rejected" (PC001). The event."""
+    e = w.wait_event(("refused", "rejected", "wrote"), since, 15)
+    check(e["event"] in ("refused", "rejected") and e["slot"] == slot and int(e["token"]) == token,
+          f"{w}'s late write after its slot was taken over: {e}")
+    (late,) = d.execute("SELECT count(*) FROM processing_log WHERE slot = %s AND token = %s"
+                        " AND logged_at >= to_timestamp(%s)", (slot, token, stopped_at)).fetchone()
+    check(late == 0, f"{w}'s late write with token {token} of slot {slot} landed: {late} log rows")
+    return e

@@ -1,160 +1,74 @@
-// One elastic lease worker in Node.js (node-postgres), started by
-// tests/pooler/test_elastic.py.
+// One elastic lease worker in Node.js, started by tests/pooler/test_elastic.py:
+// a Worker of pg-claim (clients/node, node-postgres) in lease mode.
 //
 // It connects through PgBouncer in pool_mode = transaction (the PG*
-// environment variables). A timer loop calls claim_leases(ELASTIC_NAME,
-// ELASTIC_N, holder, ttl => ELASTIC_TTL_S) every ELASTIC_PERIOD_S on a
-// connection of its own; its result is every slot the worker holds. The
-// worker loop takes the held slots in turn, fetches a batch of the slot's
-// share of `items` with my_items, works on it, and writes it in one
-// transaction behind fence(): a PC001 drops the slot until the next call
-// returns it. On SIGTERM it finishes its batch, then gives every slot back
-// and leaves the live set (claim_leases(..., max => 0)) and exits 0.
+// environment variables) and holds, with the holder ELASTIC_HOLDER, every
+// slot of the n = ELASTIC_N slots of ELASTIC_NAME its share gives it: the
+// library calls claim_leases(..., ttl => ELASTIC_TTL_S) every
+// ELASTIC_PERIOD_S on a connection of its own, walks each held slot's share
+// of `items` (routed by customer) in batches of ELASTIC_BATCH and calls the
+// handler below once per batch inside the batch's transaction, which passed
+// fence() first. The handler works ELASTIC_ITEM_MS per item, then marks the
+// rows done and logs each item with the holder, the slot and the token.
+// Balance by remaining work is off (claim_leases shares the slots by
+// count). On SIGTERM the library finishes its batch, gives every slot back
+// (claim_leases(..., max => 0)) and run() resolves: exit 0.
 //
-// Every change of the held slots, batch, write, rejected write and
-// reconnection is one JSON line on stdout.
+// Every event of the library is one JSON line on stdout, in the words the
+// test reads: "fetched" (the handler, before its work), "wrote" (a batch
+// that committed), "refused" (a write of the handler that failed: a worker
+// stopped past the ttl inside its batch finds its session ended by the
+// server), "rejected" (the fence refused the token, PC001), "held" (the
+// held slots changed: slot and token pairs), and the library's own names
+// for the others ("lost" with its reason, "started", "reconnecting",
+// "left", ...).
 "use strict";
-const crypto = require("crypto");
-const os = require("os");
 const path = require("path");
-const { Client } = require("pg");
-const { Held } = require(path.join(__dirname, "..", "..", "clients", "node"));
+const { Worker, makeHolder } = require(path.join(__dirname, "..", "..", "clients", "node"));
 
 const NAME = process.env.ELASTIC_NAME;
 const N = Number(process.env.ELASTIC_N);
 const TTL_MS = Number(process.env.ELASTIC_TTL_S) * 1000;
-const TTL = `${process.env.ELASTIC_TTL_S} seconds`;
 const PERIOD_MS = Number(process.env.ELASTIC_PERIOD_S) * 1000;
 const BATCH = Number(process.env.ELASTIC_BATCH);
 const ITEM_MS = Number(process.env.ELASTIC_ITEM_MS);
-const POLL_MS = 100; // the pause after a round over the held slots that found nothing to do
-// one holder: this process, on this host (a pid is reused, the random part is not)
-const HOLDER = process.env.ELASTIC_HOLDER || `${os.hostname()}:${process.pid}:${crypto.randomBytes(8).toString("hex")}`;
-// A lost connection (08: connection exception, 57P0x: the server shut down or
-// ended the session, 25P03: idle in a transaction too long), not a failed batch.
-const lost = (e) => /^(08|57P0|25P03|E[A-Z]+$)/.test(e.code ?? "") || /Connection terminated|not queryable|server conn crashed/.test(e.message);
+const POLL_MS = 100; // an idle share's poll (the table has no notify_slot trigger)
+const HOLDER = process.env.ELASTIC_HOLDER || makeHolder(); // host:pid:random
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-let stopping = false;
 
 function emit(event, fields = {}) {
-  process.stdout.write(JSON.stringify({ event, worker: HOLDER, t: Date.now() / 1000, ...fields }) + "\n");
+  process.stdout.write(JSON.stringify({ ...fields, event, worker: HOLDER, t: Date.now() / 1000 }) + "\n");
 }
 
-async function connect() {
-  const c = new Client(); // node-postgres prepares no named statements
-  c.on("error", () => {}); // a lost connection: the next query fails and says so
-  await c.connect();
-  return c;
-}
-
-// slot -> token (a string: bigint) of the held slots, as the last call
-// returned them, with the cursor into each share (the worker library's Held:
-// a slot taken anew is walked from its beginning).
-const held = new Held({ validMs: TTL_MS });
-
-function changed({ gained, lost }) {
-  for (const { slot, token } of lost) emit("lost", { slot, token });
-  if (gained.length || lost.length) emit("held", { slots: [...held.snapshot()] });
-}
-
-// claim_leases every PERIOD_MS on a connection of its own, whatever the
-// worker's batches do; a failed call is tried again at the next period on a
-// new connection, and the slots are dropped once none succeeded for a ttl.
-async function claimLoop() {
-  let c = null;
-  while (!stopping) {
-    const asked = Date.now();
-    try {
-      c = c ?? await connect();
-      const { rows } = await c.query("SELECT slot, token FROM claim_leases($1, $2, $3, ttl => $4)",
-        [NAME, N, HOLDER, TTL]);
-      changed(held.replace(rows, asked));
-    } catch (e) {
-      c?.end().catch(() => {});
-      c = null;
-      changed({ gained: [], lost: held.failed(Date.now()) });
-    }
-    await sleep(Math.max(0, asked + PERIOD_MS - Date.now()));
+// One batch: client is the batch's connection inside its transaction, which
+// passed fence(name, slot, token) first.
+async function handle(client, rows, batch) {
+  const ids = rows.map((r) => r.id); // bigint comes back as a string
+  emit("fetched", { slot: batch.slot, token: batch.token, items: ids.length });
+  await sleep(ITEM_MS * ids.length); // the work on one batch (e-mails, calls, ...)
+  try {
+    await client.query("UPDATE items SET done = true WHERE id = ANY($1)", [ids]);
+    await client.query("INSERT INTO processing_log (item, worker, slot, token)"
+      + " SELECT unnest($1::bigint[]), $2, $3, $4", [ids, HOLDER, batch.slot, batch.token]);
+  } catch (e) { // e.g. the server ended the session idle in the transaction
+    emit("refused", { slot: batch.slot, token: batch.token, items: ids.length, how: e.message });
+    throw e; // the library rolls back, reconnects and claims again
   }
-  c?.end().catch(() => {});
 }
 
-// One batch of the next held slot; false when there was nothing to do.
-async function workOnce(client) {
-  const got = held.next();
-  if (got === null) return false;
-  const { slot, token, cursor: after } = got;
-  const { rows } = await client.query(
-    "SELECT id, done FROM my_items(NULL::items, $1, $2, route => 'customer', after => $3, batch => $4)",
-    [slot, N, after, BATCH]);
-  if (rows.length === 0) return false; // the share is walked; new items come after the cursor
-  const last = rows[rows.length - 1].id; // bigint comes back as a string
-  const todo = rows.filter((r) => !r.done).map((r) => r.id);
-  if (todo.length > 0) {
-    emit("fetched", { slot, token, items: todo.length });
-    await sleep(ITEM_MS * todo.length); // the work on one batch (e-mails, calls, ...)
-    try { // the batch's writes commit only if the slot is still ours
-      await client.query("BEGIN");
-      await client.query("SELECT fence($1, $2, $3)", [NAME, slot, token]);
-      await client.query("UPDATE items SET done = true WHERE id = ANY($1)", [todo]);
-      await client.query("INSERT INTO processing_log (item, worker, slot, token)"
-        + " SELECT unnest($1::bigint[]), $2, $3, $4", [todo, HOLDER, slot, token]);
-      await client.query("COMMIT");
-    } catch (e) {
-      await client.query("ROLLBACK").catch(() => {});
-      if (e.code !== "PC001") throw e;
-      held.drop(slot, token);
-      emit("rejected", { slot, token, items: todo.length, how: "PC001" });
-      return true;
-    }
-    emit("wrote", { slot, token, items: todo.length });
-  }
-  held.advance(slot, token, last);
-  return true;
-}
-
-async function main() {
-  process.on("SIGTERM", () => { stopping = true; });
-  emit("started", { ttl: TTL });
-  const claiming = claimLoop();
-  let client = null, idle = 0;
-  while (!stopping) {
-    try {
-      client = client ?? await connect();
-      if (await workOnce(client)) {
-        idle = 0;
-      } else if (++idle >= Math.max(1, held.snapshot().size)) { // a round over the held slots found nothing
-        idle = 0;
-        await sleep(POLL_MS);
-      }
-    } catch (e) {
-      // the connection is gone: connect again; the held slots are the claim loop's
-      client?.end().catch(() => {});
-      client = null;
-      if (!lost(e)) throw e;
-      emit("reconnecting", { error: e.message });
-      await sleep(POLL_MS);
-    }
-  }
-  client?.end().catch(() => {});
-  await claiming;
-  // give every slot back and leave the live set
-  for (let attempt = 1; ; attempt++) {
-    try {
-      const c = await connect();
-      await c.query("SELECT count(*) FROM claim_leases($1, $2, $3, max => 0)", [NAME, N, HOLDER]);
-      await c.end();
-      break;
-    } catch (e) {
-      if (attempt === 3) throw e;
-      await sleep(200);
-    }
-  }
-  const gone = [...held.snapshot()];
-  held.replace([], Date.now());
-  emit("left", { slots: gone });
-}
+const worker = new Worker({
+  name: NAME, table: "items", n: N, pending: "done", batch: BATCH, mode: "lease", ttl: TTL_MS,
+  renewInterval: PERIOD_MS, route: "customer", holder: HOLDER, balance: false, pollInterval: POLL_MS,
+  handler: handle,
+  onEvent: ({ type, name, holder, ...fields }) => {
+    if (type === "batch") {
+      if (fields.items) emit("wrote", fields); // committed
+    } else if (type === "rejected") emit("rejected", { ...fields, how: "PC001" });
+    else if (type === "slots") emit("held", { slots: [...worker.held], gained: fields.gained, lost: fields.lost });
+    else if (type !== "idle" && type !== "woken") emit(type, fields);
+  },
+});
 
 // Exit when the driver is gone or the lifetime is over, whatever the loop does.
 const parent = process.ppid;
@@ -164,7 +78,7 @@ setInterval(() => {
 }, 500).unref();
 process.stdout.on("error", () => process.exit(3));
 
-main().then(() => process.exit(0), (e) => {
+worker.run({ handleSignals: true }).then(() => process.exit(0), (e) => {
   emit("error", { error: `${e.code || ""} ${e.message}` });
   process.exit(1);
 });

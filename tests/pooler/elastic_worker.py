@@ -1,40 +1,54 @@
 #!/usr/bin/env python3
-"""One elastic lease worker in Python (psycopg 3), started by
-tests/pooler/test_elastic.py.
+"""One elastic lease worker in Python, started by tests/pooler/test_elastic.py
+and tests/pooler/test_balance.py: a pg_claim.Worker (clients/python, psycopg
+3) in lease mode.
 
 It connects through PgBouncer in pool_mode = transaction (the PG* environment
-variables). A thread calls claim_leases(ELASTIC_NAME, ELASTIC_N, holder,
-ttl => ELASTIC_TTL_S) every ELASTIC_PERIOD_S on a connection of its own; its
-result is every slot the worker holds (tests/pylib/elastic_leases.py). The
-worker loop takes the held slots in turn, fetches a batch of the slot's
-share of `items` with my_items, works on it, and writes it in one
-transaction behind fence(): a PC001 drops the slot until the next call
-returns it. On SIGTERM it finishes its batch, then gives every slot back and
-leaves the live set (claim_leases(..., max => 0)) and exits 0.
+variables) and holds, with the holder ELASTIC_HOLDER, every slot of the n =
+ELASTIC_N slots of ELASTIC_NAME its share gives it: the library calls
+claim_leases(..., ttl => ELASTIC_TTL_S) every ELASTIC_PERIOD_S on a
+connection of its own, walks each held slot's share of `items` (routed by
+customer) in batches of ELASTIC_BATCH and calls the handler below once per
+batch inside the batch's transaction, which passed fence() first. The
+handler works ELASTIC_ITEM_MS per item, then marks the rows done and logs
+each item with the holder, the slot and the token. On SIGTERM the library
+finishes its batch, gives every slot back (claim_leases(..., max => 0)) and
+run() returns: exit 0.
 
-With ELASTIC_BALANCE=1 (tests/pooler/test_balance.py) it also balances by
-remaining work (docs/leases.md, "Balancing"): each batch's transaction
-reports the slot's pending items left (a bounded count) with
-report_backlog, a slot found walked reports 0, and a slot the report says
-is wanted elsewhere (the report lists every slot of the holder that another
-holder wants) is released right after the batch commits.
+With ELASTIC_BALANCE=1 (test_balance.py) the library balances by remaining
+work (docs/leases.md, "Balancing"): each batch reports its slot's weight
+with report_backlog, and a slot the report says another holder wants is
+released after the batch commits. The library's own weight is the batch
+size while the slot's batches come back full, 0 once its share is walked;
+the handler then reports the slot's pending items left (a bounded count) in
+the same transaction, the last report and so the weight claim_leases plans
+with, so that the uneven slots of test_balance.py are told apart. Without
+ELASTIC_BALANCE, balance is off: claim_leases shares the slots by count
+(test_elastic.py's floor/ceil shares).
 
-Every change of the held slots, batch, write, rejected write and reconnection
-is one JSON line on stdout.
+Every event of the library is one JSON line on stdout, in the words the
+tests read: "fetched" (the handler, before its work), "wrote" (a batch that
+committed), "refused" (a write of the handler that failed: a worker stopped
+past the ttl inside its batch finds its session ended by the server),
+"rejected" (the fence refused the token, PC001), "held" (the held slots
+changed: slot and token pairs), "gave" (a slot released on request: the
+library's `lost` with reason "given back" told by the work loop, which
+runs in the main thread, after the report of a batch; the claimer thread's
+"given back" is claim_leases' own give-back), and the library's own names
+for the others ("lost" with its reason, "started", "reconnecting",
+"left", ...).
 """
-import datetime
 import os
-import secrets
-import signal
-import socket
 import sys
 import threading
 import time
 
 import psycopg
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pylib"))
-from elastic_leases import Claimer, Held  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "pylib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "clients", "python", "src"))
+import pg_claim  # noqa: E402
 from fleet_worker import emitter, run  # noqa: E402
 
 NAME = os.environ["ELASTIC_NAME"]
@@ -44,105 +58,54 @@ PERIOD_S = float(os.environ["ELASTIC_PERIOD_S"])
 BATCH = int(os.environ["ELASTIC_BATCH"])
 ITEM_S = float(os.environ["ELASTIC_ITEM_MS"]) / 1000
 BALANCE = os.environ.get("ELASTIC_BALANCE") == "1"
-# the slot's pending items left, counted up to a cap (report_backlog's weight)
+# the slot's pending items left, counted up to a cap, as its weight (report_backlog)
 REMAINING = ("SELECT report_backlog(%s, %s, %s, (SELECT count(*) FROM (SELECT 1 FROM items"
              " WHERE slot_of(customer, %s) = %s AND NOT done LIMIT 10000) c))")
-walked = set()  # (slot, token) of the leases whose share was found walked
-POLL_S = 0.1  # the pause after a round over the held slots that found nothing to do
-# one holder: this process, on this host (a pid is reused, the random part is not)
-HOLDER = os.environ.get("ELASTIC_HOLDER") or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(8)}"
+POLL_S = 0.1  # an idle share's poll (the table has no notify_slot trigger)
+HOLDER = os.environ.get("ELASTIC_HOLDER") or pg_claim.make_holder()
 emit = emitter(HOLDER)
-stopping = threading.Event()
+worker = None
 
 
-def connect():
-    # PgBouncer 1.18 has no max_prepared_statements: no server-side prepares
-    return psycopg.connect(autocommit=True, prepare_threshold=None)
-
-
-def process(ids):
+def handle(tx, rows):
+    """One batch: tx is the batch's connection inside its transaction, which
+    passed fence(name, slot, token) first; rows a pg_claim.Batch."""
+    ids = [r["id"] for r in rows]
+    emit("fetched", slot=rows.slot, token=rows.token, items=len(ids))
     time.sleep(ITEM_S * len(ids))  # the work on one batch (e-mails, calls, ...)
+    try:
+        tx.execute("UPDATE items SET done = true WHERE id = ANY(%s)", (ids,))
+        tx.execute("INSERT INTO processing_log (item, worker, slot, token)"
+                   " SELECT unnest(%s::bigint[]), %s, %s, %s", (ids, HOLDER, rows.slot, rows.token))
+        if BALANCE:  # the slot's pending items left, a bounded count: the weight of the slot
+            tx.execute(REMAINING, (NAME, rows.slot, rows.token, N, rows.slot))
+    except psycopg.Error as e:  # e.g. the server ended the session idle in the transaction
+        emit("refused", slot=rows.slot, token=rows.token, items=len(ids),
+             how=(str(e).strip().splitlines() or [type(e).__name__])[0])
+        raise  # the library rolls back, reconnects and claims again
 
 
-def work_once(conn, held):
-    """One batch of the next held slot. Returns False when there was nothing to do."""
-    got = held.next()
-    if got is None:
-        return False
-    slot, token, after = got
-    rows = conn.execute("SELECT id, done FROM my_items(NULL::items, %s, %s, route => 'customer',"
-                        " after => %s, batch => %s)",
-                        (slot, N, after, BATCH)).fetchall()
-    if not rows:  # the share is walked; new items come after the cursor
-        if BALANCE and (slot, token) not in walked:  # reported empty once per lease
-            walked.add((slot, token))
-            conn.execute("SELECT report_backlog(%s, %s, %s, 0)", (NAME, slot, token))
-        return False
-    last = str(rows[-1][0])
-    todo = [item for item, done in rows if not done]
-    if todo:
-        emit("fetched", slot=slot, token=token, items=len(todo))
-        process(todo)  # a batch takes well under the ttl
-        try:
-            with conn.transaction():  # the batch's writes commit only if the slot is still ours
-                conn.execute("SELECT fence(%s, %s, %s)", (NAME, slot, token))
-                conn.execute("UPDATE items SET done = true WHERE id = ANY(%s)", (todo,))
-                conn.execute("INSERT INTO processing_log (item, worker, slot, token)"
-                             " SELECT unnest(%s::bigint[]), %s, %s, %s", (todo, HOLDER, slot, token))
-                wanted = BALANCE and conn.execute(REMAINING, (NAME, slot, token, N, slot)).fetchone()[0]
-        except psycopg.Error as e:
-            if e.sqlstate != "PC001":
-                raise
-            held.drop(slot, token)
-            emit("rejected", slot=slot, token=token, items=len(todo), how="PC001")
-            return True
-        emit("wrote", slot=slot, token=token, items=len(todo))
-        if wanted:  # slots another holder wants (this one or others): given back after this batch
-            mine = held.snapshot()
-            for s in wanted:
-                if s in mine:
-                    released = conn.execute("SELECT release_lease(%s, %s, %s)", (NAME, s, mine[s])).fetchone()[0]
-                    held.drop(s, mine[s])
-                    emit("gave", slot=s, token=mine[s], released=released)
-            return True
-    held.advance(slot, token, last)
-    return True
+def on_event(event, fields):
+    if event == "batch":
+        if fields["items"]:  # committed
+            emit("wrote", **fields)
+    elif event == "rejected":
+        emit("rejected", how="PC001", **fields)
+    elif event == "slots":
+        emit("held", slots=sorted(worker.slots.items()), gained=fields["gained"], lost=fields["lost"])
+    elif event == "lost" and fields["reason"] == "given back" \
+            and threading.current_thread() is threading.main_thread():
+        emit("gave", **fields)  # released after a batch's report said another holder wants it
+    elif event not in ("idle", "woken"):
+        emit(event, **fields)
 
 
 def main():
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    held = Held(valid_s=TTL_S)
-
-    def changed(gained, lost):
-        for slot, token in lost:
-            emit("lost", slot=slot, token=token)
-        emit("held", slots=sorted(held.snapshot().items()))
-
-    claimer = Claimer(connect, NAME, N, HOLDER, TTL_S, PERIOD_S, held, changed)
-    emit("started", ttl=str(datetime.timedelta(seconds=TTL_S)))
-    claimer.start()
-    conn, idle = None, 0
-    while not stopping.is_set():
-        try:
-            conn = conn or connect()
-            if work_once(conn, held):
-                idle = 0
-            else:
-                idle += 1
-                if idle >= max(1, len(held.snapshot())):  # a round over the held slots found nothing
-                    idle = 0
-                    stopping.wait(POLL_S)
-        except psycopg.Error as e:
-            # the connection is gone: connect again; the held slots are the claim thread's
-            if conn is not None and not (conn.broken or conn.closed):
-                raise
-            emit("reconnecting", error=str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
-            conn = None
-            time.sleep(POLL_S)
-    if conn is not None:
-        conn.close()
-    gone = claimer.leave()
-    emit("left", slots=gone)
+    global worker
+    worker = pg_claim.Worker("", name=NAME, table="items", n=N, pending="done", batch=BATCH, mode="lease",
+                             ttl=TTL_S, renew_interval=PERIOD_S, route="customer", holder=HOLDER,
+                             balance=BALANCE, poll_interval=POLL_S, handler=handle, on_event=on_event)
+    worker.run()
 
 
 if __name__ == "__main__":

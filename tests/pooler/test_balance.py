@@ -3,17 +3,21 @@
 `pgbouncer` fixture's), in the layer `elastic` of scripts/test after
 tests/pooler/test_elastic.py.
 
-Python holders (elastic_worker.py with ELASTIC_BALANCE=1) drain a table
-whose n = 8 slots are uneven: slots 0 and 1 hold five times the items of
-each other slot (their customers have more rows; items are routed by
-customer). Each batch's transaction reports its slot's pending items left
-(report_backlog, a bounded count); a slot it says is wanted elsewhere is
-released after the batch. In turn:
+Python holders (pg_claim.Worker with balance on: elastic_worker.py with
+ELASTIC_BALANCE=1) drain a table whose n = 8 slots are uneven: slots 0 and
+1 hold five times the items of each other slot (their customers have more
+rows; items are routed by customer). Each batch's transaction reports its
+slot's weight with report_backlog: the library's own (the batch size while
+the slot's batches come back full, 0 once its share is walked), then the
+handler's, the slot's pending items left (a bounded count), which stands;
+a slot the library's report says is wanted elsewhere is released after the
+batch. In turn:
 
 1. three holders start and every one writes;
 2. one is stopped with SIGSTOP in the middle of a batch, past the ttl,
-   until the others hold all its slots; resumed, its late write is refused
-   (PC001) and it serves again;
+   until the others hold all its slots; its token is refused by fence
+   (PC001); resumed, its late write fails (the server ended the batch's
+   transaction) and none of it lands, and it serves again;
 3. one is killed with SIGKILL; its slots are taken once expired;
 4. a fourth holder joins; the fleet drains the table.
 
@@ -30,7 +34,7 @@ import time
 
 from harness import check, log, poll
 
-from .common import check_pooler, direct, pool_size, pooler_port, stop_mid_batch
+from .common import check_pooler, direct, late_write_lost, pool_size, pooler_port, probe_stale_token, stop_mid_batch
 from .test_elastic import Worker, leases
 
 DB = "pg_claim_elastic"  # elastic.leases reads this fleet
@@ -88,17 +92,17 @@ def test_balance_fleet(workdir, databases):
 
         # 2. SIGSTOP one in the middle of a batch, past the ttl; SIGCONT
         w = live[0]
-        slot, token, _ = stop_mid_batch(w, ITEM_MS, tries=40)
+        slot, token, at = stop_mid_batch(w, ITEM_MS, tries=40)
         stopped.append(w)
         poll(lambda: all(h != w.holder for h, _, _ in leases(d).values()) and len(leases(d)) == N, 15,
              f"the others to hold every slot of the stopped {w}")
+        probe_stale_token(slot, token, db=DB, name=NAME, n=N)
         since = len(w.events)
         os.kill(w.pid, signal.SIGCONT)
         stopped.remove(w)
-        e = w.wait_event(("rejected", "wrote"), since, 15)
-        check(e["event"] == "rejected" and e["slot"] == slot and int(e["token"]) == token,
-              f"{w}'s late write after its slot was taken over: {e}")
-        log(f"  SIGSTOP {w} in a batch of slot {slot} past the ttl: its late write was rejected ({e['how']})")
+        e = late_write_lost(d, w, since, slot, token, at)
+        log(f"  SIGSTOP {w} in a batch of slot {slot} past the ttl: its token is refused by fence (PC001),"
+            f" its late write was {e['event']} ({e['how']}) and none of it landed")
 
         # 3. SIGKILL another
         k = live[1]
