@@ -18,11 +18,9 @@ run() returns: exit 0.
 With ELASTIC_BALANCE=1 (test_balance.py) the library balances by remaining
 work (docs/leases.md, "Balancing"): each batch reports its slot's weight
 with report_backlog, and a slot the report says another holder wants is
-released after the batch commits. The library's own weight is the batch
-size while the slot's batches come back full, 0 once its share is walked;
-the handler then reports the slot's pending items left (a bounded count) in
-the same transaction, the last report and so the weight claim_leases plans
-with, so that the uneven slots of test_balance.py are told apart. Without
+released after the batch commits. The weight is the library's own: the
+slot's pending rows ahead of its cursor, counted in windows (so the uneven
+slots of test_balance.py are told apart). Without
 ELASTIC_BALANCE, balance is off: claim_leases shares the slots by count
 (test_elastic.py's floor/ceil shares).
 
@@ -58,9 +56,6 @@ PERIOD_S = float(os.environ["ELASTIC_PERIOD_S"])
 BATCH = int(os.environ["ELASTIC_BATCH"])
 ITEM_S = float(os.environ["ELASTIC_ITEM_MS"]) / 1000
 BALANCE = os.environ.get("ELASTIC_BALANCE") == "1"
-# the slot's pending items left, counted up to a cap, as its weight (report_backlog)
-REMAINING = ("SELECT report_backlog(%s, %s, %s, (SELECT count(*) FROM (SELECT 1 FROM items"
-             " WHERE slot_of(customer, %s) = %s AND NOT done LIMIT 10000) c))")
 POLL_S = 0.1  # an idle share's poll (the table has no notify_slot trigger)
 HOLDER = os.environ.get("ELASTIC_HOLDER") or pg_claim.make_holder()
 emit = emitter(HOLDER)
@@ -77,8 +72,6 @@ def handle(tx, rows):
         tx.execute("UPDATE items SET done = true WHERE id = ANY(%s)", (ids,))
         tx.execute("INSERT INTO processing_log (item, worker, slot, token)"
                    " SELECT unnest(%s::bigint[]), %s, %s, %s", (ids, HOLDER, rows.slot, rows.token))
-        if BALANCE:  # the slot's pending items left, a bounded count: the weight of the slot
-            tx.execute(REMAINING, (NAME, rows.slot, rows.token, N, rows.slot))
     except psycopg.Error as e:  # e.g. the server ended the session idle in the transaction
         emit("refused", slot=rows.slot, token=rows.token, items=len(ids),
              how=(str(e).strip().splitlines() or [type(e).__name__])[0])

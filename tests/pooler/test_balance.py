@@ -6,12 +6,10 @@ tests/pooler/test_elastic.py.
 Python holders (pg_claim.Worker with balance on: elastic_worker.py with
 ELASTIC_BALANCE=1) drain a table whose n = 8 slots are uneven: slots 0 and
 1 hold five times the items of each other slot (their customers have more
-rows; items are routed by customer). Each batch's transaction reports its
-slot's weight with report_backlog: the library's own (the batch size while
-the slot's batches come back full, 0 once its share is walked), then the
-handler's, the slot's pending items left (a bounded count), which stands;
-a slot the library's report says is wanted elsewhere is released after the
-batch. In turn:
+rows; items are routed by customer). The batches report each slot's
+weight with report_backlog: the library's own, the slot's pending rows
+ahead of its cursor, counted in windows; a slot the report says is wanted
+elsewhere is released after the batch. In turn:
 
 1. three holders start and every one writes;
 2. one is stopped with SIGSTOP in the middle of a batch, past the ttl,
