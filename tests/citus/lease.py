@@ -28,8 +28,8 @@ key; each customer's items in `seq` order (the log's global order, the
 coordinator's sequence log_ord); after each move, each slot's UPDATE is one
 task on the node that now holds its shard; and, from Citus's counts
 (citus_stat_counters) less the checks' own, exactly one multi-shard query
-per fetch of the library (my_items filters by the mapping function: every
-shard), so no batch's write touched two shards, and at least two
+per fetch of the library and per count window of its balance (my_items
+filters by the mapping function: every shard), so no batch's write touched two shards, and at least two
 single-shard ones per batch (its UPDATE and its log rows; the rebalance's
 own background work may add some).
 """
@@ -39,6 +39,7 @@ import signal
 import sys
 
 from harness import WorkerProcess, check, connect, poll
+from harness.server import admin
 
 from .servers import Servers
 
@@ -46,7 +47,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 DB = "pg_claim_citus_lease"
 NAME = "citus_orders"
-N, CUSTS, ITEMS, BATCH, ITEM_US, TTL_S, WORKERS = 4, 40, 4000, 25, 6000, 3, 3
+N, CUSTS, ITEMS, BATCH, ITEM_US, TTL_S, WORKERS = 4, 40, 8000, 25, 6000, 3, 3
 MARK = "UPDATE orders SET done = true WHERE skey = %s AND id = ANY(%s::bigint[])"
 
 
@@ -143,17 +144,23 @@ class Fleet:
 class Driver:
     """The checks' own Citus executions, counted while the fleet is stopped."""
 
-    def __init__(self, coord, fleet):
-        self.coord, self.fleet, self.own = coord, fleet, [0, 0]
+    def __init__(self, coord, fleet, pooler):
+        self.coord, self.fleet, self.pooler, self.own = coord, fleet, pooler, [0, 0]
+
+    def _waiting(self):
+        """The fleet's clients PgBouncer holds for a server connection: a
+        statement a stopped worker sent runs once it gets one."""
+        return sum(int(p["cl_waiting"]) for p in admin(self.pooler, "SHOW POOLS") if p["database"] == DB)
 
     def paused(self, fn):
         """fn(connection) with every worker stopped (SIGSTOP): what Citus
         counts meanwhile is the check's; the fleet's statements in flight
-        are over first (no backend of the fleet active)."""
+        are over first (no backend of the fleet active, and none waiting in
+        the pooler for a server connection)."""
         self.fleet.signal(signal.SIGSTOP)
         try:
             with connect(DB, port=self.coord) as c:
-                poll(lambda: not c.execute(
+                poll(lambda: not self._waiting() and not c.execute(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND state = 'active'"
                     " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
                     " AND application_name NOT LIKE 'citus%%'", (DB,)).fetchone()[0], 10, "the fleet to be idle")
@@ -214,7 +221,7 @@ def run(coord, nodes, workdir):
         pooler = servers.pooler(coord, 4)
         c.execute("SELECT citus_stat_counters_reset(0)")
         fleet = Fleet(pooler, workdir)
-        driver = Driver(coord, fleet)
+        driver = Driver(coord, fleet, pooler)
         try:
             poll(lambda: fleet.count("handled") >= 2 * N, 30, "the fleet to handle batches")
             poll(lambda: driver.paused(lambda d: d.execute("SELECT count(*) FROM fleet_slots WHERE fleet = %s"
@@ -256,7 +263,7 @@ def run(coord, nodes, workdir):
             for p in fleet.procs:
                 p.proc.wait(timeout=20)
             single, multi = counters(c)
-            fetches, batches = fleet.count("fetch"), fleet.count("handled")
+            fetches, counts, batches = fleet.count("fetch"), fleet.count("count"), fleet.count("handled")
         finally:
             fleet.kill()
         fleet_single, fleet_multi = single - driver.own[0], multi - driver.own[1]
@@ -271,15 +278,17 @@ def run(coord, nodes, workdir):
         check(total == ITEMS and distinct == ITEMS, f"the log has {total} rows for {distinct} of {ITEMS} items")
         check(wrong == 0, f"{wrong} items logged under another slot or shard key")
         check(out_of_order == 0, f"{out_of_order} items processed before an earlier item of their customer")
-        # every multi-shard query a fetch: no batch's write went to two shards
-        check(fleet_multi == fetches and fleet_single >= 2 * batches,
-              f"the fleet ran {fleet_single} single-shard and {fleet_multi} multi-shard queries for {batches} batches"
-              f" and {fetches} fetches (expected at least {2 * batches} and exactly {fetches})")
+        # every multi-shard query a fetch or a count window: no batch's write went to two shards
+        check(fleet_multi == fetches + counts and fleet_single >= 2 * batches,
+              f"the fleet ran {fleet_single} single-shard and {fleet_multi} multi-shard queries for {batches} batches,"
+              f" {fetches} fetches and {counts} count windows (expected at least {2 * batches} and exactly"
+              f" {fetches + counts})")
         for port in [coord, *nodes]:
             with connect("postgres", port=port) as c:
                 c.execute(f"DROP DATABASE {DB} WITH (FORCE)")
     return (f"a lease fleet of {WORKERS} pg_claim.Worker through PgBouncer processed {ITEMS} items exactly once,"
             f" each customer's in order, through a shard move, a node added and a rebalance; {batches} batches"
             f" written in single-shard queries ({fleet_single} single-shard queries in all), {fetches} my_items"
-            f" fetches of one multi-shard query each ({fleet_multi} multi-shard queries in all); slot_backlog,"
+            f" fetches and {counts} count windows of one multi-shard query each ({fleet_multi} multi-shard"
+            f" queries in all); slot_backlog,"
             " fleet_slots and fleets matched each shard's count")

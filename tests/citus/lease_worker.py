@@ -9,7 +9,8 @@ of that shard: the UPDATE of the batch's rows, and their rows of the
 processing log (distributed by skey too, colocated with `orders`), each
 with its place in the global order of processing (the coordinator's
 sequence log_ord). Events on stdout, one JSON line each (fleet_worker):
-"fetch" for each of the library's fetches, "handled" for each batch.
+"fetch" for each of the library's fetches, "count" for each count window
+of its balance (in a fetch's message), "handled" for each batch.
 
 Environment: LEASE_DSN, LEASE_LABEL, LEASE_N, LEASE_TTL_S, LEASE_BATCH,
 LEASE_ITEM_US.
@@ -59,6 +60,8 @@ class Worker(pg_claim.Worker):
         rows = super()._begin(conn, slot, token, fetch)
         if fetch is not None:
             emit("fetch", slot=slot, rows=len(rows))
+            if self._last_fetch[1] is not None:  # a count window of balance in the same message
+                emit("count", slot=slot, pending=self._last_fetch[1][0])
         return rows
 
 

@@ -52,8 +52,11 @@ def test_a_lease_worker_follows_a_resize(db):  # noqa: F811
                  timeout=60, what="the drain")
         wait_for(lambda: len(set(first.worker.slots) | set(second.worker.slots)) == 8, what="all 8 slots served")
         assert first.worker.n == second.worker.n == 8
-        holders = db.execute("SELECT slot, holder FROM lease_holders(%s) WHERE NOT expired ORDER BY slot",
-                             (name,)).fetchall()
+        # a slot handed over between the two holders is unheld for a moment: polled
+        leased = lambda: db.execute("SELECT slot, holder FROM lease_holders(%s) WHERE NOT expired ORDER BY slot",  # noqa: E731
+                                    (name,)).fetchall()
+        wait_for(lambda: len(leased()) == 8, what="all 8 slots leased")
+        holders = leased()
         assert [s for s, _ in holders] == list(range(8))
         assert {h for _, h in holders} == {first.worker.holder, second.worker.holder}
     finally:
