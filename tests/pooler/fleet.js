@@ -55,7 +55,7 @@ async function handle(client, rows, batch) {
 
 const worker = new Worker({
   name: NAME, table: "items", n: N, pending: "done", batch: BATCH, mode: "lease", ttl: TTL,
-  holder: HOLDER, pollInterval: 200, handler: handle,
+  holder: HOLDER, pollInterval: 200, handler: handle, balance: process.env.FLEET_BALANCE !== "0",
   onEvent: ({ type, name, holder, ...fields }) => emit(type === "batch" && fields.items ? "wrote" : type, fields),
 });
 // docs/leases.md: end

@@ -69,7 +69,7 @@ def on_event(event, fields):
 def main():
     pg_claim.Worker("", name=NAME, table="items", n=N, pending="done", batch=BATCH, mode="lease",
                     ttl=TTL_S, holder=HOLDER, poll_interval=0.2, handler=handle,
-                    on_event=on_event).run()
+                    balance=os.environ.get("FLEET_BALANCE") != "0", on_event=on_event).run()
 # docs/leases.md: end
 
 
