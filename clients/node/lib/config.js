@@ -100,8 +100,7 @@ function configure(w, options) {
   // its batches count it (backlog.js), and the slots the last report said
   // another holder wants
   w._backlog = new Backlog(w.batch);
-  w._windows = new Map(); // slot -> the last batch's window count {pending, last}
-  w._fetchedRows = new Map(); // slot -> the rows of its last batch
+  w._lastFetch = { fetched: 0, counted: null }; // the last batch's rows and its window's count {pending, last}
   w._wanted = new Set();
   w._leaving = new Set();
   w.metricsPort = o.metricsPort === undefined || o.metricsPort === null ? null : int("metricsPort", null, 0);

@@ -52,7 +52,7 @@ const methods = {
       const token = this.held.get(slot);
       const done = await this._batch(client, slot, token, side);
       if (this.balance && !done.fenced && !done.transient && this.held.get(slot) === token) {
-        if (!side) this._backlog.batchDone(slot, this._fetchedRows.get(slot) || 0, this._windows.get(slot) || null, done.end, Date.now());
+        if (!side) this._backlog.batchDone(slot, this._lastFetch.fetched, this._lastFetch.counted, done.end, Date.now());
         if (this._wanted.size) { // this slot or others: none is in a batch now
           for (const s of [...this._wanted].sort((a, b) => a - b)) await this._handOver(client, s, this.held.get(s));
           continue;
@@ -201,7 +201,7 @@ const methods = {
       const r = await client.query([open, fetch, count].filter((x) => x !== null).join("; "));
       if (count !== null) {
         const c = r.pop().rows[0];
-        this._windows.set(slot, { pending: Number(c.pending), last: c.last });
+        this._lastFetch.counted = { pending: Number(c.pending), last: c.last };
       }
       if (token === null && !r[idle ? 2 : 1].rows[0].mine) throw Object.assign(new Error("pg-claim: the session no longer holds the slot"), { code: "PC001" });
       // the worker's slots wanted elsewhere
@@ -260,11 +260,11 @@ const methods = {
     const t0 = process.hrtime.bigint(); // the batch latency: from its BEGIN (with the fence and fetch) to its COMMIT
     // balance: a window of the slot's pending rows counted in the same message
     const win = !side && token !== null && this.balance && this._countText !== null ? this._backlog.window(slot, cursor, Date.now()) : null;
-    this._windows.delete(slot);
+    this._lastFetch = { fetched: 0, counted: null };
     const rows = await this._begin(client, slot, token, this._fetchText(slot, cursor),
       win === null ? null : this._countText(slot, win.after, win.bound));
     if (rows === null) return { handled: 0, end: true, fenced: true };
-    this._fetchedRows.set(slot, rows.length);
+    this._lastFetch.fetched = rows.length;
     let open = true;
     try {
       // my_items_fair (fair, spread) reads the same rows again while none is
