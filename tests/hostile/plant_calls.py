@@ -22,14 +22,17 @@ class Caller:
     during each call (from the sequence, which no rollback undoes, and the
     warnings)."""
 
-    def __init__(self, admin, db, role, label):
+    def __init__(self, admin, db, role, label, probe=None):
         self.label = label
         self.conn = connect(admin, db, role)
         self.warnings = []
         self.conn.add_notice_handler(self.notice)
         self.conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
         self.conn.execute("SET lock_timeout = '5s'")
-        self.probe = connect(admin, db, None)
+        # a superuser's connection that reads the sequence; the caller's own
+        # unless one is given (which stays open after close())
+        self.own_probe = probe is None
+        self.probe = connect(admin, db, None) if probe is None else probe
 
     def notice(self, d):
         if (d.message_primary or "").startswith("pg_claim planted ran"):
@@ -65,7 +68,8 @@ class Caller:
 
     def close(self):
         self.conn.close()
-        self.probe.close()
+        if self.own_probe:
+            self.probe.close()
 
 
 def cast(expr, ty):
@@ -133,13 +137,13 @@ def judge_planted(ran, warnings, extschema, failures, what, report):
         fail(failures, f"{what}: {ran} planted function(s) ran (the sequence moved) without a warning reaching the caller")
 
 
-def reset_state(admin, db, extschema):
+def reset_state(c, extschema):
     """Every role's calls start from no leases and no failure records, so
-    that each phase sees the same state (a superuser may write the tables)."""
-    with connect(admin, db, None) as c:
-        for t in ("pg_claim_leases", "pg_claim_failures"):
-            if c.execute("SELECT to_regclass(%s)", (f"{ident(extschema)}.{t}",)).fetchone()[0]:
-                c.execute(f"DELETE FROM {ident(extschema)}.{t}")
+    that each phase sees the same state (c: a superuser's connection, which
+    may write the tables)."""
+    for t in ("pg_claim_leases", "pg_claim_failures"):
+        if c.execute("SELECT to_regclass(%s)", (f"{ident(extschema)}.{t}",)).fetchone()[0]:
+            c.execute(f"DELETE FROM {ident(extschema)}.{t}")
 
 
 # name -> the argument type lists of the extension's functions of that name
@@ -172,35 +176,41 @@ def in_extschema(message, extschema):
 
 
 def run_calls(admin, db, extschema, roles, calls_of, baseline, failures, report, phase):
-    for label, role in roles:
-        reset_state(admin, db, extschema)
-        caller = Caller(admin, db, role, label)
-        try:
-            for fn, vol, stmt in calls_of:
-                what = f"[{db}] {phase}: {label}: {fn.signature}"
-                outcome, detail, ran, warnings = caller.call(stmt)
-                report["calls"] += 1
-                if ran or warnings:
-                    judge_planted(ran, warnings, extschema, failures, what, report)
-                if phase == "baseline":
-                    baseline[(label, fn.signature)] = comparable(fn, vol, outcome, detail)
-                    continue
-                if outcome == "42725":
-                    judge_ambiguous(detail, caller.context, fn.name, extschema, failures, report, what)
-                    continue
-                before = baseline.get((label, fn.signature))
-                if outcome == "42723" and before and before[0] != "42723":
-                    # generated SQL refused to call a function that is not
-                    # the extension's own: a refusal, not a capture
-                    report.setdefault("refused_42723", []).append(f"{what}: {detail}")
-                    continue
-                now = comparable(fn, vol, outcome, detail)
-                direct = ran or warnings  # judged above: a capture failed already
-                if before != now and not direct:
-                    fail(failures, f"{what}: outcome {now[0]} after planting, {before[0] if before else '?'} before"
-                         + (f" ({str(detail)[:200]})" if outcome not in ("value", "rows", "NULL", "no rows") else ""))
-        finally:
-            caller.close()
+    with connect(admin, db, None) as probe:
+        for label, role in roles:
+            reset_state(probe, extschema)
+            run_calls_as(admin, db, extschema, (label, role), probe, calls_of, baseline, failures, report, phase)
+
+
+def run_calls_as(admin, db, extschema, who, probe, calls_of, baseline, failures, report, phase):
+    label, role = who
+    caller = Caller(admin, db, role, label, probe)
+    try:
+        for fn, vol, stmt in calls_of:
+            what = f"[{db}] {phase}: {label}: {fn.signature}"
+            outcome, detail, ran, warnings = caller.call(stmt)
+            report["calls"] += 1
+            if ran or warnings:
+                judge_planted(ran, warnings, extschema, failures, what, report)
+            if phase == "baseline":
+                baseline[(label, fn.signature)] = comparable(fn, vol, outcome, detail)
+                continue
+            if outcome == "42725":
+                judge_ambiguous(detail, caller.context, fn.name, extschema, failures, report, what)
+                continue
+            before = baseline.get((label, fn.signature))
+            if outcome == "42723" and before and before[0] != "42723":
+                # generated SQL refused to call a function that is not
+                # the extension's own: a refusal, not a capture
+                report.setdefault("refused_42723", []).append(f"{what}: {detail}")
+                continue
+            now = comparable(fn, vol, outcome, detail)
+            direct = ran or warnings  # judged above: a capture failed already
+            if before != now and not direct:
+                fail(failures, f"{what}: outcome {now[0]} after planting, {before[0] if before else '?'} before"
+                     + (f" ({str(detail)[:200]})" if outcome not in ("value", "rows", "NULL", "no rows") else ""))
+    finally:
+        caller.close()
 
 
 def check_rolsuper(admin, failures, when):

@@ -3,8 +3,6 @@ databases and roles, and the look-alike overloads it plants in every schema
 it can create in."""
 import random
 
-import psycopg
-
 import harness
 from psycopg import sql
 
@@ -169,9 +167,39 @@ END
 """
 
 
+# runs a list of statements in one round trip, each in its own subtransaction;
+# returns each one's SQLSTATE, or '' for a statement that ran
+EXEC_ALL = """
+CREATE FUNCTION pg_temp.pl_exec_all(stmts text[]) RETURNS text[] LANGUAGE plpgsql AS $f$
+DECLARE out text[] := '{}'; s text;
+BEGIN
+    FOREACH s IN ARRAY stmts LOOP
+        BEGIN
+            EXECUTE s;
+            out := out || ''::text;
+        EXCEPTION WHEN OTHERS THEN
+            out := out || SQLSTATE::text;
+        END;
+    END LOOP;
+    RETURN out;
+END
+$f$
+"""
+
+
+def exec_all(conn, stmts):
+    """The SQLSTATE of each statement ('' when it ran), in one round trip;
+    conn must have run EXEC_ALL."""
+    if not stmts:
+        return []
+    return conn.execute("SELECT pg_temp.pl_exec_all(%s::text[])", (stmts,)).fetchone()[0]
+
+
 def plant(conn, schema, name, reals, rng, stats):
-    """Plants the overloads of one function name into schema."""
+    """Plants the overloads of one function name into schema: for each
+    argument list, its first result type that CREATE FUNCTION takes."""
     res = reals[0]
+    tries = []  # per argument list, the statements to try in order
     for types, extra in combos(reals, rng):
         decl = [t for t in types] + ([extra] if extra else [])
         sig = f"{schema}.{name}({', '.join(decl)})"
@@ -181,24 +209,32 @@ def plant(conn, schema, name, reals, rng, stats):
         if not (polymorphic(res["result"].replace("SETOF ", "")) and not has_poly) and res["result"] not in ("trigger", "internal"):
             results.append(res["result"])
         results.append("SETOF integer" if res["retset"] else "integer")
+        stmts = []
         for result in results:
             setof = result.startswith("SETOF ") or result.startswith("TABLE(")
             ret = "" if setof or result == "void" else " NULL"
-            stmt = (f"CREATE FUNCTION {ident(schema)}.{ident(name)}({', '.join(decl)}) RETURNS {result} "
-                    f"LANGUAGE plpgsql AS $pl$" + PLANT_BODY.format(sig=lit, owner=OWNER, ret=ret) + "$pl$")
-            try:
-                conn.execute(stmt)
+            stmts.append(f"CREATE FUNCTION {ident(schema)}.{ident(name)}({', '.join(decl)}) RETURNS {result} "
+                         f"LANGUAGE plpgsql AS $pl$" + PLANT_BODY.format(sig=lit, owner=OWNER, ret=ret) + "$pl$")
+        tries.append(stmts)
+    # the first result type of every argument list, then the next one of
+    # those refused (not for being the real signature), and so on
+    step = 0
+    while tries:
+        states = exec_all(conn, [t[step] for t in tries])
+        left = []
+        for stmts, state in zip(tries, states):
+            if state == "":
                 stats["planted"] += 1
-                stats.setdefault("created", {}).setdefault((schema, name), []).append(stmt)
-                break
-            except psycopg.errors.DuplicateFunction:
+                stats.setdefault("created", {}).setdefault((schema, name), []).append(stmts[step])
+            elif state == "42723":
                 stats["exists"] += 1  # the real function itself, in its own schema
-                break
-            except psycopg.Error as e:
-                if result is results[-1]:
-                    stats["refused"] += 1
-                    stats.setdefault("refused_by", {}).setdefault(e.diag.sqlstate, 0)
-                    stats["refused_by"][e.diag.sqlstate] += 1
+            elif step + 1 < len(stmts):
+                left.append(stmts)
+            else:
+                stats["refused"] += 1
+                stats.setdefault("refused_by", {}).setdefault(state, 0)
+                stats["refused_by"][state] += 1
+        tries, step = left, step + 1
 
 
 def writable_schemas(conn):
@@ -218,6 +254,7 @@ def plant_all(admin, db, seed):
             reals.setdefault(name, []).append(dict(oid=oid, schema=schema, nargs=nargs, ndefaults=ndef, kind=kind,
                                                    types=types, result=result, retset=retset))
         schemas = writable_schemas(c)
+        c.execute(EXEC_ALL)
         for schema in schemas:
             for name, rs in reals.items():
                 plant(c, schema, name, rs, rng, stats)
@@ -226,9 +263,10 @@ def plant_all(admin, db, seed):
 
 class Lifted:
     """While in effect, the owner's overloads of some names in the
-    extension's schema are dropped (created again on exit): a call of the
-    name itself then resolves at its top level, and what it calls inside
-    still meets every other plant."""
+    extension's schema are dropped (created again on exit, from the same
+    statements, whose bodies were checked when they were planted): a call
+    of the name itself then resolves at its top level, and what it calls
+    inside still meets every other plant."""
 
     def __init__(self, admin, db, extschema, names, stats):
         self.args = admin, db
@@ -236,19 +274,19 @@ class Lifted:
 
     def __enter__(self):
         with connect(*self.args, OWNER) as c:
-            for name in self.names:
-                for (sig,) in c.execute(
-                        "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.proname = %s "
-                        "AND p.pronamespace = %s::regnamespace AND p.proowner = %s::regrole "
-                        "AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass "
-                        "AND d.objid = p.oid AND d.deptype = 'e')",
-                        (name, ident(self.extschema), OWNER)).fetchall():
-                    c.execute(f"DROP FUNCTION {sig}")
+            sigs = [sig for (sig,) in c.execute(
+                "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.proname = ANY(%s) "
+                "AND p.pronamespace = %s::regnamespace AND p.proowner = %s::regrole "
+                "AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass "
+                "AND d.objid = p.oid AND d.deptype = 'e')",
+                (list(self.names), ident(self.extschema), OWNER)).fetchall()]
+            if sigs:
+                c.execute("DROP FUNCTION " + ", ".join(sigs))
         return self
 
     def __exit__(self, *exc):
-        with connect(*self.args, OWNER) as c:
-            c.add_notice_handler(lambda d: None)
-            for name in self.names:
-                for stmt in self.stats.get("created", {}).get((self.extschema, name), []):
-                    c.execute(stmt)
+        stmts = [stmt for name in self.names for stmt in self.stats.get("created", {}).get((self.extschema, name), [])]
+        if stmts:
+            with connect(*self.args, OWNER) as c:
+                c.add_notice_handler(lambda d: None)
+                c.execute("SET check_function_bodies = off;\n" + ";\n".join(stmts))
