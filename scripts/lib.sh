@@ -313,7 +313,7 @@ pytests() {
         opts+=(-k "${w# or }")
     fi
     pgc_ensure_python_libs || return 1
-    python3 -m pytest -c "$PGC_ROOT/tests/pytest.ini" --rootdir "$PGC_ROOT/tests" -v "${opts[@]}" "${paths[@]}"
+    python3 -m pytest -c "$PGC_ROOT/tests/pytest.ini" --rootdir "$PGC_ROOT/tests" -v --durations=8 "${opts[@]}" "${paths[@]}"
 }
 
 # The release build of the extension, laid out by `cargo pgrx package` under

@@ -21,6 +21,7 @@ PGC_MAPPING_ROWS rows per type (default 400).
 import os
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 
@@ -177,12 +178,12 @@ def force_parallel(c):
 
 def routed(c, name, edition):
     """The rows whose pg_hash_slot is not their partition, in a plain plan and
-    in a parallel one whose workers ran."""
+    in a parallel one whose workers ran: the checks, as (ok, what)."""
     q = ROUTED.format(m=MODULUS, name=name)
     plain, err = result(c, f"SELECT row(x.*)::text FROM ({q}) x")
-    check(err is None and plain == "(0,)",
-          f"{edition}: pg_hash_slot of {name} is the partition PostgreSQL routes each row to"
-          + (f" (mismatches, first row: {plain})" if plain != "(0,)" else "") + (f" (SQLSTATE {err})" if err else ""))
+    checks = [(err is None and plain == "(0,)",
+               f"{edition}: pg_hash_slot of {name} is the partition PostgreSQL routes each row to"
+               + (f" (mismatches, first row: {plain})" if plain != "(0,)" else "") + (f" (SQLSTATE {err})" if err else ""))]
     c.execute("BEGIN")
     try:
         force_parallel(c)
@@ -197,9 +198,10 @@ def routed(c, name, edition):
         got = c.execute(f"SELECT row(x.*)::text FROM ({q}) x").fetchone()[0] if perr is None else None
     finally:
         c.execute("ROLLBACK")
-    check(perr is None and launched > 0 and got == "(0,)",
-          f"{edition}: the same in a parallel plan, pg_hash_slot in its workers"
-          + (f" (SQLSTATE {perr})" if perr else f" ({launched} workers launched, {got})"))
+    checks.append((perr is None and launched > 0 and got == "(0,)",
+                   f"{edition}: the same in a parallel plan, pg_hash_slot in its workers"
+                   + (f" (SQLSTATE {perr})" if perr else f" ({launched} workers launched, {got})")))
+    return checks
 
 
 def walk(node):
@@ -249,39 +251,53 @@ def test_every_mapping_on_every_key_type():
     icu = fresh(EXT_PORT, False) & fresh(PORT, True)
     if not icu:
         print("      (no ICU in this server: the nondeterministic collation cases are not run)")
-    with connect(EXT_PORT, False) as e, connect(PORT, True) as p:
-        run = TYPES + (ICU_TYPES if icu else [])
-        for name, typ, expr in run:
-            for c in (e, p):
-                load(c, name, typ, expr)
-            for c, edition in ((e, "extension"), (p, "portable")):
-                routed(c, name, edition)
-            (we, me, ce), (wp, mp, cp) = shares(e, name), shares(p, name)
-            for edition, want, mine, counts in (("extension", we, me, ce), ("portable", wp, mp, cp)):
-                sizes = [len(w) for w in want]
-                check(all(m == (w, None) for m, w in zip(mine, want)) and counts == (sizes, None),
-                      f"{edition}: my_items(method => 'pg_hash') of each slot is its partition's rows of {name}, "
-                      f"slot_counts {counts[0] if counts[1] is None else counts[1]}"
-                      + "".join(f"; slot {r}: {m[1] or f'{len(m[0])} rows, {len(w)} in the partition'}"
-                                for r, (m, w) in enumerate(zip(mine, want)) if m != (w, None)))
-            (ve, be), (vp, bp) = values(e, name), values(p, name)
-            check(be == bp, f"{name}: the range bounds are the same in both databases")
-            for fn in ve:
-                same = ve[fn] == vp[fn] or (fn == "pg_hash_slot" and name in BY_OID
-                                            and ve[fn][1] is None and vp[fn][1] is None)
-                if fn == "range_slot counted":
-                    # (array keys have no range_slot: its bounds would be of the key's own type)
-                    check(ve[fn] == vp[fn] and (ve[fn] == (0, None) or ve[fn][1] == "42883"),
-                          f"range_slot of {name}: the number of bounds <= key (mismatches {ve[fn]}, {vp[fn]})")
-                    continue
-                first = ""
-                if not same and ve[fn][1] is None and vp[fn][1] is None:
-                    i = next(i for i, (a, b) in enumerate(zip(ve[fn][0], vp[fn][0])) if a != b)
-                    first = f"; first difference at value {i}: {ve[fn][0][i]} != {vp[fn][0][i]}"
-                what = (f"{len(ve[fn][0] or [])} values" if ve[fn][1] is None else f"SQLSTATE {ve[fn][1]}")
-                check(same, f"{fn}({name}): {what} as the extension's"
-                      + (f" (portable: {vp[fn][1] or 'values'})" if not same else "") + first
-                      + (" (by OID: each its own)" if name in BY_OID and fn in ("pg_hash_slot", "range_slot")
-                         and ve[fn][1] is None else ""))
+    run = TYPES + (ICU_TYPES if icu else [])
+
+    def lane(types):
+        """Each key type of a lane on both editions, on the lane's own
+        connections: {name: ((routed checks, shares, values) of each edition)}."""
+        out = {}
+        with connect(EXT_PORT, False) as e, connect(PORT, True) as p:
+            for name, typ, expr in types:
+                out[name] = tuple((load(c, name, typ, expr), routed(c, name, edition), shares(c, name),
+                                   values(c, name))[1:] for c, edition in ((e, "extension"), (p, "portable")))
+        return out
+
+    # two lanes of key types at once: the portable server's mappings are
+    # the slow part, and each lane keeps one of its processors busy
+    with ThreadPoolExecutor(2) as pool:
+        got = {}
+        for part in pool.map(lane, (run[0::2], run[1::2])):
+            got.update(part)
+    for name, typ, expr in run:
+        (re_, (we, me, ce), (ve, be)), (rp, (wp, mp, cp), (vp, bp)) = got[name]
+        for ok, what in re_ + rp:
+            check(ok, what)
+        for edition, want, mine, counts in (("extension", we, me, ce), ("portable", wp, mp, cp)):
+            sizes = [len(w) for w in want]
+            check(all(m == (w, None) for m, w in zip(mine, want)) and counts == (sizes, None),
+                  f"{edition}: my_items(method => 'pg_hash') of each slot is its partition's rows of {name}, "
+                  f"slot_counts {counts[0] if counts[1] is None else counts[1]}"
+                  + "".join(f"; slot {r}: {m[1] or f'{len(m[0])} rows, {len(w)} in the partition'}"
+                            for r, (m, w) in enumerate(zip(mine, want)) if m != (w, None)))
+        check(be == bp, f"{name}: the range bounds are the same in both databases")
+        for fn in ve:
+            same = ve[fn] == vp[fn] or (fn == "pg_hash_slot" and name in BY_OID
+                                        and ve[fn][1] is None and vp[fn][1] is None)
+            if fn == "range_slot counted":
+                # (array keys have no range_slot: its bounds would be of the key's own type)
+                check(ve[fn] == vp[fn] and (ve[fn] == (0, None) or ve[fn][1] == "42883"),
+                      f"range_slot of {name}: the number of bounds <= key (mismatches {ve[fn]}, {vp[fn]})")
+                continue
+            first = ""
+            if not same and ve[fn][1] is None and vp[fn][1] is None:
+                i = next(i for i, (a, b) in enumerate(zip(ve[fn][0], vp[fn][0])) if a != b)
+                first = f"; first difference at value {i}: {ve[fn][0][i]} != {vp[fn][0][i]}"
+            what = (f"{len(ve[fn][0] or [])} values" if ve[fn][1] is None else f"SQLSTATE {ve[fn][1]}")
+            check(same, f"{fn}({name}): {what} as the extension's"
+                  + (f" (portable: {vp[fn][1] or 'values'})" if not same else "") + first
+                  + (" (by OID: each its own)" if name in BY_OID and fn in ("pg_hash_slot", "range_slot")
+                     and ve[fn][1] is None else ""))
+    pool.shutdown()
     log(f"mappings: {len(run)} key types, {ROWS} rows each, {len(check.failed)} failed, {time.monotonic() - t0:.1f} s")
     check.verify()
