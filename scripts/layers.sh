@@ -188,7 +188,7 @@ libs_python() {
     pgc_pgbouncer_start 4 || return 1
     local k=()
     (($# == 0)) || k=(-k "$*")
-    PYTHONPATH="$PGC_ROOT/clients/python/src" python3 -m pytest -q -p no:cacheprovider "${k[@]}" clients/python/tests &&
+    PYTHONPATH="$PGC_ROOT/clients/python/src" python3 -m pytest -q -p no:cacheprovider --durations=8 "${k[@]}" clients/python/tests &&
         PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" pytests tests/libs/test_python_fleet.py
 }
 
