@@ -31,12 +31,12 @@ import collections
 import os
 import signal
 import subprocess
-import threading
 import time
 
 import psycopg
 
 import harness
+from harness.server import ServerConnections
 from harness import Failure, Producer, WorkerProcess, check, check_processing_log, failure_state, log, poll
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -69,33 +69,6 @@ class Worker(WorkerProcess):
 
     def __str__(self):
         return self.label
-
-
-class Watcher:
-    """A thread on a direct connection that survives the restart: the most
-    server connections of DB seen at once (the test's own apart)."""
-
-    def __init__(self):
-        self.max = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self):
-        m = None
-        while not self._stop.is_set():
-            try:
-                m = m or direct("postgres")
-                (k,) = m.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND backend_type ="
-                                 " 'client backend' AND application_name <> %s", (DB, DIRECT_APP)).fetchone()
-                self.max = max(self.max, k)
-            except psycopg.Error:
-                m = None
-            self._stop.wait(0.05)
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join(5)
 
 
 def leases(d):
@@ -158,7 +131,7 @@ def test_node_fleet(workdir, databases, pgbouncer, cluster, fleet):
                FLEET_ITEM_MS=str(ITEM_MS), FLEET_POISON=str(POISON), FLEET_LIFETIME_S=str(TIME_LIMIT_S))
     env.pop("PGSERVICE", None)
     d = direct()
-    watcher = Watcher()
+    watcher = ServerConnections(DB, POOLER_PORT, DIRECT_APP)
     producer = Producer(direct, "INSERT INTO items (id) SELECT nextval('item_ids') FROM generate_series(1, %s)", PRODUCE_PER_S)
     workers, live, stopped = fleet.workers, [], []
     count = iter(range(1, 100))
@@ -270,6 +243,7 @@ def test_node_fleet(workdir, databases, pgbouncer, cluster, fleet):
     check(set(reasons) <= set(LOST_REASONS), f"lost slots with reasons not documented: {reasons}")
     check(not errors, f"worker errors: {errors[:5]}")
     check(0 < watcher.max <= POOL, f"{watcher.max} server connections for a pool of {POOL}")
+    check(not watcher.bypassed, f"backends of the fleet's database that were not PgBouncer's: {watcher.bypassed}")
     stats = [w.last(("exit",)) for w in workers]
     batches = sum(s["stats"]["batches"] for s in stats if s)
     fenced = sum(s["stats"]["fenced"] for s in stats if s)

@@ -6,14 +6,13 @@ fleet.py and fleet.js, and what the fleet tests read of the leases."""
 import os
 import signal
 import sys
-import threading
 import time
 
 import psycopg
 
 import harness
 from harness import Failure, WorkerProcess, check, log, poll
-from harness.server import admin as pooler_admin
+from harness.server import ServerConnections, admin as pooler_admin
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -85,29 +84,9 @@ class Worker(WorkerProcess):
         return self.holder
 
 
-class ServerConnections:
-    """The most server connections of database `db` seen at once, as
-    PostgreSQL sees them (pg_stat_activity every 50 ms, by a thread), not
-    counting the test's direct connections."""
-
-    def __init__(self, db):
-        self.db, self.max = db, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self):
-        with direct("postgres") as m:
-            while not self._stop.is_set():
-                (k,) = m.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
-                                 " AND backend_type = 'client backend' AND application_name <> %s",
-                                 (self.db, DIRECT_APP)).fetchone()
-                self.max = max(self.max, k)
-                self._stop.wait(0.05)
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join(5)
+def server_connections(db):
+    """harness.server.ServerConnections of db behind the layer's PgBouncer."""
+    return ServerConnections(db, pooler_port(), DIRECT_APP)
 
 
 def pid_of(holder):

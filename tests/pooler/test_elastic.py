@@ -37,7 +37,9 @@ is their customer's: my_items(..., route => 'customer')); each customer's
 items written in key order, across every hand-over; for each slot, no
 write accepted with a token older than one already written (the log's
 sequence numbers are taken inside the fenced transaction); no more server
-connections than the pool; no worker error.
+connections than the pool, and no backend of the database that was not
+PgBouncer's; the workers of both languages name their connections alike
+(`pg_claim elastic`); no worker error.
 """
 import collections
 import math
@@ -50,7 +52,7 @@ import time
 
 from harness import Failure, Producer, WorkerProcess, check, log, poll, stop_all
 
-from .common import (HERE, ServerConnections, check_pooler, direct, late_write_lost, pool_size, pooler_port,
+from .common import (HERE, server_connections, check_pooler, direct, late_write_lost, pool_size, pooler_port,
                      probe_stale_token, stop_mid_batch)
 
 DB = "pg_claim_elastic"
@@ -228,7 +230,7 @@ def test_elastic_fleet(workdir, databases):
             ANALYZE items;
         """ % (INITIAL_ITEMS, N))
     d = direct(DB)
-    servers = ServerConnections(DB)
+    servers = server_connections(DB)
     history = History()
     producer = Producer(lambda: direct(DB), "INSERT INTO items (customer) SELECT (random() * 96)::int FROM generate_series(1, %s)",
                         PRODUCE_PER_S)
@@ -366,6 +368,10 @@ def test_elastic_fleet(workdir, databases):
     errors = fleet.errors()
     check(not errors, f"worker errors: {errors[:5]}")
     check(0 < servers.max <= pool_size(), f"{servers.max} server connections seen for a pool of {pool_size()}")
+    # both libraries name their connections alike ('' before a client's first use)
+    check(servers.apps - {""} == {f"pg_claim {NAME}"},
+          f"the workers' connections are named {sorted(servers.apps)}, not pg_claim {NAME} in both languages")
+    check(not servers.bypassed, f"backends of the fleet's database that were not PgBouncer's: {servers.bypassed}")
     (tokens,) = d.execute("SELECT count(DISTINCT token) FROM processing_log").fetchone()
     per_lang = {lang: sum(w.count("wrote") for w in fleet.workers if w.lang == lang) for lang in ("python", "node")}
     rejected = [e for w in fleet.workers for e in w.events if e["event"] in ("rejected", "refused")]

@@ -39,7 +39,7 @@ import time
 
 from harness import Failure, check, log, poll, stop_all
 
-from .common import (BATCH, DB, ITEM_MS, ITEMS, N, NAME, NODE_WORKERS, PYTHON_WORKERS, TTL_S, ServerConnections,
+from .common import (BATCH, DB, ITEM_MS, ITEMS, N, NAME, NODE_WORKERS, PYTHON_WORKERS, TTL_S, server_connections,
                      Worker, balanced, direct, holders, pid_of, pool_size, pooler_port, probe_stale_token,
                      stop_mid_batch)
 
@@ -62,7 +62,7 @@ def test_lease_fleets_every_item_once(workdir):
                FLEET_BATCH=str(BATCH), FLEET_ITEM_MS=str(ITEM_MS), FLEET_LIFETIME_S=str(TIME_LIMIT_S))
     env.pop("PGSERVICE", None)
     workers = []
-    servers = ServerConnections(DB)
+    servers = server_connections(DB)
     d = direct()
     try:
         t0 = time.time()
@@ -164,6 +164,7 @@ def test_lease_fleets_every_item_once(workdir):
     errors = [(w.holder, e) for w in workers for e in w.events if e["event"] in ("error", "garbage")]
     check(not errors, f"worker errors: {errors}")
     check(0 < servers.max <= pool_size(), f"{servers.max} server connections seen for a pool of {pool_size()}")
+    check(not servers.bypassed, f"backends of the fleet's database that were not PgBouncer's: {servers.bypassed}")
     rejected = sum(w.count("refused") + w.count("rejected") for w in workers)
     late_rejected = sum(w.count("refused", w.resumed_at) for w in paused)
     per_lang = {lang: sum(w.count("wrote") for w in workers if w.lang == lang) for lang in ("python", "node")}

@@ -14,7 +14,7 @@ const methods = {
    */
   async _connect(config, slot = null) {
     const c = new Client({
-      application_name: `pg-claim ${this.name}`, connectionTimeoutMillis: this._connectMs, keepAlive: true,
+      application_name: process.env.PGAPPNAME ? undefined : `pg_claim ${this.name}`.slice(0, 63), connectionTimeoutMillis: this._connectMs, keepAlive: true,
       keepAliveInitialDelayMillis: Math.round(this.ttlMs / 3), query_timeout: this.queryTimeoutMs || undefined, ...config,
     });
     c.pgClaimStatus = null;
