@@ -190,7 +190,8 @@ def views(c, held):
                      (NAME,)).fetchall()
     check({r[0]: r[1] for r in rows} == want, f"fleet_slots pending {rows}, the shards' counts {want}")
     leases = {r[0]: (r[1], r[2]) for r in c.execute(
-        "SELECT slot, holder, token FROM slot_status(%s, %s) WHERE holder IS NOT NULL", (NAME, N)).fetchall()}
+        "SELECT slot, holder, token FROM slot_status(%s, %s) WHERE holder IS NOT NULL AND state <> 'unserved'",
+        (NAME, N)).fetchall()}
     shown = {r[0]: (r[2], r[4]) for r in rows if r[2] is not None}
     check(shown == leases, f"fleet_slots holders {shown}, slot_status {leases}")
     check(not held or (len(shown) == N and all(r[3] == "lease" for r in rows)), f"not every slot held: {rows}")
@@ -200,6 +201,13 @@ def views(c, held):
           and unserved == N - len(leases), f"fleets: pending {pending}, holders {holders}, unserved {unserved};"
           f" expected {sum(want.values())}, {len({h for h, _ in leases.values()})}, {N - len(leases)}")
     return sum(want.values())
+
+
+def held_views(c):
+    """views(c, True) once every slot is held (a slot given back to a
+    holder with less work is unserved until it takes it): None before."""
+    (k,) = c.execute("SELECT count(*) FROM fleet_slots WHERE fleet = %s AND mode = 'lease'", (NAME,)).fetchone()
+    return views(c, True) if k == N else None
 
 
 def routed(c, keys):
@@ -224,10 +232,7 @@ def run(coord, nodes, workdir):
         driver = Driver(coord, fleet, pooler)
         try:
             poll(lambda: fleet.count("handled") >= 2 * N, 30, "the fleet to handle batches")
-            poll(lambda: driver.paused(lambda d: d.execute("SELECT count(*) FROM fleet_slots WHERE fleet = %s"
-                                                           " AND mode = 'lease'", (NAME,)).fetchone()[0] == N),
-                 30, "every slot held", interval=0.3)
-            driver.paused(lambda d: views(d, True))
+            poll(lambda: driver.paused(held_views) is not None, 30, "every slot held", interval=0.3)
             # a shard move while the fleet runs: slot 0's shard to the other node
             src = node_of(c, keys[0])
             dst = next(p for p in nodes if p != src)
@@ -252,7 +257,7 @@ def run(coord, nodes, workdir):
             fleet.check_alive()
             poll(lambda: driver.paused(lambda d: d.execute("SELECT count(*) FROM orders WHERE NOT done")
                                        .fetchone()[0] == 0), 60, "the fleet to drain the table", interval=0.5)
-            driver.paused(lambda d: views(d, True))
+            poll(lambda: driver.paused(held_views) is not None, 30, "every slot held after the drain", interval=0.3)
             fleet.check_alive()
             # every batch event is in: the fleet handled every item
             poll(lambda: sum(e["items"] for p in fleet.procs for e in p.events if e["event"] == "handled") >= ITEMS,

@@ -374,7 +374,8 @@ def behind_pooler(classes, workdir):
 
 def leases_through_pooler(classes, workdir):
     """Each worker in lease mode (MAILER_MODE=lease) through a
-    transaction-mode PgBouncer: 3 of them drain the messages, one is
+    transaction-mode PgBouncer: 3 of them hold slots, then drain the
+    messages inserted, one is
     SIGKILLed on the way and its slots move on after the TTL, the bounce is
     set aside, every other message is sent once; SIGTERM stops the others,
     which give their leases back."""
@@ -382,12 +383,15 @@ def leases_through_pooler(classes, workdir):
     try:
         for lang in LANGUAGES:
             d = fresh_database()
-            insert(d, LEASE_ITEMS, poison_at=LEASE_ITEMS // 3)
             env = dict(worker_env(), PGPORT=str(bouncer.port), MAILER_MODE="lease", MAILER_TTL="2 seconds",
                        MAILER_POLL_S="0.5")
             workers = [Worker(command(lang, classes), env, workdir, lang) for _ in range(3)]
             t0 = time.monotonic()
             try:
+                # the messages once every worker holds slots: one that started
+                # late would find them sent (3 workers drain them in about 1 s)
+                poll(lambda: all(w.said("slots") for w in workers), 30, "every worker in lease mode holding slots")
+                insert(d, LEASE_ITEMS, poison_at=LEASE_ITEMS // 3)
                 poll(lambda: sent(d) >= LEASE_ITEMS // 4, 60, f"{LEASE_ITEMS // 4} messages sent")
                 workers[0].proc.kill()
                 workers[0].proc.wait()
