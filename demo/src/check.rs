@@ -167,5 +167,9 @@ fn print_lease_log(c: &mut Client, state: &State) -> Result<(), String> {
         "batches dropped unwritten, their slot given back by claim_leases during the work: {}",
         s.dropped_batches
     );
+    println!(
+        "slots given back after a batch, wanted by a holder with less work (report_backlog): {}",
+        s.handovers
+    );
     Ok(())
 }

@@ -44,7 +44,8 @@ pub struct Config {
     /// fail).
     pub resume_from_start: bool,
     /// Lease mode (`--leases`): an elastic fleet, every worker calling
-    /// `claim_leases` for its fair share and writing behind `fence`; a worker
+    /// `claim_leases` for its share by remaining work and writing behind
+    /// `fence` with its slot's weight (`report_backlog`); a worker
     /// is paused instead of killed, one joins and one leaves mid-run.
     pub leases: bool,
     /// Where the workers connect (a pooler); the coordinator (set-up,

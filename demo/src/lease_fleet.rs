@@ -1,5 +1,6 @@
 //! The coordinator of lease mode, an elastic fleet: starts fewer workers
-//! than slots (each calls `claim_leases` for its fair share), shows the
+//! than slots (each calls `claim_leases` for its share by remaining work,
+//! reporting each slot's weight with `report_backlog`), shows the
 //! shares as `lease_holders` has them whenever they change, starts one more
 //! worker and lets another leave mid-run, has one worker pause past its TTL,
 //! then stops the fleet (every worker gives its slots back) and has the
@@ -67,7 +68,8 @@ fn print_lease_mode(cfg: &Config) {
     let ttl = cfg.ttl.as_secs_f64();
     println!(
         "lease mode: {} workers for {} slots; each calls claim_leases('{NAME}', {}, holder, ttl => {ttl} s) every {} \
-         for its fair share and writes each batch behind fence()",
+         for its share by remaining work and writes each batch behind fence(), reporting the slot's rows left \
+         with report_backlog() (a slot wanted elsewhere is given back after the batch)",
         cfg.workers,
         cfg.slots,
         cfg.slots,
@@ -178,7 +180,7 @@ fn watch(
                 state,
                 start,
                 format!(
-                    "JOIN {role} starts at {:.0}% of all items; with {live} live holder{} the fair share of {} slots is {}",
+                    "JOIN {role} starts at {:.0}% of all items; with {live} live holder{} the {} slots go by remaining work (by count: {})",
                     100.0 * frac,
                     if live == 1 { "" } else { "s" },
                     cfg.slots,
@@ -216,7 +218,7 @@ fn watch(
                     start,
                     format!(
                         "LEAVING {} at {:.0}% of all items: it finishes its batch and gives its slots back; \
-                         with {live} live holder{} the fair share is {}",
+                         with {live} live holder{} the slots go by remaining work (by count: {})",
                         w.role,
                         100.0 * frac,
                         if live == 1 { "" } else { "s" },

@@ -14,6 +14,12 @@
 //!   work outside any transaction, then one transaction that starts with
 //!   `fence` and logs the batch and marks it done. `PC001` drops the slot
 //!   until the next `claim_leases` result.
+//! - balance by remaining work: the worker counts a slot's rows after its
+//!   cursor when it gets the slot, and each batch's transaction reports the
+//!   slot's weight, those rows less the ones walked since, beside the fence
+//!   (`report_backlog`); a slot it answers is wanted by another holder is
+//!   given back after the batch (`release_lease`), so the holder with less
+//!   work takes it at its next `claim_leases`.
 //!
 //! When the worker stops, its lease thread gives every slot back with
 //! `claim_leases(..., max => 0)`, which also takes the worker out of the
@@ -24,13 +30,16 @@
 //! SELECT slot, token FROM claim_leases('demo', 8, 'worker-1', ttl => interval '2 s');
 //! -- work loop, for a slot of the map with a token it has no cursor for:
 //! SELECT max(item_id) FROM processing_log WHERE slot = 5;                    -- where the share stands
+//! SELECT count(*) FROM my_items(NULL::work_items, 5, 8, after => '79997');  -- its weight
 //! -- per batch:
 //! SELECT id FROM my_items(NULL::work_items, 5, 8, after => '79997', batch => 500);
 //! -- ... the work on the batch, outside any transaction ...
 //! BEGIN;
-//! SELECT fence('demo', 5, 1795450180678128);                                -- PC001: lost
+//! SELECT fence('demo', 5, 1795450180678128),                               -- PC001: lost
+//!        report_backlog('demo', 5, 1795450180678128, 4500);                 -- {2}: slot 2 is wanted
 //! INSERT INTO processing_log ... ; UPDATE work_items SET done = true ... ;
 //! COMMIT;
+//! SELECT release_lease('demo', 2, 1795450180671234);                        -- after the batch
 //! -- on stop:
 //! SELECT * FROM claim_leases('demo', 8, 'worker-1', max => 0);               -- gives every slot back
 //! ```
@@ -92,6 +101,11 @@ struct Worker<'a> {
     taken: Mutex<HashMap<(i32, i64), Taken>>,
     /// The worker is paused (both threads stop) until then.
     paused: Mutex<Option<Instant>>,
+    /// Per slot: the token and the rows left after the cursor (counted when
+    /// the worker got the slot, less the rows written since): its weight.
+    left: Mutex<HashMap<i32, (i64, i64)>>,
+    /// The slots the last batch's `report_backlog` said are wanted elsewhere.
+    wanted: Mutex<Vec<i32>>,
     stop: &'a AtomicU8,
 }
 
@@ -112,6 +126,8 @@ pub fn spawn(role: String, cfg: &Config, state: &State, start: Instant) -> Handl
             start,
             taken: Mutex::new(HashMap::new()),
             paused: Mutex::new(None),
+            left: Mutex::new(HashMap::new()),
+            wanted: Mutex::new(Vec::new()),
             stop: &stop2,
         };
         elastic::run(&w, &Map::default());
@@ -322,6 +338,19 @@ impl elastic::Member for Worker<'_> {
         if self.cfg.resume_from_start {
             after = None;
         }
+        let (n, _) = self.claim_args();
+        let left: i64 = c
+            .query_typed_one(
+                "SELECT count(*) FROM my_items(NULL::work_items, $1, $2, after => $3)",
+                &[
+                    (&slot, Type::INT4),
+                    (&n, Type::INT4),
+                    (&after.map(|a| a.to_string()), Type::TEXT),
+                ],
+            )
+            .map_err(|e| format!("counting the share: {}", describe(&e)))?
+            .get(0);
+        guard(&self.left).insert(slot, (token, left));
         let taken = guard(&self.taken).remove(&(slot, token));
         let mut s = lock(self.state);
         let v = &mut s.slots[slot as usize];
@@ -411,8 +440,16 @@ impl elastic::Member for Worker<'_> {
         }
         // The GC pause, at the worst moment: after the check, before the write.
         let paused = self.pause_if_asked(map, slot, token, ids);
-        match write(c, &self.role, slot, token, ids) {
-            Ok(()) => {
+        let weight = guard(&self.left)
+            .get(&slot)
+            .filter(|(t, _)| *t == token)
+            .map(|(_, left)| (left - ids.len() as i64).max(0));
+        match write(c, &self.role, slot, token, ids, weight) {
+            Ok(wanted) => {
+                if let Some(w) = weight {
+                    guard(&self.left).insert(slot, (token, w));
+                }
+                *guard(&self.wanted) = wanted.unwrap_or_default();
                 self.written(slot, token, ids, paused);
                 Ok(Written::Done)
             }
@@ -422,6 +459,37 @@ impl elastic::Member for Worker<'_> {
             }
             Err(e) => Err(format!("slot {slot}: {}", describe(&e))),
         }
+    }
+
+    fn take_wanted(&self) -> Vec<i32> {
+        std::mem::take(&mut *guard(&self.wanted))
+    }
+
+    /// A slot wanted by a holder with less work, given back after the batch.
+    fn release(&self, c: &mut Client, slot: i32, token: i64) -> Result<(), String> {
+        c.query_typed(
+            "SELECT release_lease($1, $2, $3)",
+            &[
+                (&NAME, Type::TEXT),
+                (&slot, Type::INT4),
+                (&token, Type::INT8),
+            ],
+        )
+        .map_err(|e| format!("release_lease: {}", describe(&e)))?;
+        let left = guard(&self.left).remove(&slot).map(|(_, l)| l).unwrap_or(0);
+        let mut s = lock(self.state);
+        let v = &mut s.slots[slot as usize];
+        if v.token == Some(token) {
+            v.holder = None;
+        }
+        s.handovers += 1;
+        let line = format!(
+            "HANDOVER {} gave slot {slot} back after its batch ({} rows left): wanted by a holder with less work",
+            self.role,
+            thousands(left as u64)
+        );
+        s.events.push(stamp(self.start, &line));
+        Ok(())
     }
 
     fn failed(&self, msg: String) {
@@ -550,23 +618,29 @@ impl Worker<'_> {
 
 /// The batch's writes, in one transaction behind `fence`: when it passes,
 /// the slot cannot change hands before `COMMIT`; when the lease was given
-/// back or taken over it raises `PC001` and nothing is written.
+/// back or taken over it raises `PC001` and nothing is written. Beside the
+/// fence, the slot's weight (`report_backlog`); the slots of the worker
+/// another holder wants are returned.
 fn write(
     c: &mut Client,
     role: &str,
     slot: i32,
     token: i64,
     ids: &[i64],
-) -> Result<(), postgres::Error> {
+    weight: Option<i64>,
+) -> Result<Option<Vec<i32>>, postgres::Error> {
     let mut tx = c.transaction()?;
-    tx.query_typed(
-        "SELECT fence($1, $2, $3)",
-        &[
-            (&NAME, Type::TEXT),
-            (&slot, Type::INT4),
-            (&token, Type::INT8),
-        ],
-    )?;
+    let wanted: Option<Vec<i32>> = tx
+        .query_typed_one(
+            "SELECT fence($1, $2, $3)::text, report_backlog($1, $2, $3, $4)",
+            &[
+                (&NAME, Type::TEXT),
+                (&slot, Type::INT4),
+                (&token, Type::INT8),
+                (&weight, Type::INT8),
+            ],
+        )?
+        .get(1);
     tx.query_typed(
         "INSERT INTO processing_log (item_id, slot, worker_pid, processed_at, worker, token)
          SELECT id, $2, pg_backend_pid(), clock_timestamp(), $3, $4 FROM unnest($1::bigint[]) AS id",
@@ -581,5 +655,6 @@ fn write(
         "UPDATE work_items SET done = true WHERE id = ANY($1)",
         &[(&ids, Type::INT8_ARRAY)],
     )?;
-    tx.commit()
+    tx.commit()?;
+    Ok(wanted)
 }

@@ -21,7 +21,8 @@
 //! Lease mode (`--leases`, run by `scripts/demo --pooler` through PgBouncer
 //! in transaction mode, `--worker-dsn DSN`): an elastic fleet of fewer
 //! workers than slots, each calling `claim_leases` every third of the TTL
-//! for its fair share and writing each batch behind `fence`; one worker
+//! for its share by remaining work and writing each batch behind `fence`,
+//! with the slot's rows left (`report_backlog`); one worker
 //! joins and one leaves (`claim_leases(..., max => 0)`) mid-run, one pauses
 //! past its TTL instead of being killed, the others take its slots, and its
 //! late write must be rejected (`PC001`). Options `--slots N --workers W

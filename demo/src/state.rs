@@ -59,6 +59,9 @@ pub struct Shared {
     /// gave back before the write; dropped unwritten (the slot's next
     /// holder does them).
     pub dropped_batches: u64,
+    /// Lease mode: slots given back after a batch because a holder with
+    /// less work wanted them (`report_backlog`).
+    pub handovers: u64,
     /// Lease mode: the mid-run leave, as printed, once the leaving worker's
     /// `claim_leases(..., max => 0)` returned.
     pub left: Option<String>,

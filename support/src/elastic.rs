@@ -16,7 +16,10 @@
 //!   token: a slot held with a new token starts where [`Member::start`]
 //!   says), the work outside any transaction, then the batch's fenced
 //!   write. A write `fence` refused (`PC001`) drops the slot from the map
-//!   until the next `claim_leases` result.
+//!   until the next `claim_leases` result. After each write, the slots the
+//!   member says another holder wants ([`Member::take_wanted`], from the
+//!   batch's `report_backlog`) are given back ([`Member::release`]) and
+//!   leave the map: a hand-over at the next batch, not at the next renew.
 //!
 //! The statements, the counting and the reporting are the program's: the
 //! [`Member`] trait.
@@ -98,6 +101,11 @@ impl Map {
         m.0 = leases.iter().map(|l| (l.slot, l.token)).collect();
         m.1 = sent.or(m.1);
         then(&before);
+    }
+
+    /// The token `slot` is held with, if it is.
+    fn token_of(&self, slot: i32) -> Option<i64> {
+        self.lock().0.get(&slot).copied()
     }
 
     /// Drops `slot` if it is still held with `token`.
@@ -203,6 +211,20 @@ pub trait Member: Sync {
         token: i64,
         ids: &[i64],
     ) -> Result<Written, String>;
+
+    /// The slots of this member that another holder wants, as the last
+    /// write's `report_backlog` answered (taken: the next call returns the
+    /// next write's). None by default: a member that reports no weight.
+    fn take_wanted(&self) -> Vec<i32> {
+        Vec::new()
+    }
+
+    /// Gives `slot` back after its batch (`release_lease`); it leaves the
+    /// map either way.
+    fn release(&self, _c: &mut Client, _slot: i32, _token: i64) -> Result<(), String> {
+        Ok(())
+    }
+
     /// A loop ended on an error.
     fn failed(&self, msg: String);
 }
@@ -368,6 +390,13 @@ fn work_loop<M: Member>(m: &M, map: &Map, c: &mut Client) -> Result<(), String> 
             }
             Written::Refused => map.drop_lease(slot, token),
             Written::Skipped => {}
+        }
+        for wanted in m.take_wanted() {
+            if let Some(t) = map.token_of(wanted) {
+                map.drop_lease(wanted, t);
+                cursors.remove(&wanted);
+                m.release(c, wanted, t)?;
+            }
         }
     }
     Ok(())
