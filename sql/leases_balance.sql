@@ -147,6 +147,8 @@ DECLARE
     r record;
 BEGIN
     PERFORM @extschema@.pg_claim_lease_now_check(now_);
+    -- claim_leases checked them; a direct call is refused as it would be
+    PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
     damp := now_ - least(ttl / 3, interval '5 seconds');
     fresh := now_ - interval '1 minute';
     SELECT pg_catalog.array_agg(m.holder) INTO members_ FROM @extschema@.pg_claim_lease_members m
