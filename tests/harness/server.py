@@ -10,6 +10,7 @@ import threading
 import psycopg
 
 from .core import Failure, poll
+from .db import connect
 
 
 def as_postgres(*cmd, check_rc=True):
@@ -159,7 +160,6 @@ class ServerConnections:
         self._thread.start()
 
     def _run(self):
-        from .db import connect
         m = None
         while not self._stop.is_set():
             try:

@@ -253,14 +253,19 @@ def test_every_mapping_on_every_key_type():
         print("      (no ICU in this server: the nondeterministic collation cases are not run)")
     run = TYPES + (ICU_TYPES if icu else [])
 
+    def edition_of(c, edition, name, typ, expr):
+        """One key type's table loaded on c: (routed checks, shares, values)."""
+        load(c, name, typ, expr)
+        return routed(c, name, edition), shares(c, name), values(c, name)
+
     def lane(types):
         """Each key type of a lane on both editions, on the lane's own
         connections: {name: ((routed checks, shares, values) of each edition)}."""
         out = {}
         with connect(EXT_PORT, False) as e, connect(PORT, True) as p:
             for name, typ, expr in types:
-                out[name] = tuple((load(c, name, typ, expr), routed(c, name, edition), shares(c, name),
-                                   values(c, name))[1:] for c, edition in ((e, "extension"), (p, "portable")))
+                out[name] = tuple(edition_of(c, edition, name, typ, expr)
+                                  for c, edition in ((e, "extension"), (p, "portable")))
         return out
 
     # two lanes of key types at once: the portable server's mappings are
@@ -298,6 +303,5 @@ def test_every_mapping_on_every_key_type():
                   + (f" (portable: {vp[fn][1] or 'values'})" if not same else "") + first
                   + (" (by OID: each its own)" if name in BY_OID and fn in ("pg_hash_slot", "range_slot")
                      and ve[fn][1] is None else ""))
-    pool.shutdown()
     log(f"mappings: {len(run)} key types, {ROWS} rows each, {len(check.failed)} failed, {time.monotonic() - t0:.1f} s")
     check.verify()
