@@ -166,6 +166,12 @@ def sent(d):
     return d.execute("SELECT count(DISTINCT outbox_id) FROM deliveries").fetchone()[0]
 
 
+def lease_spread(d):
+    """(slots leased, distinct holders) of the examples' fleet."""
+    return tuple(d.execute("SELECT count(*), count(DISTINCT holder) FROM slot_status('mailer', 8)"
+                           " WHERE state = 'lease'").fetchone())
+
+
 def stop_all(workers):
     harness.stop_all(workers, kill=True)
 
@@ -376,7 +382,8 @@ def leases_through_pooler(classes, workdir):
     """Each worker in lease mode (MAILER_MODE=lease) through a
     transaction-mode PgBouncer: 3 of them hold slots, then drain the
     messages inserted, one is
-    SIGKILLed on the way and its slots move on after the TTL, the bounce is
+    SIGKILLed on the way and its slots move on to the two others after the
+    TTL, the bounce is
     set aside, every other message is sent once; SIGTERM stops the others,
     which give their leases back."""
     bouncer = PgBouncer("127.0.0.1", int(os.environ["PGPORT"]))
@@ -399,6 +406,10 @@ def leases_through_pooler(classes, workdir):
                      f"all {LEASE_ITEMS - 1} good messages sent after a SIGKILL")
                 poll(lambda: failure_state(d, "mailer", LEASE_ITEMS // 3) == "dead", 30,
                      "the bouncing message to be set aside")
+                # the drain can end within the TTL of the kill: the killed
+                # worker's leases live on until then, and move on after it
+                poll(lambda: lease_spread(d) == (8, 2), 30,
+                     "the SIGKILLed worker's slots leased by the two others after the TTL")
                 for w in workers[1:]:
                     w.proc.send_signal(signal.SIGTERM)
                 for w in workers[1:]:
