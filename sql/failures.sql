@@ -222,7 +222,13 @@ RETURNS TABLE (item text, state text, attempts integer, last_error text,
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM @extschema@.failure_items_check('item_failures'::text, name, items);
+    -- failure_items_check only when one of its checks can fail (a worker
+    -- calls this once per batch: the nested call cost a fifth of it)
+    IF name IS NULL OR items IS NULL OR pg_catalog.octet_length(name) > 1024
+       OR pg_catalog.array_position(items, NULL) IS NOT NULL
+       OR pg_catalog.octet_length(pg_catalog.array_to_string(items, '')) > 1024 THEN
+        PERFORM @extschema@.failure_items_check('item_failures'::text, name, items);
+    END IF;
     RETURN QUERY
     SELECT f.item,
            @extschema@.pg_claim_failure_state(f.retry_at),

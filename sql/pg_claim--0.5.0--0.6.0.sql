@@ -2150,4 +2150,34 @@ END $grants$;
 
 DROP FUNCTION @extschema@.pg_claim_grant_to_public(pg_catalog.regprocedure[]);
 
+-- ==== failures ====
+-- (the body is that of sql/failures.sql)
+-- item_failures(name, VARIADIC items), which a worker's fetch calls once
+-- per batch, runs failure_items_check only when one of its checks can fail.
+CREATE OR REPLACE FUNCTION @extschema@.item_failures(name text, VARIADIC items text[])
+RETURNS TABLE (item text, state text, attempts integer, last_error text,
+               first_failed_at timestamptz, last_failed_at timestamptz, retry_at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    -- failure_items_check only when one of its checks can fail (a worker
+    -- calls this once per batch: the nested call cost a fifth of it)
+    IF name IS NULL OR items IS NULL OR pg_catalog.octet_length(name) > 1024
+       OR pg_catalog.array_position(items, NULL) IS NOT NULL
+       OR pg_catalog.octet_length(pg_catalog.array_to_string(items, '')) > 1024 THEN
+        PERFORM @extschema@.failure_items_check('item_failures'::text, name, items);
+    END IF;
+    RETURN QUERY
+    SELECT f.item,
+           @extschema@.pg_claim_failure_state(f.retry_at),
+           f.attempts, f.last_error, f.first_failed_at, f.last_failed_at, f.retry_at
+    FROM (SELECT DISTINCT k.i FROM pg_catalog.unnest(items) k(i)) k
+    -- one look-up of the primary key per item, whatever the table's
+    -- statistics say (LIMIT keeps the planner from joining the whole table)
+    CROSS JOIN LATERAL (
+        SELECT f0.* FROM @extschema@.pg_claim_failures f0
+        WHERE f0.name = item_failures.name AND f0.item = k.i LIMIT 1) f
+    ORDER BY f.item;
+END $$;
+
 -- ==== end ====

@@ -8,8 +8,9 @@
 // COUNT_EVERY_MS, each twice as large, up to MAX_WINDOW batches), then one
 // every REFRESH_MS for the rows inserted since; between counts the rows
 // counted less the rows the walk fetched since; 0 once a pass reaches the
-// share's end. A weight is sent again only when it moved by SEND_CHANGE,
-// reached or left 0, or the last one sent is SEND_EVERY_MS old; a batch with
+// share's end. A weight is sent again only when it reached or left 0, moved
+// by SEND_CHANGE once the last one sent is SEND_MIN_MS old, or the last one
+// sent is SEND_EVERY_MS old; a batch with
 // no weight to send carries no report unless the worker's last one is
 // REPORT_EVERY_MS old (the report also tells the slots wanted elsewhere). A worker
 // serves its held slots in proportion to their weights (stride scheduling,
@@ -21,6 +22,7 @@ const MAX_WINDOW = 1000; // batches
 const COUNT_EVERY_MS = 1000;
 const REFRESH_MS = 5000;
 const SEND_CHANGE = 0.1;
+const SEND_MIN_MS = 1000;
 const SEND_EVERY_MS = 5000;
 const SHARE_CAP = 100;
 const REPORT_EVERY_MS = 200;
@@ -105,7 +107,9 @@ class Backlog {
     const w = this._weights.get(slot);
     const last = this._sent.get(slot);
     if (last && now - last.at < SEND_EVERY_MS && (w === 0) === (last.weight === 0)
-      && Math.abs(w - last.weight) < SEND_CHANGE * Math.max(last.weight, 1)) return null;
+      && (Math.abs(w - last.weight) < SEND_CHANGE * Math.max(last.weight, 1) || now - last.at < SEND_MIN_MS)) {
+      return null;
+    }
     this._sent.set(slot, { weight: w, at: now });
     return w;
   }

@@ -193,6 +193,8 @@ BACKLOG_TRACE = [
 ] + [["pick", [1, 2]]] * 22 + [
     # a report when a weight is to be sent, else at most every 0.2 s
     ["report", 1, 9.0], ["report", 2, 9.05], ["report", 1, 9.1], ["report", 1, 9.3],
+    # a weight that moved by a tenth is sent once the last one sent is 1 s old
+    ["done", 1, 100, None, False, 9.4], ["report", 1, 9.6], ["report", 1, 10.0],
 ]
 
 
@@ -236,6 +238,8 @@ process.stdout.write(JSON.stringify(out));"""
     assert want[:18] == [[None, 400], 390, 390, None, 380, None, ["k400", 800], 670, 670, None, 660, None,
                          ["k700", 400], 655, 655, 0, 0, [None, 400]]
     # 390 and 39 rows left: ten batches of the heavy slot per batch of the light one
-    picks = want[-26:-4]
+    picks = want[-29:-7]
     assert picks.count(1) == 20 and picks.count(2) == 2, picks
-    assert want[-4:] == [[True, 390], [True, 39], [False, None], [True, None]]
+    assert want[-7:-3] == [[True, 390], [True, 39], [False, None], [True, None]]
+    # 290 left 0.6 s after 390 was sent: asked without it, then sent at 1 s
+    assert want[-3:] == [290, [True, None], [True, 290]]

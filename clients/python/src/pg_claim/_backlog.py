@@ -23,11 +23,14 @@ end, while the planner hands the light ones to holders with less left.
 Equal weights, or none known, are plain round robin.
 
 The weight a batch's report sends is None (the last one stands) unless it
-moved by SEND_CHANGE of the last one sent, reached or left 0, or the last
-one sent is SEND_EVERY_S old; a batch with no weight to send carries no
-report at all unless the worker's last one is REPORT_EVERY_S old (the
-report also tells the slots wanted elsewhere): with short batches a report
-in every batch would cost a fifth of the fleet's rate."""
+reached or left 0, moved by SEND_CHANGE of the last one sent once that one
+is SEND_MIN_S old, or the last one sent is SEND_EVERY_S old; a batch with
+no weight to send carries no report at all unless the worker's last one is
+REPORT_EVERY_S old (the report also tells the slots wanted elsewhere). A
+report costs the server about three times a fence (it writes the lease
+row): sent at every batch whose weight moved by a tenth, which near a
+share's end is every batch, it took a sixth of the server's time per
+batch with short batches."""
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
@@ -37,6 +40,7 @@ MAX_WINDOW = 1000  # batches
 COUNT_EVERY_S = 1.0
 REFRESH_S = 5.0
 SEND_CHANGE = 0.1
+SEND_MIN_S = 1.0
 SEND_EVERY_S = 5.0
 REPORT_EVERY_S = 0.2
 SHARE_CAP = 100
@@ -132,7 +136,7 @@ class Backlog:
             return None
         last = self._sent.get(slot)
         if last is not None and now - last[1] < SEND_EVERY_S and (w == 0) == (last[0] == 0) \
-                and abs(w - last[0]) < SEND_CHANGE * max(last[0], 1):
+                and (abs(w - last[0]) < SEND_CHANGE * max(last[0], 1) or now - last[1] < SEND_MIN_S):
             return None
         self._sent[slot] = (w, now)
         return w
