@@ -10,6 +10,10 @@ const { SESSION_STATES } = require("./resize");
 
 /** the most retries a walk keeps a time for (beyond, the walk reaches them) */
 const MAX_RETRIES_KEPT = 10000;
+// session mode: the least time between two claim_slots calls of a worker
+// that holds slots (between rounds of batches and while idle). The Python
+// library has the same constant.
+const SESSION_CLAIM_MS = 1000;
 
 const methods = {
   /**
@@ -98,7 +102,10 @@ const methods = {
 
   async _serveSession(client, server) {
     const listening = new Set();
+    let claimedAt = 0;
     const claim = async () => {
+      if (this.held.size > 0 && Date.now() - claimedAt < SESSION_CLAIM_MS) return;
+      claimedAt = Date.now();
       const r = (await client.query("SELECT claim_slots($1, $2, $3) AS s, pg_backend_pid() AS pid",
         [this.name, this.n, this.maxSlots]).catch((e) => {
         throw SESSION_STATES.includes(e.code) ? this._sessionResized(e) : e;

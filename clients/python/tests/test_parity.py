@@ -243,3 +243,27 @@ process.stdout.write(JSON.stringify(out));"""
     assert want[-7:-3] == [[True, 390], [True, 39], [False, None], [True, None]]
     # 290 left 0.6 s after 390 was sent: asked without it, then sent at 1 s
     assert want[-3:] == [290, [True, None], [True, 290]]
+
+
+# the timing and size constants both libraries keep, by name (a duration is
+# NAME_S in Python and NAME_MS in Node.js)
+SHARED_CONSTANTS = {"FIRST_WINDOW", "MAX_WINDOW", "COUNT_EVERY", "REFRESH", "SEND_CHANGE", "SEND_MIN", "SEND_EVERY",
+                    "REPORT_EVERY", "SHARE_CAP", "HUNGRY", "HUNGRY_CALLS", "SESSION_CLAIM", "TRANSIENT_LIMIT",
+                    "MAX_LEASE_SLOTS"}
+
+
+def constants(texts, pattern, scale):
+    """{name: value} of the module-level numeric constants, durations in seconds."""
+    out = {}
+    for text in texts:
+        for name, unit, value in re.findall(pattern, text, re.M):
+            out[name] = float(value) / scale if unit else float(value)
+    return out
+
+
+def test_both_keep_the_same_constants():
+    py = constants(sources(PY_SRC, ".py").values(), r"^([A-Z][A-Z_]*?)(_S)? = ([0-9.]+)\b", 1)
+    js = constants(sources(os.path.join(NODE, "lib"), ".js").values(), r"^const ([A-Z][A-Z_]*?)(_MS)? = ([0-9.]+);",
+                   1000)
+    assert SHARED_CONSTANTS <= set(py) & set(js), SHARED_CONSTANTS - (set(py) & set(js))
+    assert {k: py[k] for k in SHARED_CONSTANTS} == {k: js[k] for k in SHARED_CONSTANTS}

@@ -25,6 +25,10 @@ log = logging.getLogger("pg_claim")
 # batch), and how many such calls in a row before the period applies again.
 HUNGRY_S = 0.2
 HUNGRY_CALLS = 5
+# session mode: the least time between two claim_slots calls of a worker
+# that holds slots (between batches and while idle; a notification is read
+# at once, by a call then). The Node.js library has the same constant.
+SESSION_CLAIM_S = 1.0
 
 
 class Claimer:
@@ -257,13 +261,19 @@ class Claimer:
         self._held = Held()
         state: Dict[str, Any] = {"pid": None, "channels": {}}
 
-        def claim(conn: psycopg.Connection) -> None:
+        def claim(conn: psycopg.Connection, now: bool = False) -> None:
+            """claim_slots: take unserved slots, give one back to a waiting
+            worker, read the notifications. A worker that holds slots calls
+            it at most every SESSION_CLAIM_S unless `now`."""
             if state.get("conn") is not conn:  # a new session: check it, LISTEN from scratch
                 state["pid"] = self.session_check(conn)
                 state["conn"] = conn
                 state["channels"] = {}
                 conn.add_notify_handler(lambda _n: self._notify())
                 self._held.replace([], time.monotonic())
+            elif not now and self._held.snapshot() and time.monotonic() - state["at"] < SESSION_CLAIM_S:
+                return
+            state["at"] = time.monotonic()
             held_before = self._held.snapshot()
             args: Tuple[Any, ...] = (self.name, self.n, self.max_slots)
             q = "SELECT claim_slots(%s, %s, %s), pg_backend_pid()"
@@ -296,13 +306,14 @@ class Claimer:
             raise self._fatal
 
     def _session_slice(self, conn: Optional[psycopg.Connection],
-                       claim: Optional[Callable[[psycopg.Connection], None]], left: float) -> bool:
+                       claim: Optional[Callable[..., None]], left: float) -> bool:
         """Part of an idle wait in session mode: up to 0.5 s (or `left`) for the
         connection to have something to read (a notification), then a claim
         (it reads the notifications, takes free slots and gives one back to
-        a waiting worker). True when the slots changed."""
+        a waiting worker; at once when a notification came, else at most
+        every SESSION_CLAIM_S). True when the slots changed."""
         assert conn is not None and claim is not None
-        select.select([conn.fileno()], [], [], min(0.5, left))
+        readable = select.select([conn.fileno()], [], [], min(0.5, left))[0]
         before = self._held.snapshot()
-        claim(conn)
+        claim(conn, bool(readable))
         return self._held.snapshot() != before

@@ -105,7 +105,7 @@ class Walker:
         return bool(held) and all(quiet.get(st, False) for st in held.items())
 
     def _work_loop(self, session: bool, conn: Optional[psycopg.Connection] = None,
-                   claim: Optional[Callable[[psycopg.Connection], None]] = None) -> None:
+                   claim: Optional[Callable[..., None]] = None) -> None:
         quiet: Dict[Tuple[int, int], bool] = {}
         busy: Dict[int, bool] = {}
         due: Due = {}
