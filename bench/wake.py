@@ -1,7 +1,7 @@
 """Wake-up latency and idle cost: two fleets of W pg_claim.Worker (lease
 mode through PgBouncer in transaction mode, PGC_POOLER_PORT, one slot each
-of n = W) side by side, each serving the example outbox table in a database
-of its own. In bench_wake_notify the table has notify_slot's trigger, and
+of n = W) side by side, each serving the example outbox table
+(examples/schema.sql) in a database of its own. In bench_wake_notify the table has notify_slot's trigger, and
 its workers LISTEN on their slots' channels on a direct connection
 (notify_conninfo): they wake on each insert, with a fallback poll every
 FALLBACK_S. In bench_wake_poll the table has no trigger and the workers no
@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
                                 "src"))
 import pg_claim  # noqa: E402
 
-W = 8  # workers per fleet, = n of the tables' slot_of index
+W = 8  # workers per fleet, = n of examples/schema.sql
 ITEMS = int(os.environ.get("BENCH_WAKE_ITEMS", "300"))
 GAP_MS = float(os.environ.get("BENCH_WAKE_GAP_MS", "60"))
 IDLE_S = float(os.environ.get("BENCH_WAKE_IDLE_S", "60"))
@@ -41,21 +41,9 @@ BATCH = 50
 # fleet -> (its database, the poll interval of its workers)
 FLEETS = {"notify": ("bench_wake_notify", FALLBACK_S), "poll": ("bench_wake_poll", POLL_S)}
 
-SCHEMA = f"""
-CREATE EXTENSION pg_claim;
-CREATE TABLE outbox (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    customer_id bigint NOT NULL,
-    recipient text NOT NULL,
-    body text NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now(),
-    sent_at timestamptz);
-CREATE INDEX ON outbox ((slot_of(id, {W})), id) WHERE sent_at IS NULL;
-"""
-TRIGGER = f"""CREATE TRIGGER wake AFTER INSERT ON outbox
-FOR EACH ROW EXECUTE FUNCTION notify_slot('mailer', '{W}', 'id')"""
-
-
+# examples/schema.sql: the outbox (n = 8) with notify_slot's trigger,
+# dropped in the polling fleet's database
+SCHEMA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "schema.sql")
 POOLER = int(os.environ["PGC_POOLER_PORT"])
 
 
@@ -79,7 +67,9 @@ def create():
             c.execute(f"CREATE DATABASE {db}")
     for mode, (db, _) in FLEETS.items():
         with connect(db) as c:
-            c.execute(SCHEMA + (TRIGGER if mode == "notify" else ""))
+            c.execute(open(SCHEMA, encoding="utf-8").read())
+            if mode == "poll":
+                c.execute("DROP TRIGGER outbox_wake ON outbox")
 
 
 def mark_sent(tx, rows):
@@ -164,7 +154,8 @@ def run():
         p.close()
     print(f"ratio polling / notify: p50 {lat['poll'][0] / lat['notify'][0]:.0f}x, "
           f"p99 {lat['poll'][1] / lat['notify'][1]:.0f}x, "
-          f"idle queries {idle['poll'] / max(idle['notify'], 1e-9):.0f}x")
+          + (f"idle queries {idle['poll'] / idle['notify']:.0f}x" if idle["notify"]
+             else "idle queries: the notified fleet sent none"))
 
 
 if __name__ == "__main__":
