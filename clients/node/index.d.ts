@@ -108,6 +108,10 @@ export interface WorkerOptions<Row = Record<string, any>> {
   fair?: string;
   /** k: the slot is slot_of_spread(route, key, n, k), a tenant (the route column, required) on at most k slots */
   spread?: number;
+  /** Citus: the column the table is distributed by (with shardKeys): each batch reads its slot's rows with the slot's value of it, one task on one shard */
+  shardColumn?: string;
+  /** Citus: each slot's value of shardColumn (every row of a slot has it): an object or Map from slot to value, or an array indexed by slot */
+  shardKeys?: Record<number, string | number> | Map<number, string | number> | Array<string | number>;
   /** at most this many slots per worker (default n) */
   maxSlots?: number;
   /** lease mode: this worker's holder (default host:pid:random) */

@@ -9,7 +9,9 @@ one whole shard); the processing log distributed by skey too, colocated
 with `orders`; the fleet defined with define_fleet (route => 'cust').
 
 WORKERS lease-mode workers (tests/citus/lease_worker.py) connect through
-PgBouncer in transaction mode on the coordinator. While they run:
+PgBouncer in transaction mode on the coordinator; SHARDED of them are given
+shard_column and shard_keys (slot_keys), the other reads through my_items.
+While they run:
 1. with every slot held and the workers stopped (SIGSTOP, a moment shorter
    than the ttl), slot_backlog, fleet_slots and fleets are checked against
    each shard's own count of its pending rows on its node
@@ -28,11 +30,14 @@ key; each customer's items in `seq` order (the log's global order, the
 coordinator's sequence log_ord); after each move, each slot's UPDATE is one
 task on the node that now holds its shard; and, from Citus's counts
 (citus_stat_counters) less the checks' own, exactly one multi-shard query
-per fetch of the library and per count window of its balance (my_items
-filters by the mapping function: every shard), so no batch's write touched two shards, and at least two
-single-shard ones per batch (its UPDATE and its log rows; the rebalance's
-own background work may add some).
+per my_items fetch and count window of the worker without shard keys
+(my_items filters by the mapping function: every shard), and none for the
+others: no batch's write, and no read of a worker with shard keys, touched
+two shards; at least one single-shard query per read with shard keys, and
+two per batch (its UPDATE and its log rows; the rebalance's own background
+work may add some).
 """
+import json
 import os
 import re
 import signal
@@ -48,6 +53,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DB = "pg_claim_citus_lease"
 NAME = "citus_orders"
 N, CUSTS, ITEMS, BATCH, ITEM_US, TTL_S, WORKERS = 4, 40, 8000, 25, 6000, 3, 3
+SHARDED = 2  # workers given shard_column and shard_keys; the others read through my_items
 MARK = "UPDATE orders SET done = true WHERE skey = %s AND id = ANY(%s::bigint[])"
 
 
@@ -112,19 +118,22 @@ def counters(c):
 
 
 class Fleet:
-    def __init__(self, pooler_port, workdir):
+    def __init__(self, pooler_port, workdir, keys):
         self.procs, self.labels = [], []
         for i in range(WORKERS):
             label = f"w{i + 1}"
             env = dict(os.environ, LEASE_DSN=f"host=127.0.0.1 port={pooler_port} dbname={DB} user=postgres",
                        LEASE_LABEL=label, LEASE_N=str(N), LEASE_TTL_S=str(TTL_S), LEASE_BATCH=str(BATCH),
                        LEASE_ITEM_US=str(ITEM_US))
+            if i < SHARDED:  # the library's shard_keys: router fetches
+                env["LEASE_SHARD_KEYS"] = json.dumps(keys)
             self.labels.append(label)
             self.procs.append(WorkerProcess([sys.executable, os.path.join(HERE, "lease_worker.py")], env,
                                             os.path.join(workdir, f"{label}.err")))
 
-    def count(self, kind):
-        return sum(p.count(kind) for p in self.procs)
+    def count(self, kind, sharded=None):
+        return sum(1 for p in self.procs for e in p.events
+                   if e["event"] == kind and (sharded is None or e.get("sharded") == sharded))
 
     def signal(self, sig):
         for p in self.procs:
@@ -228,7 +237,7 @@ def run(coord, nodes, workdir):
         keys = dict(c.execute("SELECT slot, key FROM slot_keys").fetchall())
         pooler = servers.pooler(coord, 4)
         c.execute("SELECT citus_stat_counters_reset(0)")
-        fleet = Fleet(pooler, workdir)
+        fleet = Fleet(pooler, workdir, keys)
         driver = Driver(coord, fleet, pooler)
         try:
             poll(lambda: fleet.count("handled") >= 2 * N, 30, "the fleet to handle batches")
@@ -268,7 +277,9 @@ def run(coord, nodes, workdir):
             for p in fleet.procs:
                 p.proc.wait(timeout=20)
             single, multi = counters(c)
-            fetches, counts, batches = fleet.count("fetch"), fleet.count("count"), fleet.count("handled")
+            batches = fleet.count("handled")
+            fetches, counts = fleet.count("fetch", False), fleet.count("count", False)
+            routed_reads = fleet.count("fetch", True) + fleet.count("count", True)
         finally:
             fleet.kill()
         fleet_single, fleet_multi = single - driver.own[0], multi - driver.own[1]
@@ -283,17 +294,21 @@ def run(coord, nodes, workdir):
         check(total == ITEMS and distinct == ITEMS, f"the log has {total} rows for {distinct} of {ITEMS} items")
         check(wrong == 0, f"{wrong} items logged under another slot or shard key")
         check(out_of_order == 0, f"{out_of_order} items processed before an earlier item of their customer")
-        # every multi-shard query a fetch or a count window: no batch's write went to two shards
-        check(fleet_multi == fetches + counts and fleet_single >= 2 * batches,
+        # every multi-shard query a my_items fetch or count window of a worker
+        # without shard keys: no batch's write, and no read of a worker with
+        # shard keys, went to two shards
+        check(routed_reads > 0 and fetches > 0, f"{routed_reads} reads with shard keys, {fetches} without")
+        check(fleet_multi == fetches + counts and fleet_single >= 2 * batches + routed_reads,
               f"the fleet ran {fleet_single} single-shard and {fleet_multi} multi-shard queries for {batches} batches,"
-              f" {fetches} fetches and {counts} count windows (expected at least {2 * batches} and exactly"
-              f" {fetches + counts})")
+              f" {fetches} fetches and {counts} count windows through my_items, {routed_reads} reads with shard keys"
+              f" (expected at least {2 * batches + routed_reads} and exactly {fetches + counts})")
         for port in [coord, *nodes]:
             with connect("postgres", port=port) as c:
                 c.execute(f"DROP DATABASE {DB} WITH (FORCE)")
     return (f"a lease fleet of {WORKERS} pg_claim.Worker through PgBouncer processed {ITEMS} items exactly once,"
             f" each customer's in order, through a shard move, a node added and a rebalance; {batches} batches"
-            f" written in single-shard queries ({fleet_single} single-shard queries in all), {fetches} my_items"
-            f" fetches and {counts} count windows of one multi-shard query each ({fleet_multi} multi-shard"
+            f" written in single-shard queries; {routed_reads} fetches and count windows of the {SHARDED} workers"
+            f" with shard_keys single-shard too ({fleet_single} single-shard queries in all), the other's {fetches}"
+            f" my_items fetches and {counts} count windows one multi-shard query each ({fleet_multi} multi-shard"
             f" queries in all); slot_backlog,"
             " fleet_slots and fleets matched each shard's count")

@@ -9,12 +9,17 @@ of that shard: the UPDATE of the batch's rows, and their rows of the
 processing log (distributed by skey too, colocated with `orders`), each
 with its place in the global order of processing (the coordinator's
 sequence log_ord). Events on stdout, one JSON line each (fleet_worker):
-"fetch" for each of the library's fetches, "count" for each count window
+"fetch" (with sharded: true or false) for each of the library's fetches, "count" for each count window
 of its balance (in a fetch's message), "handled" for each batch.
 
+With LEASE_SHARD_KEYS (a JSON object: slot -> shard key), the worker is
+given shard_column="skey" and those shard_keys: its fetches and count
+windows name the slot's shard key too, each one task on the slot's shard.
+
 Environment: LEASE_DSN, LEASE_LABEL, LEASE_N, LEASE_TTL_S, LEASE_BATCH,
-LEASE_ITEM_US.
+LEASE_ITEM_US, LEASE_SHARD_KEYS (optional).
 """
+import json
 import os
 import sys
 import time
@@ -59,17 +64,21 @@ class Worker(pg_claim.Worker):
     def _begin(self, conn, slot, token, fetch=None):
         rows = super()._begin(conn, slot, token, fetch)
         if fetch is not None:
-            emit("fetch", slot=slot, rows=len(rows))
+            sharded = self.shard_keys is not None
+            emit("fetch", slot=slot, rows=len(rows), sharded=sharded)
             if self._last_fetch[1] is not None:  # a count window of balance in the same message
-                emit("count", slot=slot, pending=self._last_fetch[1][0])
+                emit("count", slot=slot, pending=self._last_fetch[1][0], sharded=sharded)
         return rows
 
 
 def main():
+    keys = os.environ.get("LEASE_SHARD_KEYS")
+    shard = {} if keys is None else {"shard_column": "skey",
+                                     "shard_keys": {int(s): k for s, k in json.loads(keys).items()}}
     w = Worker(os.environ["LEASE_DSN"], name=NAME, table="orders", n=int(os.environ["LEASE_N"]),
                pending="done", key="id", route="cust", batch=int(os.environ["LEASE_BATCH"]), mode="lease",
                ttl=float(os.environ["LEASE_TTL_S"]), poll_interval=0.2, handler=handle,
-               on_event=lambda event, fields: emit(event, **fields))
+               on_event=lambda event, fields: emit(event, **fields), **shard)
     w.run()
 
 

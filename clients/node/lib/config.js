@@ -73,6 +73,9 @@ function configure(w, options) {
   if (w.tenants && w.method !== null) {
     throw new TypeError(`pg-claim: option method ${JSON.stringify(w.method)} does not go with fair or spread: their batches are read by my_items_fair, with slot_of (or slot_of_spread) of the route column`);
   }
+  // Citus (docs/scale-out.md): the distribution column and each slot's value of it
+  w.shardColumn = str("shardColumn");
+  w.shardKeys = shardKeys(w, o.shardKeys);
   w.maxSlots = int("maxSlots", w.n, 1);
   w._maxSlotsGiven = o.maxSlots === undefined || o.maxSlots === null ? null : w.maxSlots; // a resize keeps it (at most the new n)
   if (w.maxSlots > w.n) throw new TypeError(`pg-claim: option maxSlots must be between 1 and n = ${w.n}, got ${w.maxSlots}`);
@@ -110,6 +113,23 @@ function configure(w, options) {
   w.queryTimeoutMs = Math.round(o.queryTimeout === undefined || o.queryTimeout === null ? w.ttlMs : durationMs(o.queryTimeout, "queryTimeout"));
   w._connectMs = Math.max(100, Math.round(w.ttlMs / 2));
   w.onEvent = typeof o.onEvent === "function" ? o.onEvent : null;
+}
+
+/** The options shardColumn and shardKeys, checked: both or neither; a key for every slot of n. */
+function shardKeys(w, keys) {
+  if (w.shardColumn === null && (keys === undefined || keys === null)) return null;
+  if (w.shardColumn === null || keys === undefined || keys === null) {
+    throw new TypeError("pg-claim: options shardColumn and shardKeys go together: the column Citus distributes the table by, and each slot's value of it (docs/scale-out.md, \"The worker library on Citus\")");
+  }
+  if (typeof keys !== "object") throw new TypeError(`pg-claim: option shardKeys must map each slot to its shard key (an object, a Map or an array), got ${JSON.stringify(keys)}`);
+  if ((w.method !== null && w.method !== "auto") || w.tenants) {
+    throw new TypeError(`pg-claim: option shardColumn reads each slot's share as slot_of(route, n): it does not go with method ${JSON.stringify(w.method)}, fair or spread`);
+  }
+  const map = keys instanceof Map ? new Map([...keys].map(([k, v]) => [Number(k), v])) : new Map(Object.entries(keys).map(([k, v]) => [Number(k), v]));
+  for (let s = 0; s < w.n; s++) {
+    if (map.get(s) === undefined || map.get(s) === null) throw new TypeError(`pg-claim: option shardKeys has no key for slot ${s} of n = ${w.n}: give every slot its shard key`);
+  }
+  return map;
 }
 
 const methods = {
@@ -156,7 +176,7 @@ const methods = {
     }
     // a table hash-partitioned with modulus n: each slot's share is one partition (pg_hash)
     this.partitioned = false;
-    if (!this.tenants && (this.method === null || this.method === "pg_hash")) {
+    if (!this.tenants && this.shardKeys === null && (this.method === null || this.method === "pg_hash")) {
       try {
         await client.query("SELECT slot_partition($1::regclass, 0, $2)", [t, this.n]);
         this.partitioned = true;
@@ -189,8 +209,9 @@ const methods = {
       + ` WHERE octet_length(t.${q(this.key)}::text) <= 1024)) f ON f.item = t.${q(this.key)}::text ORDER BY t.${q(this.key)}`;
     const args = (slot, batch = this.batch) => `NULL::${rowType}, ${lit(slot)}, ${lit(this.n)}, ${fixed(batch)}`;
     const fair = (slot) => `my_items_fair(${args(slot)})`;
-    const keyOrder = (slot, after, batch) => `my_items(${args(slot, batch)}, after => ${lit(after)}::text)`;
-    this._fetchText = (slot, after) => `WITH t AS (SELECT * FROM ${this.tenants ? fair(slot) : keyOrder(slot, after)}) ${cols}${tail}`;
+    const keyOrder = this.shardKeys !== null ? await this._shardShare(client, t, q, lit)
+      : (slot, after, batch = this.batch) => `my_items(${args(slot, batch)}, after => ${lit(after)}::text)`;
+    this._fetchText = (slot, after) => `WITH t AS (SELECT * FROM ${this.tenants ? fair(slot) : keyOrder(slot, after)} s) ${cols}${tail}`;
     // balance: a window of the slot's pending rows, counted (one bounded index
     // walk), and the key of its last row; my_items_fair has no cursor: no count
     this._countText = this.tenants ? null : (slot, after, bound) => `SELECT count(*)::int8 AS pending,`
@@ -200,6 +221,33 @@ const methods = {
     if (this.pollMs === null) this.pollMs = this.mode === "session" || this.notifyConnection ? 30000 : 1000;
     this._ready = true;
     this._emit("started", { mode: this.mode, table: t, key: this.key, method: this.method || "auto", partitioned: this.partitioned });
+  },
+
+  /**
+   * Citus (docs/scale-out.md, "The worker library on Citus"): the slot's
+   * share read with the slot's shard key as well, so that Citus sends it to
+   * the one shard holding it. The rows of the slot by the mapping
+   * (slot_of(route, n), as my_items with method auto) that have the slot's
+   * shard key, after the cursor, in key order.
+   */
+  async _shardShare(client, table, q, lit) {
+    const types = new Map((await client.query(
+      `SELECT attname, format_type(atttypid, atttypmod) AS type FROM pg_attribute
+       WHERE attrelid = $1::regclass AND attname = ANY($2::text[]) AND attnum > 0 AND NOT attisdropped`,
+      [table, [this.key, this.shardColumn, this.pending]])).rows.map((r) => [r.attname, r.type]));
+    if (!types.has(this.shardColumn)) throw new Error(`pg-claim: ${table} has no column ${JSON.stringify(this.shardColumn)} (option shardColumn)`);
+    const pending = types.get(this.pending) === "boolean" ? `NOT ${q(this.pending)}` : `${q(this.pending)} IS NULL`;
+    const k = q(this.key);
+    return (slot, after, batch = this.batch) => `(SELECT * FROM ${table} WHERE ${q(this.shardColumn)} = ${lit(this._shardKey(slot))}`
+      + ` AND slot_of(${q(this.route || this.key)}, ${lit(this.n)}) = ${lit(slot)} AND ${pending}`
+      + (after === null || after === undefined ? "" : ` AND ${k} > ${lit(after)}::text::${types.get(this.key)}`)
+      + ` ORDER BY ${k} LIMIT ${lit(batch)})`;
+  },
+
+  _shardKey(slot) {
+    const key = this.shardKeys.get(slot);
+    if (key === undefined || key === null) throw new Error(`pg-claim: option shardKeys has no key for slot ${slot} of n = ${this.n}: give every slot its shard key`);
+    return key;
   },
 
   async _partition(client, slot) {

@@ -30,6 +30,8 @@ const OPTIONS = [
   ["method", "none"],
   ["fair", "none"],
   ["spread", "none"],
+  ["shardColumn", "none"],
+  ["shardKeys", "none"],
   ["maxSlots", "n"],
   ["holder", "host:pid:random"],
   ["notifyConninfo", "none"],

@@ -8,7 +8,7 @@ import os
 import secrets
 import socket
 import threading
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 import psycopg
 from psycopg import sql
@@ -35,6 +35,29 @@ def make_holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(8)}"
 
 
+def _shard_keys(column: Optional[str], keys: Any, n: int, method: Optional[str],
+                tenants: bool) -> Optional[Dict[int, Any]]:
+    """The options shard_column and shard_keys, checked: both or neither; a
+    key for every slot of n (slot -> the value of the shard column that
+    every row of the slot has)."""
+    if column is None and keys is None:
+        return None
+    if not isinstance(column, str) or not column or keys is None:
+        raise ValueError("shard_column and shard_keys go together: the column Citus distributes the table by,"
+                         " and each slot's value of it (docs/scale-out.md, \"The worker library on Citus\")")
+    if isinstance(keys, (list, tuple)):
+        keys = dict(enumerate(keys))
+    if not isinstance(keys, Mapping):
+        raise TypeError(f"shard_keys must map each slot to its shard key (a dict, or a list by slot), got {keys!r}")
+    if method not in (None, "auto") or tenants:
+        raise ValueError("shard_column reads each slot's share as slot_of(route, n): it does not go with"
+                         f" method {method!r}, fair or spread")
+    missing = [s for s in range(n) if keys.get(s) is None]
+    if missing:
+        raise ValueError(f"shard_keys has no key for slot {missing[0]} of n = {n}: give every slot its shard key")
+    return dict(keys)
+
+
 class Config:
     """The options of a Worker (see Worker) and what it reads once."""
 
@@ -45,6 +68,7 @@ class Config:
                  query_timeout: Optional[Interval] = None,
                  key: Optional[str] = None, route: Optional[str] = None, method: Optional[str] = None,
                  fair: Optional[str] = None, spread: Optional[int] = None,
+                 shard_column: Optional[str] = None, shard_keys: Optional[Any] = None,
                  max_slots: Optional[int] = None, holder: Optional[str] = None,
                  notify_conninfo: Optional[str] = None, poll_interval: Optional[float] = None,
                  max_attempts: int = 5, backoff: Interval = "10 seconds", session_pool: bool = False,
@@ -95,6 +119,7 @@ class Config:
         if method is not None and (fair is not None or spread is not None):
             raise ValueError(f"method {method!r} does not go with fair or spread: their batches are read by"
                              " my_items_fair, with slot_of (or slot_of_spread) of the route column")
+        shard_keys = _shard_keys(shard_column, shard_keys, n, method, fair is not None or spread is not None)
         if not isinstance(balance, bool):
             raise TypeError(f"balance must be True or False, got {balance!r}")
         if connection is not None and not isinstance(connection, dict):
@@ -103,6 +128,7 @@ class Config:
         self.pending, self.handler, self.batch, self.mode = pending, handler, batch, mode
         self.ttl, self.key, self.route, self.method = ttl, key, route, method
         self.fair, self.spread = fair, spread
+        self.shard_column, self.shard_keys = shard_column, shard_keys
         self.max_slots = max_slots or n
         self._max_slots_given = max_slots  # a resize keeps it (at most the new n)
         self.holder = holder or make_holder()
@@ -216,7 +242,7 @@ class Config:
             " LEFT JOIN pg_attribute a ON a.attrelid = pt.partrelid AND a.attnum = pt.partattrs[0]"
             " WHERE pt.partrelid = %s", (oid,)).fetchone()
         if part is not None and part[0] == "h" and part[1] == 1 and part[2] == mapped \
-                and self.method in (None, "pg_hash") and not self._tenants:
+                and self.method in (None, "pg_hash") and not self._tenants and self.shard_keys is None:
             try:
                 conn.execute("SELECT slot_partition(%s::regclass, 0, %s)", (oid, self.n))
                 self._partitioned, self._method = True, "pg_hash"
@@ -248,25 +274,53 @@ class Config:
                                sql.SQL("pending => %(pending)s")]
         args += [sql.SQL("batch => %(batch)s"), sql.SQL("pending => %(pending)s")]
         k = sql.Identifier(key)
+        if self.shard_keys is not None:
+            share = self._shard_share(conn, oid, key)
+            fetched, windowed = share("%(after)s", "%(batch)s"), share("%(count_after)s", "%(bound)s")
+        else:
+            fetched = sql.SQL(items).format(args=sql.SQL(", ").join(args))
+            windowed = sql.SQL(items).format(args=sql.SQL(", ").join(counted))
         # balance: a window of the slot's pending rows, counted (one bounded
         # index walk), and the key of its last row; my_items_fair has no
         # cursor: no count
         self._count = None if self._tenants else sql.SQL(
             "SELECT count(*) AS pending, (array_agg(c.{k}::text ORDER BY c.{k} DESC))[1] AS last"
-            " FROM {items} c").format(
-                items=sql.SQL(items).format(args=sql.SQL(", ").join(counted)), k=k).as_string(conn)
+            " FROM {items} c").format(items=windowed, k=k).as_string(conn)
         # the batch's rows with their own failure records (item_failures with
         # the batch's keys reads those records only, by the primary key; a
         # key over 1024 bytes has none, record_failure refuses it)
         self._fetch = sql.SQL(
-            "WITH t AS (SELECT * FROM {items})"
+            "WITH t AS (SELECT * FROM {items} s)"
             " SELECT t.*, t.{k}::text AS {kc}, f.state AS {sc},"
             " extract(epoch FROM f.retry_at - clock_timestamp())::float8 AS {rc}"
             " FROM t LEFT JOIN item_failures(%(name)s, VARIADIC ARRAY(SELECT t.{k}::text FROM t"
             " WHERE octet_length(t.{k}::text) <= 1024)) f"
             " ON f.item = t.{k}::text ORDER BY t.{k}").format(
-                items=sql.SQL(items).format(args=sql.SQL(", ").join(args)), k=k, kc=sql.Identifier(_KEY),
+                items=fetched, k=k, kc=sql.Identifier(_KEY),
                 sc=sql.Identifier(_STATE), rc=sql.Identifier(_RETRY)).as_string(conn)
+
+    def _shard_share(self, conn: psycopg.Connection, oid: int, key: str) -> Callable[[str, str], sql.Composable]:
+        """Citus (docs/scale-out.md, "The worker library on Citus"): the
+        slot's share read with the slot's shard key as well, so that Citus
+        sends it to the one shard holding it. The rows of the slot by the
+        mapping (slot_of(route, n), as my_items with method auto) that have
+        the slot's shard key, after the cursor, in key order."""
+        types = dict(conn.execute(
+            "SELECT attname, pg_catalog.format_type(atttypid, atttypmod) FROM pg_catalog.pg_attribute"
+            " WHERE attrelid = %s AND attname IN (%s, %s) AND attnum > 0 AND NOT attisdropped",
+            (oid, key, self.shard_column)).fetchall())
+        for column, option in ((self.shard_column, "shard_column"), (key, "key")):
+            if column not in types:
+                raise Error(f"{self._table_text} has no column {column!r} (option {option})")
+
+        def share(after: str, batch: str) -> sql.Composable:
+            return sql.SQL(
+                "(SELECT * FROM {t} WHERE {s} = %(shard)s AND slot_of({r}, %(n)s) = %(slot)s AND {p}"
+                " AND ({a}::text IS NULL OR {k} > {a}::text::{kt}) ORDER BY {k} LIMIT {b})").format(
+                t=sql.SQL(self._table_text), s=sql.Identifier(self.shard_column),
+                r=sql.Identifier(self.route or key), p=self._pending_sql, a=sql.SQL(after), k=sql.Identifier(key),
+                kt=sql.SQL(types[key]), b=sql.SQL(batch))
+        return share
 
     def _table_for(self, conn: psycopg.Connection, slot: int) -> sql.Composable:
         if not self._partitioned:
@@ -281,7 +335,13 @@ class Config:
         return {"slot": slot, "n": self.n, "key": self._key, "method": self._method,
                 "route": (self.route or self._key) if self._tenants else self.route, "fair": self.fair or self.route,
                 "spread": self.spread, "after": after, "batch": self.batch, "pending": self.pending,
-                "name": self.name}
+                "name": self.name, "shard": None if self.shard_keys is None else self._shard_key(slot)}
+
+    def _shard_key(self, slot: int) -> Any:
+        key = self.shard_keys.get(slot) if self.shard_keys is not None else None
+        if key is None:
+            raise Error(f"shard_keys has no key for slot {slot} of n = {self.n}: give every slot its shard key")
+        return key
 
     @property
     def _tenants(self) -> bool:

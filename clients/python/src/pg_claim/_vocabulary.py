@@ -30,6 +30,8 @@ OPTIONS: Tuple[Tuple[str, str], ...] = (
     ("method", "none"),
     ("fair", "none"),
     ("spread", "none"),
+    ("shard_column", "none"),
+    ("shard_keys", "none"),
     ("max_slots", "n"),
     ("holder", "host:pid:random"),
     ("notify_conninfo", "none"),

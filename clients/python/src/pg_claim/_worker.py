@@ -108,6 +108,12 @@ class Worker(Config, Claimer, Resizer, Walker, Failures, Waker):
         tenant (the route column, required) are on at most k slots, and so
         with at most k workers at once. The batches are my_items_fair's,
         taking the slot's tenants (fair, default: route) in turn.
+    shard_column, shard_keys
+        Citus (docs/scale-out.md): the column the table is distributed by,
+        and a dict of each slot's value of it (every row of a slot has its
+        slot's value, so each slot's share is one shard). Each batch and
+        count window then reads its slot's rows with that value as well,
+        one task on the one shard; method auto only, not with fair or spread.
     max_slots
         at most this many slots per worker (default n).
     holder
