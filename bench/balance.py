@@ -39,8 +39,9 @@ first worker still running with nothing left to do, its last row, to the
 end); hand-overs (a change of the worker writing a slot's rows, in done_at
 order) and the rows moved per hand-over (the slot's rows done after it);
 the hand-over latency (from a joiner's first claim_leases call to the first
-sample of lease_holders, every 0.1 s, where it holds floor(n/H) slots, H the
-live holders); the lower bound one slot's serial work sets (its rows x the
+sample, every 0.1 s, where it holds its share: floor(n/H) slots by count, H
+the live holders; by weight, slots whose reported weights reach 0.9 of the
+live holders' mean); the lower bound one slot's serial work sets (its rows x the
 handler's time per row) and the ratio to it. Every row must be done exactly
 once (times = 1): otherwise the run fails, loudly, and the exit status is 1.
 A text table on stdout and in DIR/balance.txt, DIR/balance.json, and FILE (default
@@ -173,6 +174,7 @@ class Run:
         self.gone = set()    # killed or left: not running at the end
         self.applied = []    # (seconds after the release, action, label)
         self.samples = []    # (epoch, {holder: live slots})
+        self.slots = []      # (epoch, {slot: live holder}), the lease scheme
         self.t0 = None
 
     def spawn(self, label):
@@ -187,6 +189,10 @@ class Run:
         rows = d.execute("SELECT holder, count(*) FROM lease_holders(%s) WHERE NOT expired GROUP BY holder",
                          (self.name,)).fetchall()
         return {h: c for h, c in rows}
+
+    def held_slots(self, d):
+        """slot -> its live holder."""
+        return dict(d.execute("SELECT slot, holder FROM lease_holders(%s) WHERE NOT expired", (self.name,)).fetchall())
 
     def wait_ready(self, d, timeout=90):
         """Lease: every slot held by the first workers, floor(n/H) or
@@ -252,6 +258,8 @@ class Run:
             self.check_alive()
             # both schemes (the queue has none): the same load on the server
             self.samples.append((time.time(), self.holders(d)))
+            if self.scheme == "lease":
+                self.slots.append((time.time(), self.held_slots(d)))
             if now >= next_count:
                 left = d.execute("SELECT count(*) FROM items WHERE done_at IS NULL").fetchone()[0]
                 if left == 0:

@@ -2,6 +2,7 @@
 what one run's table and samples say (measure), the ratios between schemes
 (ratios), the text table (table) and the SVG plot of scenario a (svg, a small
 hand-written writer)."""
+import bisect
 import math
 from xml.sax.saxutils import escape
 
@@ -54,7 +55,11 @@ def measure(d, run, ttl_s):
         r["slot_bound_s"] = round(heaviest * spec.handler_ms / 1000, 3)
         r["ratio_to_bound"] = round(r["makespan_s"] / r["slot_bound_s"], 3)
     if run.scheme != "queue":
-        r["handover_latency_s"] = latencies(run)
+        done = {} if run.scheme != "lease" else dict(d.execute(
+            "SELECT slot, array_agg(extract(epoch FROM done_at)::float8 ORDER BY done_at) FROM items GROUP BY slot"))
+        r["handover_latency_s"] = latencies(run, done)
+        if done:
+            r["joiner_share"] = joiner_share(run, done)
         lat = [x for x in r["handover_latency_s"].values() if x is not None]
         for p in (50, 99):
             r[f"handover_p{p}_s"] = nearest_rank(lat, p)
@@ -76,23 +81,70 @@ def share(run, holders):
     return max(1, int(0.9 * even) if run.scheme == "lease" else int(even))
 
 
-def latencies(run):
+def latencies(run, done):
     """joiner -> seconds from its first claim_leases call (its "started"
-    event) to the first sample of lease_holders where it holds its whole
-    share (share(): H the live holders then, itself included), None if
-    never."""
+    event) to the first sample (every 0.1 s) where it holds its whole
+    share, None if never. By count: the sample of lease_holders where it
+    holds share() slots (H the live holders then, itself included). By
+    weight (the lease scheme; done: slot -> its rows' done times, in
+    order): the sample of the slots' holders where the rows its slots still
+    had to do then (done after that time) are at least 0.9 of the mean over
+    the live holders, the planner's slack: a joiner takes the heaviest
+    slots first, so its share by weight can be fewer slots than floor(0.9
+    n/H) once the others have walked part of theirs."""
+    def left(slot, t):
+        return rows_left(done, slot, t)
+
     out = {}
     for _at, action, label in run.applied:
         if action != "join":
             continue
         began = run.started(label)
         out[label] = None
-        for t, held in run.samples:
-            if began is None or t < began:
+        if began is None:
+            continue
+        if run.scheme != "lease":
+            for t, held in run.samples:
+                if t >= began and held.get(label, 0) >= share(run, len(set(held) | {label})):
+                    out[label] = round(t - began, 3)
+                    break
+            continue
+        for t, holder_of in run.slots:
+            if t < began:
                 continue
-            if held.get(label, 0) >= share(run, len(set(held) | {label})):
+            total = sum(left(s, t) for s in done)
+            mine = sum(left(s, t) for s, h in holder_of.items() if h == label)
+            holders = len(set(holder_of.values()) | {label})
+            if total > 0 and mine >= 0.9 * total / holders:
                 out[label] = round(t - began, 3)
                 break
+    return out
+
+
+def rows_left(done, slot, t):
+    """The rows of `slot` still to do at time t (done after it)."""
+    times = done.get(slot, ())
+    return len(times) - bisect.bisect_right(times, t)
+
+
+def joiner_share(run, done):
+    """joiner -> [[seconds after its start, slots held, their rows left,
+    the live holders' mean rows left], ...] every 0.5 s of the samples."""
+    out = {}
+    for _at, action, label in run.applied:
+        began = run.started(label)
+        if action != "join" or began is None:
+            continue
+        pts, next_t = [], began
+        for t, holder_of in run.slots:
+            if t < next_t:
+                continue
+            next_t = t + 0.5
+            mine = [s for s, h in holder_of.items() if h == label]
+            holders = len(set(holder_of.values()) | {label})
+            pts.append([round(t - began, 2), len(mine), sum(rows_left(done, s, t) for s in mine),
+                        round(sum(rows_left(done, s, t) for s in done) / holders)])
+        out[label] = pts
     return out
 
 
@@ -161,7 +213,7 @@ def table(meta, results):
             lines.append(line)
     lines.append("(hand-overs: changes of the worker writing a slot's rows; rows/ho: the slot's rows done after"
                  " each; ho: from a joiner's first claim_leases to holding its share, floor(n/H) slots by count,"
-                 " floor(0.9 n/H) by weight (the planner's slack is a tenth of the mean); bound: the heaviest"
+                 " by weight slots of at least 0.9 the mean weight (the planner's slack is a tenth of the mean); bound: the heaviest"
                  " slot's rows x the handler's time per row; the queue has no slots: its hand-overs count the"
                  " changes of writer between its batches)")
     return "\n".join(lines)
