@@ -10,7 +10,7 @@ processing log (distributed by skey too, colocated with `orders`), each
 with its place in the global order of processing (the coordinator's
 sequence log_ord). Events on stdout, one JSON line each (fleet_worker):
 "fetch" (with sharded: true or false) for each of the library's fetches, "count" for each count window
-of its balance (in a fetch's message), "handled" for each batch.
+of its balance (in a fetch's message, or a census's), "handled" for each batch.
 
 With LEASE_SHARD_KEYS (a JSON object: slot -> shard key), the worker is
 given shard_column="skey" and those shard_keys: its fetches and count
@@ -69,6 +69,12 @@ class Worker(pg_claim.Worker):
             if self._last_fetch[1] is not None:  # a count window of balance in the same message
                 emit("count", slot=slot, pending=self._last_fetch[1][0], sharded=sharded)
         return rows
+
+
+    def _census(self, conn, slots):
+        super()._census(conn, slots)
+        for slot in slots:  # one count window each, in one message
+            emit("count", slot=slot, pending=None, sharded=self.shard_keys is not None)
 
 
 def main():

@@ -15,7 +15,10 @@
 // REPORT_EVERY_MS old (the report also tells the slots wanted elsewhere). A worker
 // serves its held slots in proportion to their weights (stride scheduling,
 // at most SHARE_CAP batches of a heavy slot per batch of the lightest); equal
-// weights, or none known, are plain round robin.
+// weights, or none known, are plain round robin. A batch that finds rows in a
+// slot that weighed 0 starts a census, at most once per CENSUS_EVERY_MS: every
+// other held slot that weighs 0 is counted at once (one first window each, in
+// one message) and the weights are reported together.
 
 const FIRST_WINDOW = 40; // batches
 const MAX_WINDOW = 1000; // batches
@@ -26,6 +29,7 @@ const SEND_MIN_MS = 1000;
 const SEND_EVERY_MS = 5000;
 const SHARE_CAP = 100;
 const REPORT_EVERY_MS = 200;
+const CENSUS_EVERY_MS = 5000;
 
 class Backlog {
   constructor(batch) {
@@ -36,6 +40,7 @@ class Backlog {
     this._pending = new Map(); // slot -> {first, bound}
     this._pass = new Map();
     this._reported = -Infinity;
+    this._censusAt = -Infinity;
   }
 
   /** The window to count in the slot's next batch: {after, bound}, or null when no count is due. */
@@ -95,6 +100,37 @@ class Backlog {
     const share = Math.min(Math.max((this._weights.get(slot) || lightest) / lightest, 1), SHARE_CAP);
     this._pass.set(slot, this._pass.get(slot) + 1 / share);
     return slot;
+  }
+
+  /**
+   * After a batch of `slot`, which weighed `before`: the other held slots to
+   * count now, when the batch found rows in a slot that weighed 0 (those of
+   * `held` that weigh 0), at most once per CENSUS_EVERY_MS.
+   */
+  census(slot, before, held, now) {
+    if (before !== 0 || !this._weights.get(slot) || now - this._censusAt < CENSUS_EVERY_MS) return [];
+    const others = held.filter((s) => s !== slot && this._weights.get(s) === 0).sort((a, b) => a - b);
+    if (others.length) this._censusAt = now;
+    return others;
+  }
+
+  /** The rows a census counts at most per slot: one first window. */
+  censusBound() {
+    return FIRST_WINDOW * this.batch;
+  }
+
+  /** A census's count of the slot from its share's start: its weight, taken as sent. */
+  counted(slot, pending, last, now) {
+    this._pending.delete(slot);
+    if (pending === 0) {
+      this._counts.delete(slot);
+      this._weights.set(slot, 0);
+    } else {
+      this._counts.set(slot, { known: pending, last, full: pending >= this.censusBound(), walked: 0, at: now, window: 2 * FIRST_WINDOW });
+      this._weights.set(slot, Math.max(this.batch, pending));
+    }
+    this._sent.set(slot, { weight: this._weights.get(slot), at: now });
+    return this._weights.get(slot);
   }
 
   weight(slot) {

@@ -56,7 +56,12 @@ const methods = {
       const token = this.held.get(slot);
       const done = await this._batch(client, slot, token, side);
       if (this.balance && !done.fenced && !done.transient && this.held.get(slot) === token) {
-        if (!side) this._backlog.batchDone(slot, this._lastFetch.fetched, this._lastFetch.counted, done.end, Date.now());
+        if (!side) {
+          const before = this._backlog.weight(slot);
+          this._backlog.batchDone(slot, this._lastFetch.fetched, this._lastFetch.counted, done.end, Date.now());
+          const census = this._countText === null ? [] : this._backlog.census(slot, before, [...this.held.keys()], Date.now());
+          if (census.length) await this._census(client, census);
+        }
         if (this._wanted.size) { // this slot or others: none is in a batch now
           for (const s of [...this._wanted].sort((a, b) => a - b)) await this._handOver(client, s, this.held.get(s));
           continue;
@@ -74,6 +79,24 @@ const methods = {
         pass.clear();
         this._resting.clear();
       }
+    }
+  },
+
+  /**
+   * Counts the slots from their shares' start, one first window each in one
+   * message, and reports their weights in one statement (docs/leases.md,
+   * "Balancing"). A failure is left to the slots' own next batches.
+   */
+  async _census(client, slots) {
+    const bound = this._backlog.censusBound();
+    try {
+      const res = await client.query(slots.map((s) => this._countText(s, null, bound)).join("; "));
+      const now = Date.now();
+      const weights = (Array.isArray(res) ? res : [res]).map((r, i) => this._backlog.counted(slots[i], Number(r.rows[0].pending), r.rows[0].last, now));
+      await client.query("SELECT count(report_backlog($1, u.s, u.t, u.w)) FROM unnest($2::int[], $3::bigint[], $4::bigint[]) u(s, t, w)",
+        [this.name, slots, slots.map((s) => String(this.held.get(s))), weights]);
+    } catch (e) {
+      if (isConnectionLost(e)) throw e;
     }
   },
 

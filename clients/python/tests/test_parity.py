@@ -245,11 +245,53 @@ process.stdout.write(JSON.stringify(out));"""
     assert want[-3:] == [290, [True, None], [True, 290]]
 
 
+def test_both_take_a_census_by_the_same_rule(node):
+    """A batch that finds rows in a slot that weighed 0 counts the other
+    held slots that weigh 0 at once, at most once per CENSUS_EVERY_S; their
+    counts are their weights, taken as sent."""
+    js = """
+const { Backlog } = require(process.argv[1] + "/lib/backlog");
+const b = new Backlog(10), out = [];
+for (const [op, slot, ...a] of JSON.parse(process.argv[2])) {
+  if (op === "done") { b.batchDone(slot, a[0], a[1] === null ? null : { pending: a[1][0], last: a[1][1] }, a[2], a[3] * 1000); out.push(b.weight(slot)); }
+  else if (op === "census") out.push(b.census(slot, a[0], a[1], a[2] * 1000));
+  else if (op === "counted") out.push(b.counted(slot, a[0], a[1], a[2] * 1000));
+  else out.push(b.toSend(slot, a[0] * 1000));
+}
+process.stdout.write(JSON.stringify(out));"""
+    trace = [["done", s, 0, [0, None], True, 0.0] for s in (1, 2, 3, 4)] + [
+        ["done", 1, 10, [300, "k300"], False, 1.0], ["census", 1, 0, [1, 2, 3, 4], 1.0],
+        ["counted", 2, 250, "k250", 1.0], ["counted", 3, 0, None, 1.0], ["counted", 4, 5, "k5", 1.0],
+        ["send", 2, 1.5], ["send", 4, 1.5],
+        ["done", 4, 5, None, True, 2.5], ["done", 3, 10, [90, "k90"], False, 3.0], ["census", 3, 0, [1, 2, 3, 4], 3.0],
+        ["done", 2, 10, None, True, 6.0], ["done", 3, 10, None, True, 6.2], ["done", 3, 10, [40, "k40"], False, 6.5],
+        ["census", 3, 0, [1, 2, 3, 4], 6.5], ["census", 1, 290, [1, 2, 3, 4], 7.0]]
+    got = json.loads(subprocess.run(["node", "-e", js, NODE, json.dumps(trace)], capture_output=True,
+                                    text=True, check=True).stdout)
+    b, want = pg_claim._backlog.Backlog(10), []
+    for op, slot, *a in trace:
+        if op == "done":
+            b.batch_done(slot, a[0], None if a[1] is None else tuple(a[1]), end=a[2], now=a[3])
+            want.append(b.weight(slot))
+        elif op == "census":
+            want.append(b.census(slot, a[0], a[1], a[2]))
+        elif op == "counted":
+            want.append(b.counted(slot, a[0], a[1], a[2]))
+        else:
+            want.append(b.to_send(slot, a[0]))
+    assert got == want
+    # every slot 0; slot 1 found 300 rows: the census counts 2, 3 and 4, their
+    # weights as counted (at least a batch) and not sent again; slot 3 wakes
+    # at 3 s while slot 4 weighs 0: no census (one per 5 s); at 6.5 s slots 2
+    # and 4 are counted; a slot that did not weigh 0 starts none
+    assert want[4:] == [290, [2, 3, 4], 250, 0, 10, None, None, 0, 80, [], 0, 0, 30, [2, 4], []]
+
+
 # the timing and size constants both libraries keep, by name (a duration is
 # NAME_S in Python and NAME_MS in Node.js)
 SHARED_CONSTANTS = {"FIRST_WINDOW", "MAX_WINDOW", "COUNT_EVERY", "REFRESH", "SEND_CHANGE", "SEND_MIN", "SEND_EVERY",
                     "REPORT_EVERY", "SHARE_CAP", "HUNGRY", "HUNGRY_CALLS", "SESSION_CLAIM", "TRANSIENT_LIMIT",
-                    "MAX_LEASE_SLOTS"}
+                    "MAX_LEASE_SLOTS", "CENSUS_EVERY"}
 
 
 def constants(texts, pattern, scale):

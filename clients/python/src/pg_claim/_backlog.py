@@ -22,6 +22,14 @@ light ones spends its time on the heavy one, whose rows set the fleet's
 end, while the planner hands the light ones to holders with less left.
 Equal weights, or none known, are plain round robin.
 
+A batch that finds rows in a slot that weighed 0 (its last pass reached the
+share's end: new rows came) starts a census, at most once per CENSUS_EVERY_S:
+every other held slot that weighs 0 is counted at once, one first window
+each in one message, and the weights are reported together, so that after
+a burst of new rows the planner knows every slot's weight within one batch,
+not one slot per batch (a holder of 32 slots visits each only every 32nd
+batch).
+
 The weight a batch's report sends is None (the last one stands) unless it
 reached or left 0, moved by SEND_CHANGE of the last one sent once that one
 is SEND_MIN_S old, or the last one sent is SEND_EVERY_S old; a batch with
@@ -44,6 +52,7 @@ SEND_MIN_S = 1.0
 SEND_EVERY_S = 5.0
 REPORT_EVERY_S = 0.2
 SHARE_CAP = 100
+CENSUS_EVERY_S = 5.0
 
 
 class _Count:
@@ -69,6 +78,7 @@ class Backlog:
         self._pending: Dict[int, Tuple[bool, int]] = {}  # slot -> (a first window, its bound)
         self._pass: Dict[int, float] = {}
         self._reported = float("-inf")
+        self._census_at = float("-inf")
 
     def window(self, slot: int, cursor: Optional[str], now: float) -> Optional[Tuple[Optional[str], int]]:
         """The window to count in the slot's next batch: (after, bound), or
@@ -111,6 +121,36 @@ class Backlog:
             return
         c.walked += fetched
         self._weights[slot] = max(self.batch, c.known - c.walked)
+
+    def census(self, slot: int, before: Optional[int], held: List[int], now: float) -> List[int]:
+        """After a batch of `slot`, which weighed `before`: the other held
+        slots to count now, when the batch found rows in a slot that
+        weighed 0 (those of `held` that weigh 0), at most once per
+        CENSUS_EVERY_S."""
+        if before != 0 or not self._weights.get(slot) or now - self._census_at < CENSUS_EVERY_S:
+            return []
+        others = sorted(s for s in held if s != slot and self._weights.get(s) == 0)
+        if others:
+            self._census_at = now
+        return others
+
+    def census_bound(self) -> int:
+        """The rows a census counts at most per slot: one first window."""
+        return FIRST_WINDOW * self.batch
+
+    def counted(self, slot: int, pending: int, last: Optional[str], now: float) -> int:
+        """A census's count of the slot from its share's start (the walk's
+        cursor after a pass's end): its weight, taken as sent."""
+        self._pending.pop(slot, None)
+        if pending == 0:
+            self._counts.pop(slot, None)
+            self._weights[slot] = 0
+        else:
+            c = self._counts[slot] = _Count()
+            c.known, c.last, c.full, c.at = pending, last, pending >= self.census_bound(), now
+            self._weights[slot] = max(self.batch, pending)
+        self._sent[slot] = (self._weights[slot], now)
+        return self._weights[slot]
 
     def pick(self, turn: List[int]) -> Optional[int]:
         """The slot of `turn` (held, not resting) to serve next, by weight;

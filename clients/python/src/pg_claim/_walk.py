@@ -62,7 +62,12 @@ class Walker:
                 self._tell_lost([(slot, token)], "taken")
             return True
         if not session and self.balance:
+            before = self._backlog.weight(slot)
             self._backlog.batch_done(slot, *self._last_fetch, end=end, now=time.monotonic())
+            held = self._held.snapshot()
+            census = [] if self._count is None else self._backlog.census(slot, before, list(held), time.monotonic())
+            if census:
+                self._census(conn, {s: held[s] for s in census})
             if self._wanted:  # this slot or others: none is in a batch now
                 held = self._held.snapshot()
                 for s in sorted(self._wanted):
@@ -80,6 +85,32 @@ class Walker:
                 self._resting[(slot, token)] = now + (self.poll_interval or (30.0 if self._listening() else 1.0))
         self._held.advance(slot, token, cursor)
         return True
+
+    def _census(self, conn: psycopg.Connection, slots: Dict[int, int]) -> None:
+        """Counts the slots (slot -> token) from their shares' start, one
+        first window each in one message, and reports their weights in one
+        statement (docs/leases.md, "Balancing"). A failure is left to the
+        slots' own next batches."""
+        bound = self._backlog.census_bound()
+        cur = psycopg.ClientCursor(conn)
+        try:
+            cur.execute("; ".join(cur.mogrify(self._count, {**self._params(s, None), "count_after": None,
+                                                            "bound": bound}) for s in slots))
+            counts = []
+            for s in slots:
+                pending, last = cur.fetchone()  # type: ignore[misc]
+                counts.append((s, pending, last))
+                cur.nextset()
+            now = time.monotonic()
+            weights = [self._backlog.counted(s, pending, last, now) for s, pending, last in counts]
+            cur.execute("SELECT count(report_backlog(%s, u.s, u.t, u.w)) FROM unnest(%s::int[], %s::bigint[],"
+                        " %s::bigint[]) u(s, t, w)", (self.name, list(slots), list(slots.values()), weights))
+        except psycopg.Error as e:
+            if conn.closed or conn.broken:
+                raise
+            log.debug("a census of slots %s failed: %s", sorted(slots), e)
+        finally:
+            cur.close()
 
     def _hand_over(self, conn: psycopg.Connection, slot: int, token: Optional[int]) -> None:
         """The slot is wanted by another holder (a batch's report said so, of
