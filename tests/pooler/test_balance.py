@@ -5,7 +5,7 @@ tests/pooler/test_elastic.py.
 
 Python holders (pg_claim.Worker with balance on: elastic_worker.py with
 ELASTIC_BALANCE=1) drain a table whose n = 8 slots are uneven: slots 0 and
-1 hold five times the items of each other slot (their customers have more
+1 hold two and a half times the items of each other slot (their customers have more
 rows; items are routed by customer). The batches report each slot's
 weight with report_backlog: the library's own, the slot's pending rows
 ahead of its cursor, counted in windows; a slot the report says is wanted
@@ -47,7 +47,10 @@ TTL_S = 2.0
 PERIOD_S = 0.5
 BATCH = 10
 ITEM_MS = 10
-HEAVY, LIGHT = 100, 20  # items per customer of slots 0 and 1, of the others
+# items per customer of slots 0 and 1, of the others: the light slots still
+# hold work when the joiner comes (a heavy slot alone, which no move
+# divides, would leave it nothing to take)
+HEAVY, LIGHT = 100, 40
 TIME_LIMIT_S = 150  # the workers' own lifetime
 
 
@@ -117,6 +120,7 @@ def test_balance_fleet(workdir, databases):
         log(f"  SIGKILL {k} (slots {sorted(killed)}): taken over once expired")
 
         # 4. a joiner; drain
+        (left_at_join,) = d.execute("SELECT count(*) FROM items WHERE NOT done").fetchone()
         j = start()
         live.append(j)
         poll(lambda: d.execute("SELECT NOT EXISTS (SELECT 1 FROM items WHERE NOT done)").fetchone()[0],
@@ -151,7 +155,7 @@ def test_balance_fleet(workdir, databases):
     gave = [e for w in workers for e in w.events if e["event"] == "gave"]
     check(gave, "no slot was released after its holder was told another holder wanted it")
     for w in live:
-        check(w.count("wrote") > 0, f"{w} never wrote: starved")
+        check(w.count("wrote") > 0, f"{w} never wrote: starved ({left_at_join} items were left when {j} joined)")
     last = {w.holder: max(e["t"] for e in w.events if e["event"] == "wrote") for w in live}
     spread = max(last.values()) - min(last.values())
     bound = max(4.0, 0.45 * drain)
