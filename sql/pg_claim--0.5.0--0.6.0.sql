@@ -1614,6 +1614,23 @@ SET search_path = pg_catalog, pg_temp AS $$
 $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_foreign_owner(oid, text, timestamptz) FROM PUBLIC;
 
+-- the key2 values in base .. base + 1048575 of the two-int4 advisory locks
+-- of key1 = crc (crc32 of a name) that other sessions of this database hold:
+-- resize_fleet waits for the claims not yet committed that hold them
+CREATE FUNCTION @extschema@.pg_claim_leases_locks_held(crc bigint, base integer)
+RETURNS SETOF oid
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT DISTINCT k.objid FROM pg_catalog.pg_locks k
+    WHERE k.locktype = 'advisory' AND k.objsubid = 2 AND k.granted
+      AND k.pid <> pg_catalog.pg_backend_pid()
+      AND k.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                        WHERE d.datname = pg_catalog.current_database())
+      AND k.classid::bigint = crc
+      AND k.objid::bigint BETWEEN base::bigint AND base::bigint + 1048575
+$$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_locks_held(bigint, integer) FROM PUBLIC;
+
 -- resize_fleet (src/leases.rs) for `role`: the old n.
 CREATE FUNCTION @extschema@.pg_claim_leases_resize(role oid, name text, n integer)
 RETURNS integer
@@ -1626,7 +1643,7 @@ DECLARE
     crc_ bigint;
     key_ integer;
     old_ integer;
-    top_ integer;
+    s integer;
     owner_ oid;
     r record;
     known boolean := false;
@@ -1724,14 +1741,32 @@ BEGIN
         RAISE EXCEPTION 'fleet "%" already has n = %', name, n USING ERRCODE = '22023',
             HINT = 'Pass the new number of slots: SELECT fleet_n(name) shows the current one.';
     END IF;
-    top_ := greatest(old_, n, coalesce(r.top, 0));
 
     -- 1. wait for every fenced transaction of the name: READ COMMITTED ones
     -- hold their slot's fence lock, REPEATABLE READ ones its row FOR KEY
     -- SHARE. The fence locks first: a batch that passed fence may still
     -- write its lease row (report_backlog) before it commits, which a row
-    -- lock of the resize would make it wait for (a deadlock)
-    FOR s IN 0 .. top_ - 1 LOOP
+    -- lock of the resize would make it wait for (a deadlock).
+    -- A fenced transaction needs its slot's row, so the fence locks taken
+    -- are those of the name's rows (not of every slot below n: a defined n
+    -- may be 1048576, more locks than the lock table holds). Rows that a
+    -- claim not yet committed wrote are not seen; that claim holds the
+    -- slot's fence lock (a hand-over) or first-row reservation (claim_lease's
+    -- insert), so the resize first waits for every transaction that holds
+    -- one of those (no claim takes one while the resize holds the mutex),
+    -- then reads the rows
+    FOR s IN SELECT (k.objid::bigint - 270532608)::integer
+             FROM @extschema@.pg_claim_leases_locks_held(crc_, 270532608) k(objid)
+             ORDER BY 1 LOOP
+        PERFORM pg_catalog.pg_advisory_xact_lock(key_, 270532608 + s);
+    END LOOP;
+    FOR s IN SELECT (k.objid::bigint - 271581184)::integer
+             FROM @extschema@.pg_claim_leases_locks_held(crc_, 271581184) k(objid)
+             ORDER BY 1 LOOP
+        PERFORM pg_catalog.pg_advisory_xact_lock(key_, 271581184 + s);
+    END LOOP;
+    FOR s IN SELECT l.slot FROM @extschema@.pg_claim_leases l
+             WHERE l.name = pg_claim_leases_resize.name ORDER BY l.slot LOOP
         PERFORM pg_catalog.pg_advisory_xact_lock(key_, 271581184 + s);
     END LOOP;
     PERFORM 1 FROM @extschema@.pg_claim_leases l

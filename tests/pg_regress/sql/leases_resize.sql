@@ -101,6 +101,14 @@ SELECT pc_try($$SELECT * FROM claim_leases('rs_def', 6, 'w')$$) AS member_old_n;
 SELECT count(*) FROM claim_leases('rs_def', 2, 'w', max => 0);
 SELECT drop_fleet('rs_def');
 SELECT fleet_n('rs_def') AS n_dropped, fleet_n('rs_none') AS unknown, fleet_n(NULL) AS null_name;
+-- A definition's n may be far above any lease: the resize locks the fence
+-- of the slots that have a row (here one), not of every slot below n.
+SELECT define_fleet('rs_wide', 'rs_jobs', 1048576, 'done');
+SELECT count(*) FROM claim_lease('rs_wide', 1048576, 'w');
+SELECT resize_fleet('rs_wide', 1) AS old_n;
+SELECT fleet_n('rs_wide') AS n, (SELECT count(*) FROM pg_claim_leases WHERE name = 'rs_wide') AS rows_left;
+SELECT drop_fleet('rs_wide');
+DELETE FROM pg_claim_leases WHERE name = 'rs_wide';
 
 -- Errors.
 SELECT rs_round('rs_bad', 4, '{a}');
