@@ -75,22 +75,23 @@ SET search_path = pg_catalog, pg_temp AS $$
 $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_foreign_owner(oid, text, timestamptz) FROM PUBLIC;
 
--- the key2 values in base .. base + 1048575 of the two-int4 advisory locks
--- of key1 = crc (crc32 of a name) that other sessions of this database hold:
+-- the key2 values in lo .. hi of the two-int4 advisory locks of key1 = crc
+-- (crc32 of a name) that other sessions of this database hold, in order:
 -- resize_fleet waits for the claims not yet committed that hold them
-CREATE FUNCTION @extschema@.pg_claim_leases_locks_held(crc bigint, base integer)
-RETURNS SETOF oid
+CREATE FUNCTION @extschema@.pg_claim_leases_locks_held(crc bigint, lo integer, hi integer)
+RETURNS SETOF integer
 LANGUAGE sql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp AS $$
-    SELECT DISTINCT k.objid FROM pg_catalog.pg_locks k
+    SELECT DISTINCT k.objid::bigint::integer FROM pg_catalog.pg_locks k
     WHERE k.locktype = 'advisory' AND k.objsubid = 2 AND k.granted
       AND k.pid <> pg_catalog.pg_backend_pid()
       AND k.database = (SELECT d.oid FROM pg_catalog.pg_database d
                         WHERE d.datname = pg_catalog.current_database())
       AND k.classid::bigint = crc
-      AND k.objid::bigint BETWEEN base::bigint AND base::bigint + 1048575
+      AND k.objid::bigint BETWEEN lo AND hi
+    ORDER BY 1
 $$;
-REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_locks_held(bigint, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_locks_held(bigint, integer, integer) FROM PUBLIC;
 
 -- resize_fleet (src/leases.rs) for `role`: the old n.
 CREATE FUNCTION @extschema@.pg_claim_leases_resize(role oid, name text, n integer)
@@ -105,6 +106,7 @@ DECLARE
     key_ integer;
     old_ integer;
     s integer;
+    key2_ integer;
     owner_ oid;
     r record;
     known boolean := false;
@@ -215,16 +217,12 @@ BEGIN
     -- slot's fence lock (a hand-over) or first-row reservation (claim_lease's
     -- insert), so the resize first waits for every transaction that holds
     -- one of those (no claim takes one while the resize holds the mutex),
-    -- then reads the rows
-    FOR s IN SELECT (k.objid::bigint - 270532608)::integer
-             FROM @extschema@.pg_claim_leases_locks_held(crc_, 270532608) k(objid)
-             ORDER BY 1 LOOP
-        PERFORM pg_catalog.pg_advisory_xact_lock(key_, 270532608 + s);
-    END LOOP;
-    FOR s IN SELECT (k.objid::bigint - 271581184)::integer
-             FROM @extschema@.pg_claim_leases_locks_held(crc_, 271581184) k(objid)
-             ORDER BY 1 LOOP
-        PERFORM pg_catalog.pg_advisory_xact_lock(key_, 271581184 + s);
+    -- then reads the rows. The reservations (270532608 + slot) and the fence
+    -- locks (271581184 + slot) are one range of key2, taken in its order
+    FOR key2_ IN SELECT h.key2
+                 FROM @extschema@.pg_claim_leases_locks_held(crc_, 270532608, 271581184 + 1048575) h(key2)
+                 LOOP
+        PERFORM pg_catalog.pg_advisory_xact_lock(key_, key2_);
     END LOOP;
     FOR s IN SELECT l.slot FROM @extschema@.pg_claim_leases l
              WHERE l.name = pg_claim_leases_resize.name ORDER BY l.slot LOOP
