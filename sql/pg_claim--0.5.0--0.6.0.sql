@@ -641,14 +641,24 @@ BEGIN
     -- earlier than it was (a shorter ttl, or the clock stepped back) only
     -- when the slot's fence lock is free: the trigger of sql/leases_guard.sql
     -- takes it, which would wait for the holder's own fenced transactions
-    -- with the mutex held; else the later expiry stays
+    -- with the mutex held; else the later expiry stays.
+    -- A row that another transaction holds FOR UPDATE (a release_lease or a
+    -- hand-over in progress) is skipped, neither renewed nor counted: waiting
+    -- for it with the mutex held deadlocks with that transaction when it
+    -- calls claim_leases next (the fenced transactions' FOR KEY SHARE does
+    -- not conflict with FOR NO KEY UPDATE, so they are not skipped)
     UPDATE @extschema@.pg_claim_leases l
     SET expires_at = CASE WHEN now_ + ttl >= l.expires_at THEN now_ + ttl
                           WHEN pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + l.slot) THEN now_ + ttl
                           ELSE l.expires_at END
-    WHERE l.name = pg_claim_leases_take.name AND l.holder = pg_claim_leases_take.holder
-      AND NOT l.session AND l.expires_at > now_ AND l.slot < n
-      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'));
+    WHERE l.name = pg_claim_leases_take.name
+      AND l.slot = ANY (ARRAY(SELECT o.slot FROM @extschema@.pg_claim_leases o
+                              WHERE o.name = pg_claim_leases_take.name
+                                AND o.holder = pg_claim_leases_take.holder
+                                AND NOT o.session AND o.expires_at > now_ AND o.slot < n
+                                AND (o.owner IS NULL OR o.owner = role
+                                     OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
+                              FOR NO KEY UPDATE SKIP LOCKED));
     GET DIAGNOSTICS mine = ROW_COUNT;
 
     -- 3. a standby of a capped fleet (sql/leases_cap.sql) holds nothing,
@@ -658,8 +668,13 @@ BEGIN
     active_ := @extschema@.pg_claim_leases_active(name, holder, mine, now_);
     IF pg_catalog.cardinality(active_) = 0 THEN
         target := 0;
+        -- (skipping a row another transaction holds, as in 2.)
         UPDATE @extschema@.pg_claim_leases l SET wanted_by = NULL
-        WHERE l.name = pg_claim_leases_take.name AND l.wanted_by = pg_claim_leases_take.holder;
+        WHERE l.name = pg_claim_leases_take.name
+          AND l.slot = ANY (ARRAY(SELECT o.slot FROM @extschema@.pg_claim_leases o
+                                  WHERE o.name = pg_claim_leases_take.name
+                                    AND o.wanted_by = pg_claim_leases_take.holder
+                                  FOR NO KEY UPDATE SKIP LOCKED));
     ELSE
         balanced := @extschema@.pg_claim_leases_balance(role, name, n, holder, max, ttl, key_, now_, mine, active_);
     END IF;
