@@ -515,8 +515,19 @@ SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM @extschema@.pg_claim_need_read_committed('release_lease'::text);
     PERFORM @extschema@.lease_check(name, slot, token, interval '1 second');
+    -- only the lease's token (and the owner's rights) may wait for anything
+    IF NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases l
+                   WHERE l.name = pg_claim_lease_release.name AND l.slot = pg_claim_lease_release.slot
+                     AND l.token = pg_claim_lease_release.token AND l.holder IS NOT NULL AND NOT l.session
+                     AND l.expires_at > pg_catalog.clock_timestamp()
+                     AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))) THEN
+        RETURN false;
+    END IF;
     -- waits for the holder's own fenced transactions: the slot changes hands
-    -- only after them
+    -- only after them. The fence lock first, then the row: the holder's
+    -- claim_leases, which renews under the name's mutex, then skips the
+    -- slot instead of waiting for the row (sql/leases_fleet.sql)
+    PERFORM pg_catalog.pg_advisory_xact_lock((@extschema@.crc32(name)::bit(32))::integer, 271581184 + slot);
     PERFORM 1 FROM @extschema@.pg_claim_leases l
     WHERE l.name = pg_claim_lease_release.name AND l.slot = pg_claim_lease_release.slot
       AND l.token = pg_claim_lease_release.token AND l.holder IS NOT NULL AND NOT l.session

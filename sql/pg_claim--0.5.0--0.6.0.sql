@@ -642,23 +642,21 @@ BEGIN
     -- when the slot's fence lock is free: the trigger of sql/leases_guard.sql
     -- takes it, which would wait for the holder's own fenced transactions
     -- with the mutex held; else the later expiry stays.
-    -- A row that another transaction holds FOR UPDATE (a release_lease or a
-    -- hand-over in progress) is skipped, neither renewed nor counted: waiting
-    -- for it with the mutex held deadlocks with that transaction when it
-    -- calls claim_leases next (the fenced transactions' FOR KEY SHARE does
-    -- not conflict with FOR NO KEY UPDATE, so they are not skipped)
+    -- A slot whose fence lock another transaction holds exclusive (a
+    -- release_lease in progress: it takes that lock before the row) is
+    -- skipped, neither renewed nor counted: waiting for its row with the
+    -- mutex held deadlocks with that transaction when it calls claim_leases
+    -- next. The try is shared: the holder's fenced transactions (shared)
+    -- do not stop it, and its batches' report_backlog (the row, not the
+    -- fence lock) is waited for, as before.
     UPDATE @extschema@.pg_claim_leases l
     SET expires_at = CASE WHEN now_ + ttl >= l.expires_at THEN now_ + ttl
                           WHEN pg_catalog.pg_try_advisory_xact_lock(key_, 271581184 + l.slot) THEN now_ + ttl
                           ELSE l.expires_at END
-    WHERE l.name = pg_claim_leases_take.name
-      AND l.slot = ANY (ARRAY(SELECT o.slot FROM @extschema@.pg_claim_leases o
-                              WHERE o.name = pg_claim_leases_take.name
-                                AND o.holder = pg_claim_leases_take.holder
-                                AND NOT o.session AND o.expires_at > now_ AND o.slot < n
-                                AND (o.owner IS NULL OR o.owner = role
-                                     OR pg_catalog.pg_has_role(role, o.owner, 'USAGE'))
-                              FOR NO KEY UPDATE SKIP LOCKED));
+    WHERE l.name = pg_claim_leases_take.name AND l.holder = pg_claim_leases_take.holder
+      AND NOT l.session AND l.expires_at > now_ AND l.slot < n
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
+      AND pg_catalog.pg_try_advisory_xact_lock_shared(key_, 271581184 + l.slot);
     GET DIAGNOSTICS mine = ROW_COUNT;
 
     -- 3. a standby of a capped fleet (sql/leases_cap.sql) holds nothing,
@@ -2229,3 +2227,40 @@ BEGIN
 END $$;
 
 -- ==== end ====
+
+-- release_lease takes the slot's fence lock before its row (sql/leases.sql)
+CREATE OR REPLACE FUNCTION @extschema@.pg_claim_lease_release(role oid, name text, slot integer, token bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM @extschema@.pg_claim_need_read_committed('release_lease'::text);
+    PERFORM @extschema@.lease_check(name, slot, token, interval '1 second');
+    -- only the lease's token (and the owner's rights) may wait for anything
+    IF NOT EXISTS (SELECT 1 FROM @extschema@.pg_claim_leases l
+                   WHERE l.name = pg_claim_lease_release.name AND l.slot = pg_claim_lease_release.slot
+                     AND l.token = pg_claim_lease_release.token AND l.holder IS NOT NULL AND NOT l.session
+                     AND l.expires_at > pg_catalog.clock_timestamp()
+                     AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))) THEN
+        RETURN false;
+    END IF;
+    -- waits for the holder's own fenced transactions: the slot changes hands
+    -- only after them. The fence lock first, then the row: the holder's
+    -- claim_leases, which renews under the name's mutex, then skips the
+    -- slot instead of waiting for the row (sql/leases_fleet.sql)
+    PERFORM pg_catalog.pg_advisory_xact_lock((@extschema@.crc32(name)::bit(32))::integer, 271581184 + slot);
+    PERFORM 1 FROM @extschema@.pg_claim_leases l
+    WHERE l.name = pg_claim_lease_release.name AND l.slot = pg_claim_lease_release.slot
+      AND l.token = pg_claim_lease_release.token AND l.holder IS NOT NULL AND NOT l.session
+      AND l.expires_at > pg_catalog.clock_timestamp()
+      AND (l.owner IS NULL OR l.owner = role OR pg_catalog.pg_has_role(role, l.owner, 'USAGE'))
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    -- released: expired from now on, the last holder kept (lease_holders
+    -- and slot_status show since when the slot is unserved)
+    UPDATE @extschema@.pg_claim_leases l SET expires_at = pg_catalog.clock_timestamp()
+    WHERE l.name = pg_claim_lease_release.name AND l.slot = pg_claim_lease_release.slot;
+    RETURN true;
+END $$;

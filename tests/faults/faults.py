@@ -235,7 +235,7 @@ def fault_partition(fleet, ws, out):
     sd, sr, ld = ws["session/defaults"], ws["session/recommended"], ws["lease/defaults"]
     for w in (sd, sr, ld):
         check(w.claim() is not None, f"{w} behind the proxy holds no claim")
-    (sd_slot, _, _), (sr_slot, _, _), (ld_slot, ld_token, _) = sd.claim(), sr.claim(), ld.claim()
+    (sd_slot, _, _), (sr_slot, _, _) = sd.claim(), sr.claim()
     sd_pid, sr_pid = session_pid(sd_slot), session_pid(sr_slot)
     check(sd_pid and sr_pid, f"session slots {sd_slot} and {sr_slot} have no holding backend")
     # cut the lease worker's batch in the middle, at a moment when both session
@@ -244,7 +244,9 @@ def fault_partition(fleet, ws, out):
     with fleet.cluster.connect() as c:
         for attempt in range(40):
             since = len(ld.events)
-            ld.wait_event(("fetched",), since, 20)
+            # the batch the cut is in: its slot and token (a loaded machine
+            # may have moved the worker's lease since its claim was read)
+            cut = ld.wait_event(("fetched",), since, 20)
             ld_since = len(ld.events)
             t0 = time.time()
             servers.NET.partition()
@@ -261,6 +263,7 @@ def fault_partition(fleet, ws, out):
             time.sleep(0.5)
         else:
             raise Failure("could not cut the session workers while idle")
+    ld_slot, ld_token = cut["slot"], cut["token"]
     log(f"  partition at t = 0: proxy silent and link down (session slots {sd_slot} with the defaults,"
         f" {sr_slot} with the recommended settings, both idle; lease slot {ld_slot} in the middle of a batch)")
     def lease_taken():

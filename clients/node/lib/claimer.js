@@ -5,11 +5,25 @@
 const { intervalText, diffHeld, errorText } = require("./util");
 const { RESIZED, ResizeError } = require("./resize");
 
-// Balance: the pause of a worker with nothing to do before it calls
-// claim_leases again (a slot wanted for it is given back after the giver's
-// batch), and how many such calls in a row before renewInterval applies again.
+// Balance: the pause of a worker with nothing to do, or whose last calls
+// gained slots, before it calls claim_leases again (a slot wanted for it is
+// given back after the giver's batch), and how many such calls in a row
+// before renewInterval applies again.
 const HUNGRY_MS = 200;
 const HUNGRY_CALLS = 5;
+
+// Balance: the claimer's count of quick calls after a call that `gained`
+// slots or not, the worker `hungry` (nothing to do) or not; the next call
+// comes after HUNGRY_MS while it is 1 .. HUNGRY_CALLS, else after
+// renewInterval. A worker whose call gained slots (a joiner taking its share
+// as the givers release it after their batches) asks again quickly
+// HUNGRY_CALLS times after its last gain, as a call between two givers'
+// batches may gain nothing; one with nothing to do, up to HUNGRY_CALLS times
+// in a row. (The Python library's next_burst.)
+function nextBurst(burst, gained, hungry) {
+  if (gained) return 1;
+  return (burst > 0 && burst <= HUNGRY_CALLS) || hungry ? burst + 1 : 0;
+}
 
 const methods = {
   /**
@@ -118,11 +132,7 @@ const methods = {
         this._emit("claim_failed", { error: errorText(e) });
         if (this._goodAt === null || Date.now() >= this._goodAt + this.ttlMs) this._setHeld(new Map(), "expired");
       }
-      // balance: a worker whose call gained slots (a joiner taking its share
-      // as the givers release it after their batches) asks again after
-      // HUNGRY_MS, and one with nothing to do too, up to HUNGRY_CALLS times
-      // in a row, instead of after renewInterval
-      burst = this.balance && gained ? 1 : this._hungry() ? burst + 1 : 0;
+      burst = nextBurst(burst, Boolean(this.balance && gained), this._hungry());
       const end = asked + (burst > 0 && burst <= HUNGRY_CALLS ? HUNGRY_MS : this.renewMs);
       for (let rest = end - Date.now(); rest > 0 && this._renewing; rest = end - Date.now()) {
         await new Promise((resolve) => { this._renewTimer = setTimeout(resolve, Math.min(rest, HUNGRY_MS)); this._renewSleep = resolve; });
@@ -180,4 +190,4 @@ const methods = {
   },
 };
 
-module.exports = { methods };
+module.exports = { methods, nextBurst };

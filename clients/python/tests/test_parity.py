@@ -287,6 +287,19 @@ process.stdout.write(JSON.stringify(out));"""
     assert want[4:] == [290, [2, 3, 4], 250, 0, 10, None, None, 0, 80, [], 0, 0, 30, [2, 4], []]
 
 
+def test_both_claim_again_by_the_same_rule(node):
+    """The claimer's quick calls after a gain or with nothing to do
+    (next_burst, nextBurst), over every case up to past HUNGRY_CALLS."""
+    from pg_claim._claimer import HUNGRY_CALLS, next_burst
+    cases = [[b, g, h] for b in range(HUNGRY_CALLS + 3) for g in (False, True) for h in (False, True)]
+    js = """
+const { nextBurst } = require(process.argv[1] + "/lib/claimer");
+process.stdout.write(JSON.stringify(JSON.parse(process.argv[2]).map(([b, g, h]) => nextBurst(b, g, h))));"""
+    got = json.loads(subprocess.run(["node", "-e", js, NODE, json.dumps(cases)], capture_output=True,
+                                    text=True, check=True).stdout)
+    assert got == [next_burst(b, g, h) for b, g, h in cases]
+
+
 # the timing and size constants both libraries keep, by name (a duration is
 # NAME_S in Python and NAME_MS in Node.js)
 SHARED_CONSTANTS = {"FIRST_WINDOW", "MAX_WINDOW", "COUNT_EVERY", "REFRESH", "SEND_CHANGE", "SEND_MIN", "SEND_EVERY",

@@ -20,15 +20,30 @@ from ._types import Error, PoolerError
 
 log = logging.getLogger("pg_claim")
 
-# Balance: the pause of a worker with nothing to do before it calls
-# claim_leases again (a slot wanted for it is given back after the giver's
-# batch), and how many such calls in a row before the period applies again.
+# Balance: the pause of a worker with nothing to do, or whose last calls
+# gained slots, before it calls claim_leases again (a slot wanted for it is
+# given back after the giver's batch), and how many such calls in a row
+# before the period applies again.
 HUNGRY_S = 0.2
 HUNGRY_CALLS = 5
 # session mode: the least time between two claim_slots calls of a worker
 # that holds slots (between batches and while idle; a notification is read
 # at once, by a call then). The Node.js library has the same constant.
 SESSION_CLAIM_S = 1.0
+
+
+def next_burst(burst: int, gained: bool, hungry: bool) -> int:
+    """Balance: the claimer's count of quick calls after a call that
+    `gained` slots or not, the worker `hungry` (nothing to do) or not; the
+    next call comes after HUNGRY_S while it is 1 .. HUNGRY_CALLS, else after
+    the period. A worker whose call gained slots (a joiner taking its share
+    as the givers release it after their batches) asks again quickly
+    HUNGRY_CALLS times after its last gain, as a call between two givers'
+    batches may gain nothing; one with nothing to do, up to HUNGRY_CALLS
+    times in a row."""
+    if gained:
+        return 1
+    return burst + 1 if 0 < burst <= HUNGRY_CALLS or hungry else 0
 
 
 class Claimer:
@@ -110,11 +125,7 @@ class Claimer:
             for s, _ in gained + lost:
                 self._backlog.forget(s)
                 self._wanted.discard(s)
-            # balance: a worker whose call gained slots (a joiner taking its
-            # share as the givers release it after their batches) asks
-            # again after HUNGRY_S, and one with nothing to do too, up to
-            # HUNGRY_CALLS times in a row, instead of after the period
-            burst = 1 if self.balance and gained else burst + 1 if self._hungry() else 0
+            burst = next_burst(burst, self.balance and bool(gained), self._hungry())
             if self._waits(asked, period, burst):
                 break
         if conn is not None:
