@@ -8,7 +8,8 @@
 // COUNT_EVERY_MS, each twice as large, up to MAX_WINDOW batches), then one
 // every REFRESH_MS for the rows inserted since; between counts the rows
 // counted less the rows the walk fetched since; 0 once a pass reaches the
-// share's end. A weight is sent again only when it reached or left 0, moved
+// share's end. A batch's report sends the slot's weight once that batch is
+// done (less the batch's rows, at least 1). A weight is sent again only when it reached or left 0, moved
 // by SEND_CHANGE once the last one sent is SEND_MIN_MS old, or the last one
 // sent is SEND_EVERY_MS old; a batch with
 // no weight to send carries no report unless the worker's last one is
@@ -18,7 +19,8 @@
 // weights, or none known, are plain round robin. A batch that finds rows in a
 // slot that weighed 0 starts a census, at most once per CENSUS_EVERY_MS: every
 // other held slot that weighs 0 is counted at once (one first window each, in
-// one message) and the weights are reported together.
+// one message) and the weights are reported together; so are the slots it
+// took since its last batch, once each.
 
 const FIRST_WINDOW = 40; // batches
 const MAX_WINDOW = 1000; // batches
@@ -41,6 +43,7 @@ class Backlog {
     this._pass = new Map();
     this._reported = -Infinity;
     this._censusAt = -Infinity;
+    this._asked = new Set(); // held slots a census counts for the first time
   }
 
   /** The window to count in the slot's next batch: {after, bound}, or null when no count is due. */
@@ -104,14 +107,18 @@ class Backlog {
 
   /**
    * After a batch of `slot`, which weighed `before`: the other held slots to
-   * count now, when the batch found rows in a slot that weighed 0 (those of
-   * `held` that weigh 0), at most once per CENSUS_EVERY_MS.
+   * count now: those of `held` it had no weight of (taken since its last
+   * batch, `slot` too when this was its first batch: each once), and, when the batch found rows in a slot that
+   * weighed 0, those that weigh 0, at most once per CENSUS_EVERY_MS.
    */
   census(slot, before, held, now) {
-    if (before !== 0 || !this._weights.get(slot) || now - this._censusAt < CENSUS_EVERY_MS) return [];
-    const others = held.filter((s) => s !== slot && this._weights.get(s) === 0).sort((a, b) => a - b);
-    if (others.length) this._censusAt = now;
-    return others;
+    const fresh = held.filter((s) => (!this._weights.has(s) || (s === slot && before === null)) && !this._asked.has(s));
+    for (const s of fresh) this._asked.add(s);
+    const bySlot = (a, b) => a - b;
+    if (before !== 0 || !this._weights.get(slot) || now - this._censusAt < CENSUS_EVERY_MS) return fresh.sort(bySlot);
+    const empty = held.filter((s) => s !== slot && this._weights.get(s) === 0);
+    if (empty.length) this._censusAt = now;
+    return fresh.concat(empty).sort(bySlot);
   }
 
   /** The rows a census counts at most per slot: one first window. */
@@ -137,10 +144,17 @@ class Backlog {
     return this._weights.has(slot) ? this._weights.get(slot) : null;
   }
 
+  /** The slot's weight once the batch about to run is done (a counted weight less its rows, at least 1). */
+  ahead(slot) {
+    const w = this._weights.get(slot);
+    if (!w || !this._counts.has(slot)) return w;
+    return Math.max(1, w - this.batch);
+  }
+
   /** The weight a batch's report sends: null (the last one stands) unless due, see above. */
   toSend(slot, now) {
     if (!this._weights.has(slot)) return null;
-    const w = this._weights.get(slot);
+    const w = this.ahead(slot);
     const last = this._sent.get(slot);
     if (last && now - last.at < SEND_EVERY_MS && (w === 0) === (last.weight === 0)
       && (Math.abs(w - last.weight) < SEND_CHANGE * Math.max(last.weight, 1) || now - last.at < SEND_MIN_MS)) {
@@ -159,11 +173,11 @@ class Backlog {
   }
 
   forget(slot) {
-    for (const m of [this._counts, this._weights, this._sent, this._pending, this._pass]) m.delete(slot);
+    for (const m of [this._counts, this._weights, this._sent, this._pending, this._pass, this._asked]) m.delete(slot);
   }
 
   clear() {
-    for (const m of [this._counts, this._weights, this._sent, this._pending, this._pass]) m.clear();
+    for (const m of [this._counts, this._weights, this._sent, this._pending, this._pass, this._asked]) m.clear();
   }
 }
 

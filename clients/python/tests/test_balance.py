@@ -1,6 +1,7 @@
 """Lease mode's balance by remaining work (docs/leases.md, "Balancing")
 against the server of test_server.py: a joiner's share within seconds, the
-weights counted in windows, the census after new rows, balance=False."""
+weights counted in windows, the census after new rows and of taken slots,
+balance=False."""
 import time
 
 from test_server import Run, db, handler_for, make_table, wait_for  # noqa: F401  (db: the fixture)
@@ -85,14 +86,12 @@ def test_balance_off_sends_no_report(db):
     assert db.execute("SELECT count(backlog) = 0 FROM pg_claim_leases WHERE name = %s", (name,)).fetchone()[0]
 
 
-def test_new_rows_are_weighed_in_every_slot_at_once(db):
-    """A batch that finds rows in a slot that weighed 0 counts the worker's
-    other slots that weigh 0 at once (a census): once rows come to every
-    slot of an idle worker, every lease carries its weight after fewer
-    batches than the worker holds slots (each slot's own first batch would
-    take one batch per slot)."""
-    tbl, name, n = "t_census", "census", 8
-    make_table(db, tbl, 0)
+def batches_until_weighed(db, tbl, name, n, rows_before, rows_after):
+    """A worker of n slots with rows_before rows, slow batches (0.2 s); when
+    rows_after is not None, once every slot weighs 0 those rows come. The
+    number of batches it ran until every slot's lease carried a weight
+    above 0, and those weights."""
+    make_table(db, tbl, rows_before)
     batches = []
 
     def slow(tx, rows):
@@ -101,10 +100,11 @@ def test_new_rows_are_weighed_in_every_slot_at_once(db):
     r = Run(name=name, table=tbl, n=n, pending="done", batch=10, ttl=30, handler=slow, poll_interval=0.2,
             on_event=lambda e, f: e == "batch" and batches.append(f))
     try:
-        wait_for(lambda: db.execute("SELECT count(*) FROM pg_claim_leases WHERE name = %s AND backlog = 0"
-                                    " AND expires_at > now()", (name,)).fetchone()[0] == n,
-                 what="every slot weighed 0")
-        db.execute(f"INSERT INTO {tbl} SELECT g, 'p', false FROM generate_series(1, {n * 100}) g")
+        if rows_after is not None:
+            wait_for(lambda: db.execute("SELECT count(*) FROM pg_claim_leases WHERE name = %s AND backlog = 0"
+                                        " AND expires_at > now()", (name,)).fetchone()[0] == n,
+                     what="every slot weighed 0")
+            db.execute(f"INSERT INTO {tbl} SELECT g, 'p', false FROM generate_series(1, {rows_after}) g")
         wait_for(lambda: db.execute("SELECT count(*) FROM pg_claim_leases WHERE name = %s AND backlog > 0",
                                     (name,)).fetchone()[0] == n, what="every slot weighed")
         seen = len(batches)
@@ -112,5 +112,29 @@ def test_new_rows_are_weighed_in_every_slot_at_once(db):
     finally:
         r.stop()
     assert r.error is None, r.error
+    return seen, weights
+
+
+def test_new_rows_are_weighed_in_every_slot_at_once(db):
+    """A batch that finds rows in a slot that weighed 0 counts the worker's
+    other slots that weigh 0 at once (a census): once rows come to every
+    slot of an idle worker, every lease carries its weight after fewer
+    batches than the worker holds slots (each slot's own first batch would
+    take one batch per slot)."""
+    n = 8
+    seen, weights = batches_until_weighed(db, "t_census", "census", n, 0, n * 100)
     assert seen < n, f"every slot weighed only after {seen} batches"
     assert all(0 < w <= 100 for w in weights), weights
+
+
+def test_taken_slots_are_weighed_at_once(db):
+    """The slots a worker takes are counted at its next batch, in one
+    census, not each at its own first batch: a worker that starts with 8
+    slots of rows reports every slot's weight after fewer than 8 batches,
+    and no weight above a slot's own rows."""
+    n = 8
+    seen, weights = batches_until_weighed(db, "t_taken", "taken", n, n * 100, None)
+    (most,) = db.execute("SELECT max(k) FROM (SELECT count(*) AS k FROM t_taken GROUP BY slot_of(id, %s)) x",
+                         (n,)).fetchone()
+    assert seen < n, f"every slot weighed only after {seen} batches"
+    assert all(0 < w <= most for w in weights), (most, weights)

@@ -234,15 +234,16 @@ process.stdout.write(JSON.stringify(out));"""
     want = backlog_python(BACKLOG_TRACE)
     assert got == want
     # the rule itself: a first window from the cursor, a larger one after its
-    # last row, then a refresh; the rows counted less those walked; 0 at the end
-    assert want[:18] == [[None, 400], 390, 390, None, 380, None, ["k400", 800], 670, 670, None, 660, None,
-                         ["k700", 400], 655, 655, 0, 0, [None, 400]]
+    # last row, then a refresh; the rows counted less those walked; 0 at the end;
+    # a weight is sent as it will be once the next batch (10 rows) is done
+    assert want[:18] == [[None, 400], 390, 380, None, 380, None, ["k400", 800], 670, 660, None, 660, None,
+                         ["k700", 400], 655, 645, 0, 0, [None, 400]]
     # 390 and 39 rows left: ten batches of the heavy slot per batch of the light one
     picks = want[-29:-7]
     assert picks.count(1) == 20 and picks.count(2) == 2, picks
-    assert want[-7:-3] == [[True, 390], [True, 39], [False, None], [True, None]]
-    # 290 left 0.6 s after 390 was sent: asked without it, then sent at 1 s
-    assert want[-3:] == [290, [True, None], [True, 290]]
+    assert want[-7:-3] == [[True, 380], [True, 29], [False, None], [True, None]]
+    # 290 left 0.6 s after 380 was sent: asked without it, then sent at 1 s
+    assert want[-3:] == [290, [True, None], [True, 280]]
 
 
 def test_both_take_a_census_by_the_same_rule(node):
@@ -265,7 +266,10 @@ process.stdout.write(JSON.stringify(out));"""
         ["send", 2, 1.5], ["send", 4, 1.5],
         ["done", 4, 5, None, True, 2.5], ["done", 3, 10, [90, "k90"], False, 3.0], ["census", 3, 0, [1, 2, 3, 4], 3.0],
         ["done", 2, 10, None, True, 6.0], ["done", 3, 10, None, True, 6.2], ["done", 3, 10, [40, "k40"], False, 6.5],
-        ["census", 3, 0, [1, 2, 3, 4], 6.5], ["census", 1, 290, [1, 2, 3, 4], 7.0]]
+        ["census", 3, 0, [1, 2, 3, 4], 6.5], ["census", 1, 290, [1, 2, 3, 4], 7.0],
+        # slots 6 and 5 taken: counted at the next batch of another, once each
+        ["census", 1, 290, [1, 2, 3, 4, 6, 5], 7.1], ["census", 1, 290, [1, 2, 3, 4, 6, 5], 7.2],
+        ["census", 5, None, [1, 2, 3, 4, 6, 5, 7], 7.3], ["census", 8, None, [8, 9], 7.4]]
     got = json.loads(subprocess.run(["node", "-e", js, NODE, json.dumps(trace)], capture_output=True,
                                     text=True, check=True).stdout)
     b, want = pg_claim._backlog.Backlog(10), []
@@ -283,8 +287,10 @@ process.stdout.write(JSON.stringify(out));"""
     # every slot 0; slot 1 found 300 rows: the census counts 2, 3 and 4, their
     # weights as counted (at least a batch) and not sent again; slot 3 wakes
     # at 3 s while slot 4 weighs 0: no census (one per 5 s); at 6.5 s slots 2
-    # and 4 are counted; a slot that did not weigh 0 starts none
-    assert want[4:] == [290, [2, 3, 4], 250, 0, 10, None, None, 0, 80, [], 0, 0, 30, [2, 4], []]
+    # and 4 are counted; a slot that did not weigh 0 starts none; slots taken
+    # since (no weight yet) are counted once, in the batch of any slot (its
+    # own first one included)
+    assert want[4:] == [290, [2, 3, 4], 250, 0, 10, None, None, 0, 80, [], 0, 0, 30, [2, 4], [], [5, 6], [], [7], [8, 9]]
 
 
 def test_both_claim_again_by_the_same_rule(node):

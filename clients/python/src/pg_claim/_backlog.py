@@ -28,9 +28,15 @@ every other held slot that weighs 0 is counted at once, one first window
 each in one message, and the weights are reported together, so that after
 a burst of new rows the planner knows every slot's weight within one batch,
 not one slot per batch (a holder of 32 slots visits each only every 32nd
-batch).
+batch). The slots a worker took since its last batch are counted the same
+way, once each: until then the planner would weigh them by their former
+holder's last reports, which count the rows that holder did since.
 
-The weight a batch's report sends is None (the last one stands) unless it
+The weight a batch's report sends is the slot's weight once that batch is
+done (the weight less the batch's rows, at least 1: between two batches of
+a slot nothing lowers it, and a weight that counts the batch in hand runs a
+batch above the rows left until the slot's next batch), or None (the last
+one stands) unless it
 reached or left 0, moved by SEND_CHANGE of the last one sent once that one
 is SEND_MIN_S old, or the last one sent is SEND_EVERY_S old; a batch with
 no weight to send carries no report at all unless the worker's last one is
@@ -41,7 +47,7 @@ share's end is every batch, it took a sixth of the server's time per
 batch with short batches."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 FIRST_WINDOW = 40  # batches
 MAX_WINDOW = 1000  # batches
@@ -77,6 +83,7 @@ class Backlog:
         self._sent: Dict[int, Tuple[int, float]] = {}
         self._pending: Dict[int, Tuple[bool, int]] = {}  # slot -> (a first window, its bound)
         self._pass: Dict[int, float] = {}
+        self._asked: Set[int] = set()  # held slots a census counts for the first time
         self._reported = float("-inf")
         self._census_at = float("-inf")
 
@@ -124,15 +131,20 @@ class Backlog:
 
     def census(self, slot: int, before: Optional[int], held: List[int], now: float) -> List[int]:
         """After a batch of `slot`, which weighed `before`: the other held
-        slots to count now, when the batch found rows in a slot that
-        weighed 0 (those of `held` that weigh 0), at most once per
-        CENSUS_EVERY_S."""
+        slots to count now: those of `held` this worker had no weight of
+        (taken since its last batch, `slot` too when this was its first
+        batch: each once, so that all are reported together), and, when
+        the batch found rows in a slot that weighed 0, those that weigh 0,
+        at most once per CENSUS_EVERY_S."""
+        new = [s for s in held if (s not in self._weights or (s == slot and before is None))
+               and s not in self._asked]
+        self._asked.update(new)
         if before != 0 or not self._weights.get(slot) or now - self._census_at < CENSUS_EVERY_S:
-            return []
-        others = sorted(s for s in held if s != slot and self._weights.get(s) == 0)
-        if others:
+            return sorted(new)
+        empty = [s for s in held if s != slot and self._weights.get(s) == 0]
+        if empty:
             self._census_at = now
-        return others
+        return sorted(new + empty)
 
     def census_bound(self) -> int:
         """The rows a census counts at most per slot: one first window."""
@@ -170,8 +182,18 @@ class Backlog:
     def weight(self, slot: int) -> Optional[int]:
         return self._weights.get(slot)
 
-    def to_send(self, slot: int, now: float) -> Optional[int]:
+    def ahead(self, slot: int) -> Optional[int]:
+        """The slot's weight once the batch about to run is done: a counted
+        weight less that batch's rows (at least 1: the batch does not end
+        the pass as far as it is known), which the report of that batch
+        sends; the weight stands until the slot's next batch."""
         w = self._weights.get(slot)
+        if not w or slot not in self._counts:
+            return w
+        return max(1, w - self.batch)
+
+    def to_send(self, slot: int, now: float) -> Optional[int]:
+        w = self.ahead(slot)
         if w is None:
             return None
         last = self._sent.get(slot)
@@ -193,7 +215,8 @@ class Backlog:
     def forget(self, slot: int) -> None:
         for d in (self._counts, self._weights, self._sent, self._pending, self._pass):
             d.pop(slot, None)  # type: ignore[attr-defined]
+        self._asked.discard(slot)
 
     def clear(self) -> None:
-        for d in (self._counts, self._weights, self._sent, self._pending, self._pass):
+        for d in (self._counts, self._weights, self._sent, self._pending, self._pass, self._asked):
             d.clear()  # type: ignore[attr-defined]
