@@ -63,7 +63,7 @@ const methods = {
           if (census.length) await this._census(client, census);
         }
         if (this._wanted.size) { // this slot or others: none is in a batch now
-          for (const s of [...this._wanted].sort((a, b) => a - b)) await this._handOver(client, s, this.held.get(s));
+          await this._handOver(client, [...this._wanted].sort((a, b) => a - b));
           continue;
         }
       }
@@ -101,21 +101,24 @@ const methods = {
   },
 
   /**
-   * The slot is wanted by another holder (a batch's report said so, of this
-   * slot or another): given back now that the batch committed, so that
-   * holder takes it at its next call (the fenced hand-over: the token is
-   * dead from now on). undefined: no longer held.
+   * The slots another holder wants (a batch's report said so, of this slot
+   * or others): given back now that the batch committed, in one statement
+   * (one round trip however many, each waiting through a pooler), so that
+   * holder takes them at its next call (the fenced hand-over: the tokens are
+   * dead from now on). A slot no longer held is skipped.
    */
-  async _handOver(client, slot, token) {
-    this._wanted.delete(slot);
-    this._backlog.forget(slot);
-    if (token === undefined) return;
-    await client.query("SELECT release_lease($1, $2, $3::bigint)", [this.name, slot, token]);
-    if (this.held.get(slot) === token) {
-      const now = new Map(this.held);
-      now.delete(slot);
-      this._setHeld(now, "given back");
+  async _handOver(client, slots) {
+    for (const s of slots) {
+      this._wanted.delete(s);
+      this._backlog.forget(s);
     }
+    const held = slots.filter((s) => this.held.has(s)).map((s) => [s, this.held.get(s)]);
+    if (!held.length) return;
+    await client.query("SELECT count(release_lease($1, u.s, u.t)) FROM unnest($2::int[], $3::bigint[]) u(s, t)",
+      [this.name, held.map(([s]) => s), held.map(([, t]) => String(t))]);
+    const now = new Map(this.held);
+    for (const [s, t] of held) if (now.get(s) === t) now.delete(s);
+    if (now.size !== this.held.size) this._setHeld(now, "given back");
   },
 
   /** Lease mode's balance: no slot held, or every held slot walked (its last batch came back short). */

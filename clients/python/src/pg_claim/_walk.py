@@ -70,8 +70,7 @@ class Walker:
                 self._census(conn, {s: held[s] for s in census})
             if self._wanted:  # this slot or others: none is in a batch now
                 held = self._held.snapshot()
-                for s in sorted(self._wanted):
-                    self._hand_over(conn, s, held.get(s))
+                self._hand_over(conn, {s: held.get(s) for s in sorted(self._wanted)})
                 return True
         if retry_in is not None:
             d = due.setdefault(slot, {})
@@ -112,18 +111,24 @@ class Walker:
         finally:
             cur.close()
 
-    def _hand_over(self, conn: psycopg.Connection, slot: int, token: Optional[int]) -> None:
-        """The slot is wanted by another holder (a batch's report said so, of
-        this slot or another): given back now that the batch committed, so
-        that holder takes it at its next call (the fenced hand-over: the
-        token is dead from now on). None: no longer held."""
-        self._wanted.discard(slot)
-        self._backlog.forget(slot)
-        if token is None:
+    def _hand_over(self, conn: psycopg.Connection, wanted: Dict[int, Optional[int]]) -> None:
+        """The slots (slot -> token; None: no longer held) another holder
+        wants (a batch's report said so, of this slot or another): given
+        back now that the batch committed, in one statement (one round trip
+        however many, each waiting through a pooler), so that holder takes
+        them at its next call (the fenced hand-over: the tokens are dead
+        from now on)."""
+        for s in wanted:
+            self._wanted.discard(s)
+            self._backlog.forget(s)
+        held = sorted((s, t) for s, t in wanted.items() if t is not None)
+        if not held:
             return
-        conn.execute("SELECT release_lease(%s, %s, %s::bigint)", (self.name, slot, token))
-        if self._held.drop(slot, token):
-            self._changed([], [(slot, token)], "given back")
+        conn.execute("SELECT count(release_lease(%s, u.s, u.t)) FROM unnest(%s::int[], %s::bigint[]) u(s, t)",
+                     (self.name, [s for s, _ in held], [t for _, t in held]))
+        given = [(s, t) for s, t in held if self._held.drop(s, t)]
+        if given:
+            self._changed([], given, "given back")
 
     def _hungry(self) -> bool:
         """Lease mode's balance: no slot held, or every held slot walked (its
