@@ -10,7 +10,7 @@ const { RESIZED, ResizeError } = require("./resize");
 // given back after the giver's batch), and how many such calls in a row
 // before renewInterval applies again.
 const HUNGRY_MS = 200;
-const HUNGRY_CALLS = 5;
+const HUNGRY_CALLS = 10;
 
 // Balance: the claimer's count of quick calls after a call that `gained`
 // slots or not, the worker `hungry` (nothing to do) or not; the next call

@@ -25,7 +25,7 @@ log = logging.getLogger("pg_claim")
 # given back after the giver's batch), and how many such calls in a row
 # before the period applies again.
 HUNGRY_S = 0.2
-HUNGRY_CALLS = 5
+HUNGRY_CALLS = 10
 # session mode: the least time between two claim_slots calls of a worker
 # that holds slots (between batches and while idle; a notification is read
 # at once, by a call then). The Node.js library has the same constant.
