@@ -92,8 +92,9 @@ REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_report(oid, text, integer, big
 --   2. took unserved slots, those it wants first, then the heaviest, while
 --      its weight is below the fleet's mean (and, whatever its weight,
 --      those that weigh at most the slack, so that no slot stays unserved);
---   3. marked, while its weight is below the mean by more than the slack
---      (a tenth of the mean), slots of the heaviest members as wanted: the
+--   3. marked, when its weight is below the mean by more than the slack
+--      (a tenth of the mean), and then until it is within half the slack,
+--      slots of the heaviest members as wanted: the
 --      largest that fits in what it lacks and in what that member has
 --      above the mean, else the smallest whose move still lowers the
 --      heavier of the two; never a slot that changed hands within
@@ -106,7 +107,8 @@ REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_report(oid, text, integer, big
 -- mean is the weight of the slots no claim_lease holder holds over the
 -- live (active) members whose max is above 0. Each step reads the name's
 -- rows at most once, except the marking, which reads the chosen member's
--- slots once per mark (at most 16 marks per call).
+-- slots once per mark (at most 32 marks per call: a joiner's share of 32
+-- holders of n = 1024 in one call).
 CREATE FUNCTION @extschema@.pg_claim_leases_balance(
     role oid, name text, n integer, holder text, max integer, ttl interval, key_ integer,
     now_ timestamptz, mine integer, active text[])
@@ -265,8 +267,12 @@ BEGIN
         END LOOP;
     END IF;
 
-    -- 3. marks on the heaviest members' slots
-    WHILE marked = 0 AND own < mean - slack AND mine + marks < max AND marks < 16 LOOP
+    -- 3. marks on the heaviest members' slots: once below the mean by more
+    -- than the slack, up to half the slack below it (a joiner that stopped
+    -- at the slack's edge would sit there by the estimates and below it by
+    -- the rows)
+    WHILE marked = 0 AND own < mean - slack * CASE WHEN marks > 0 THEN 0.5 ELSE 1 END
+          AND mine + marks < max AND marks < 32 LOOP
         best := NULL;
         FOR i IN 1 .. coalesce(pg_catalog.cardinality(weights), 0) LOOP
             IF weights[i] IS NOT NULL AND (best IS NULL OR weights[i] > weights[best]) THEN

@@ -1229,8 +1229,12 @@ BEGIN
         END LOOP;
     END IF;
 
-    -- 3. marks on the heaviest members' slots
-    WHILE marked = 0 AND own < mean - slack AND mine + marks < max AND marks < 16 LOOP
+    -- 3. marks on the heaviest members' slots: once below the mean by more
+    -- than the slack, up to half the slack below it (a joiner that stopped
+    -- at the slack's edge would sit there by the estimates and below it by
+    -- the rows)
+    WHILE marked = 0 AND own < mean - slack * CASE WHEN marks > 0 THEN 0.5 ELSE 1 END
+          AND mine + marks < max AND marks < 32 LOOP
         best := NULL;
         FOR i IN 1 .. coalesce(pg_catalog.cardinality(weights), 0) LOOP
             IF weights[i] IS NOT NULL AND (best IS NULL OR weights[i] > weights[best]) THEN
