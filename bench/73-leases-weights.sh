@@ -15,7 +15,9 @@
 # sql/leases_fleet.sql) and in the database bench_expiry, where the index on
 # (name, expires_at) and the full pages of 0.5.0 are put back. Rounds of
 # BENCH_PERCALL_CALLS calls (400) alternate between the two, in turn first;
-# the figures are the medians of BENCH_PERCALL_ROUNDS rounds (6).
+# the figures are the medians of BENCH_PERCALL_ROUNDS rounds (6). Then a
+# joiner's first call by weight, which marks slots of the heaviest holders
+# (the mean over ten calls a round: /proc's CPU time ticks every 10 ms).
 #
 # Knobs (environment): BENCH_HOLDERS (32), BENCH_PERCALL_ROUNDS,
 # BENCH_PERCALL_CALLS.
@@ -101,4 +103,24 @@ for name in ("bench_count", "bench_weight"):
     label = "ratio, this layout / 0.5.0's"
     print(f"{name[6:]:<8} {label:<32} {statistics.median(ratios):11.2f}x"
           f"   (rounds {min(ratios):.2f}x to {max(ratios):.2f}x)")
+
+# a joiner's call by weight: it marks slots of the heaviest holders (one read
+# of that holder's slots per mark); its marks and membership are undone
+# after each call, so that every call is a joiner's first
+with psycopg.connect(dbname="postgres", autocommit=True) as c:
+    pid = c.execute("SELECT pg_backend_pid()").fetchone()[0]
+    c.execute("UPDATE pg_claim_leases SET acquired_at = acquired_at - interval '1 minute' WHERE name = 'bench_weight'")
+    cpu, marks = [], []
+    for i in range(rounds * 10):
+        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        t0 = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        c.execute(f"SELECT count(*) FROM claim_leases('bench_weight', {n}, 'joiner', ttl => '1 hour')")
+        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        cpu.append(((int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK") - t0) * 1e6)
+        marks.append(c.execute("SELECT count(*) FROM pg_claim_leases WHERE name = 'bench_weight'"
+                               " AND wanted_by = 'joiner'").fetchone()[0])
+        c.execute("UPDATE pg_claim_leases SET wanted_by = NULL WHERE name = 'bench_weight' AND wanted_by = 'joiner'")
+        c.execute("DELETE FROM pg_claim_lease_members WHERE name = 'bench_weight' AND holder = 'joiner'")
+print(f"{'weight':<8} {'a joiner that marks':<32} {statistics.mean(cpu):9.0f} us"
+      f"   ({statistics.median(marks):.0f} marks a call, mean of {len(cpu)} calls)")
 PY
