@@ -106,6 +106,16 @@ SELECT lb_age('lbm');
 SELECT count(*) AS c_slots FROM claim_leases('lbm', 4, 'c', max => 1, ttl => '1 minute');
 SELECT lb_wanted('lbm') AS wanted_within_max;
 
+-- A joiner of two holders of 48 slots of 100 each (mean 3200 with it, slack
+-- 320) marks in one call up to 32 slots, of both, and once it marks goes on
+-- to within half the slack of the mean: 31 slots (3100).
+SELECT lb_round('lbj', 96, '{a,b}'), lb_round('lbj', 96, '{a,b}');
+SELECT length(lb_report('lbj', 'a', 100)) > 0 AS a_reports, length(lb_report('lbj', 'b', 100)) > 0 AS b_reports;
+SELECT lb_age('lbj');
+SELECT count(*) AS c_slots FROM claim_leases('lbj', 96, 'c', ttl => '1 minute');
+SELECT count(*) AS c_marks, count(*) FILTER (WHERE holder = 'a') AS of_a, count(*) FILTER (WHERE holder = 'b') AS of_b
+FROM pg_claim_leases WHERE name = 'lbj' AND wanted_by = 'c';
+
 -- A weight counts for a minute after its report: a fleet whose reports
 -- stopped shares by count again (no marks), until its holders report anew.
 SELECT lb_round('lbf', 4, '{a,b}'), lb_round('lbf', 4, '{a,b}');
