@@ -12,6 +12,11 @@ const { RESIZED, ResizeError } = require("./resize");
 const HUNGRY_MS = 200;
 const HUNGRY_CALLS = 10;
 
+/** Whether the claimer's next call comes after HUNGRY_MS (not the period). */
+function quick(burst) {
+  return burst > 0 && burst <= HUNGRY_CALLS;
+}
+
 // Balance: the claimer's count of quick calls after a call that `gained`
 // slots or not, the worker `hungry` (nothing to do) or not; the next call
 // comes after HUNGRY_MS while it is 1 .. HUNGRY_CALLS, else after
@@ -22,7 +27,7 @@ const HUNGRY_CALLS = 10;
 // in a row. (The Python library's next_burst.)
 function nextBurst(burst, gained, hungry) {
   if (gained) return 1;
-  return (burst > 0 && burst <= HUNGRY_CALLS) || hungry ? burst + 1 : 0;
+  return quick(burst) || hungry ? burst + 1 : 0;
 }
 
 const methods = {
@@ -133,7 +138,7 @@ const methods = {
         if (this._goodAt === null || Date.now() >= this._goodAt + this.ttlMs) this._setHeld(new Map(), "expired");
       }
       burst = nextBurst(burst, Boolean(this.balance && gained), this._hungry());
-      const end = asked + (burst > 0 && burst <= HUNGRY_CALLS ? HUNGRY_MS : this.renewMs);
+      const end = asked + (quick(burst) ? HUNGRY_MS : this.renewMs);
       for (let rest = end - Date.now(); rest > 0 && this._renewing; rest = end - Date.now()) {
         await new Promise((resolve) => { this._renewTimer = setTimeout(resolve, Math.min(rest, HUNGRY_MS)); this._renewSleep = resolve; });
         if (this._claimNow || (burst < HUNGRY_CALLS && Date.now() >= asked + HUNGRY_MS && this._hungry())) break;

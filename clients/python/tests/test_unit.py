@@ -145,15 +145,15 @@ def test_version():
 
 
 def test_claimer_asks_again_quickly_after_a_gain():
-    from pg_claim._claimer import HUNGRY_CALLS, next_burst
+    from pg_claim._claimer import HUNGRY_CALLS, next_burst, quick
     # a joiner: a call gains slots, the next ones gain nothing (the givers
     # are still in their batches): quick calls go on HUNGRY_CALLS times
     # after the last gain, then the period
-    burst, quick = 0, []
+    burst, quicks = 0, []
     for gained in [True, False, False, True] + [False] * (HUNGRY_CALLS + 2):
         burst = next_burst(burst, gained, hungry=False)
-        quick.append(0 < burst <= HUNGRY_CALLS)
-    assert quick == [True] * (4 + HUNGRY_CALLS - 1) + [False] * 3
+        quicks.append(quick(burst))
+    assert quicks == [True] * (4 + HUNGRY_CALLS - 1) + [False] * 3
     # a stable fleet's member that gains nothing and has work: the period
     assert next_burst(0, False, False) == 0
     # nothing to do: quick up to HUNGRY_CALLS calls in a row, then the period

@@ -32,6 +32,11 @@ HUNGRY_CALLS = 10
 SESSION_CLAIM_S = 1.0
 
 
+def quick(burst: int) -> bool:
+    """Whether the claimer's next call comes after HUNGRY_S (not the period)."""
+    return 0 < burst <= HUNGRY_CALLS
+
+
 def next_burst(burst: int, gained: bool, hungry: bool) -> int:
     """Balance: the claimer's count of quick calls after a call that
     `gained` slots or not, the worker `hungry` (nothing to do) or not; the
@@ -43,7 +48,7 @@ def next_burst(burst: int, gained: bool, hungry: bool) -> int:
     times in a row."""
     if gained:
         return 1
-    return burst + 1 if 0 < burst <= HUNGRY_CALLS or hungry else 0
+    return burst + 1 if quick(burst) or hungry else 0
 
 
 class Claimer:
@@ -149,7 +154,7 @@ class Claimer:
         """The claimer's pause after the call sent at `asked`: the period, or
         HUNGRY_S while the worker has nothing to do (at most HUNGRY_CALLS
         calls in a row), none after a resize. True when the worker stops."""
-        end = asked + (HUNGRY_S if 0 < burst <= HUNGRY_CALLS else period)
+        end = asked + (HUNGRY_S if quick(burst) else period)
         while True:
             left = end - time.monotonic()
             if left <= 0 or self._claim_now.is_set():
