@@ -157,8 +157,8 @@ def test_claimer_asks_again_quickly_after_a_gain():
     # a stable fleet's member that gains nothing and has work: the period
     assert next_burst(0, False, False) == 0
     # nothing to do: quick up to HUNGRY_CALLS calls in a row, then the period
-    burst, quick = 0, []
+    burst, quicks = 0, []
     for _ in range(HUNGRY_CALLS + 2):
         burst = next_burst(burst, False, hungry=True)
-        quick.append(0 < burst <= HUNGRY_CALLS)
-    assert quick == [True] * HUNGRY_CALLS + [False, False]
+        quicks.append(quick(burst))
+    assert quicks == [True] * HUNGRY_CALLS + [False, False]
