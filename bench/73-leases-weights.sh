@@ -71,20 +71,22 @@ rounds = int(os.environ.get("BENCH_PERCALL_ROUNDS", "6"))
 calls = int(os.environ.get("BENCH_PERCALL_CALLS", "400"))
 layouts = {"postgres": "no expiry index, fillfactor 50", "bench_expiry": "index on (name, expires_at)"}
 
+def used(pid):
+    """The backend's user + system CPU time so far, in seconds, from /proc
+    (which a busy machine inflates less than the wall)."""
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
 def run(db, name):
-    """(server CPU, wall) per call, in microseconds: the backend's user +
-    system time from /proc, which a busy machine inflates less than the wall."""
+    """(server CPU, wall) per call, in microseconds."""
     with psycopg.connect(dbname=db, autocommit=True) as c:
         pid = c.execute("SELECT pg_backend_pid()").fetchone()[0]
-        def used():
-            f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-            return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
         q = f"SELECT count(*) FROM claim_leases('{name}', {n}, %s, ttl => '1 hour')"
         c.execute(q, ("h1",))
-        t0, w0 = used(), time.monotonic()
+        t0, w0 = used(pid), time.monotonic()
         for i in range(calls):
             c.execute(q, (f"h{1 + i % m}",))
-        return (used() - t0) / calls * 1e6, (time.monotonic() - w0) / calls * 1e6
+        return (used(pid) - t0) / calls * 1e6, (time.monotonic() - w0) / calls * 1e6
 
 res = {}
 for r in range(rounds):
@@ -112,11 +114,9 @@ with psycopg.connect(dbname="postgres", autocommit=True) as c:
     c.execute("UPDATE pg_claim_leases SET acquired_at = acquired_at - interval '1 minute' WHERE name = 'bench_weight'")
     cpu, marks = [], []
     for i in range(rounds * 10):
-        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-        t0 = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        t0 = used(pid)
         c.execute(f"SELECT count(*) FROM claim_leases('bench_weight', {n}, 'joiner', ttl => '1 hour')")
-        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-        cpu.append(((int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK") - t0) * 1e6)
+        cpu.append((used(pid) - t0) * 1e6)
         marks.append(c.execute("SELECT count(*) FROM pg_claim_leases WHERE name = 'bench_weight'"
                                " AND wanted_by = 'joiner'").fetchone()[0])
         c.execute("UPDATE pg_claim_leases SET wanted_by = NULL WHERE name = 'bench_weight' AND wanted_by = 'joiner'")
