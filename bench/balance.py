@@ -4,7 +4,7 @@ against a FOR UPDATE SKIP LOCKED queue with the same handler, rows, workers
 and pooler (PgBouncer in transaction mode), every scheme in one run, side by
 side (bench/76-balance.sh, `scripts/bench balance`).
 
-    bench/balance.py [--quick] [--scenario NAME]... [--out-dir DIR] [--svg FILE]
+    bench/balance.py [--quick] [--scenario NAME]... [--scheme S]... [--out-dir DIR] [--svg FILE]
     bench/balance.py --plot DIR/balance.json [--svg FILE]    (the plot again)
 
 Needs PGHOST/PGPORT/PGUSER of a server where pg_claim can be created and
@@ -30,7 +30,8 @@ Scenarios (n slots, W workers at most, batches of 50):
   h       hand-over at scale: uniform keys, 2 ms per row, 32 workers on
           n = 1024 (1,000,000 rows), one more joining every 7 s and leaving
           4 s later (lease schemes only: the queue has no hand-over).
---scenario takes a name (a, b0, ...) or a letter (b: b0 and b2).
+--scenario takes a name (a, b0, ...) or a letter (b: b0 and b2); --scheme
+queue, count or lease runs only those schemes (a trial of one change).
 --quick: fewer rows and a shorter timeline (a few minutes on 2 cores).
 
 Reported per run (bench/balance_report.py): makespan (release to the last
@@ -338,6 +339,8 @@ def main():
     ap.add_argument("--scenario", action="append", default=[], help="a, b0, b2, c0, c2, d0, d2, e, h or a letter")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "target", "bench"))
     ap.add_argument("--svg", default=None, help="the plot of scenario a (default OUT_DIR/balance-a.svg)")
+    ap.add_argument("--scheme", action="append", default=[], choices=("queue", "count", "lease"),
+                    help="run only this scheme (repeatable; default all three)")
     ap.add_argument("--time-limit", type=float, default=None, help="seconds per run (120 quick, 600 full)")
     ap.add_argument("--plot", metavar="JSON", help="only draw the plot of scenario a again from a balance.json")
     ap.add_argument("--pooler-port", type=int, default=int(os.environ.get("PGC_POOLER_PORT", "0")))
@@ -370,6 +373,7 @@ def main():
             order = ("queue", "count", "lease") if i % 2 == 0 else ("lease", "count", "queue")
             if spec.name == "h":  # a hand-over figure: the queue has none
                 order = tuple(o for o in order if o != "queue")
+            order = tuple(o for o in order if not args.scheme or o in args.scheme)
             for scheme in order:
                 print(f"balance: {spec.name} {scheme} ({spec.rows} rows)", file=sys.stderr, flush=True)
                 results.append(run_case(spec, scheme, args, i, cust))
