@@ -9,9 +9,12 @@
 // every REFRESH_MS for the rows inserted since; between counts the rows
 // counted less the rows the walk fetched since; 0 once a pass reaches the
 // share's end. A batch's report sends the slot's weight once that batch is
-// done (less the batch's rows, at least 1). A weight is sent again only when it reached or left 0, moved
-// by SEND_CHANGE once the last one sent is SEND_MIN_MS old, or the last one
-// sent is SEND_EVERY_MS old; a batch with
+// done (less the batch's rows, at least 1). A weight is sent again only when
+// it reached or left 0, moved by SEND_CHANGE once the last one sent is
+// SEND_MIN_MS old, or the last one sent is SEND_EVERY_MS old; a partial count
+// (its last window came back full) sends nothing until it is whole or its
+// windows have grown to MAX_WINDOW (a lower bound would make its holder look
+// light). A batch with
 // no weight to send carries no report unless the worker's last one is
 // REPORT_EVERY_MS old (the report also tells the slots wanted elsewhere). A worker
 // serves its held slots in proportion to their weights (stride scheduling,
@@ -126,7 +129,7 @@ class Backlog {
     return FIRST_WINDOW * this.batch;
   }
 
-  /** A census's count of the slot from its share's start: its weight, taken as sent. */
+  /** A census's count of the slot from its share's start: its weight, taken as sent (null: partial, none sent). */
   counted(slot, pending, last, now) {
     this._pending.delete(slot);
     if (pending === 0) {
@@ -135,9 +138,16 @@ class Backlog {
     } else {
       this._counts.set(slot, { known: pending, last, full: pending >= this.censusBound(), walked: 0, at: now, window: 2 * FIRST_WINDOW });
       this._weights.set(slot, Math.max(this.batch, pending));
+      if (this.partial(slot)) return null;
     }
     this._sent.set(slot, { weight: this._weights.get(slot), at: now });
     return this._weights.get(slot);
+  }
+
+  /** Whether the slot's count is a lower bound too small to send (its last window full, below MAX_WINDOW). */
+  partial(slot) {
+    const c = this._counts.get(slot);
+    return c !== undefined && c.full && c.window < MAX_WINDOW;
   }
 
   weight(slot) {
@@ -153,7 +163,7 @@ class Backlog {
 
   /** The weight a batch's report sends: null (the last one stands) unless due, see above. */
   toSend(slot, now) {
-    if (!this._weights.has(slot)) return null;
+    if (!this._weights.has(slot) || this.partial(slot)) return null;
     const w = this.ahead(slot);
     const last = this._sent.get(slot);
     if (last && now - last.at < SEND_EVERY_MS && (w === 0) === (last.weight === 0)

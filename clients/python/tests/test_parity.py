@@ -188,7 +188,7 @@ BACKLOG_TRACE = [
     ["window", 0, "k40", 6.1], ["done", 0, 10, [5, "k705"], False, 6.1], ["send", 0, 6.1],
     ["done", 0, 3, None, True, 6.5], ["send", 0, 6.5], ["window", 0, None, 7.0],
     # two slots, one ten times the other's weight, served in turn by weight
-    ["window", 1, None, 8.0], ["done", 1, 10, [400, "k400"], False, 8.0],
+    ["window", 1, None, 8.0], ["done", 1, 10, [399, "k399"], False, 8.0],
     ["window", 2, None, 8.0], ["done", 2, 10, [49, "k49"], False, 8.0],
 ] + [["pick", [1, 2]]] * 22 + [
     # a report when a weight is to be sent, else at most every 0.2 s
@@ -235,15 +235,17 @@ process.stdout.write(JSON.stringify(out));"""
     assert got == want
     # the rule itself: a first window from the cursor, a larger one after its
     # last row, then a refresh; the rows counted less those walked; 0 at the end;
-    # a weight is sent as it will be once the next batch (10 rows) is done
-    assert want[:18] == [[None, 400], 390, 380, None, 380, None, ["k400", 800], 670, 660, None, 660, None,
+    # a weight is sent as it will be once the next batch (10 rows) is done;
+    # none while the count is partial (the first window came back full: 400
+    # of 400), the first once it is whole (at 1 s)
+    assert want[:18] == [[None, 400], 390, None, None, 380, None, ["k400", 800], 670, 660, None, 660, None,
                          ["k700", 400], 655, 645, 0, 0, [None, 400]]
-    # 390 and 39 rows left: ten batches of the heavy slot per batch of the light one
+    # 389 and 39 rows left: ten batches of the heavy slot per batch of the light one
     picks = want[-29:-7]
     assert picks.count(1) == 20 and picks.count(2) == 2, picks
-    assert want[-7:-3] == [[True, 380], [True, 29], [False, None], [True, None]]
-    # 290 left 0.6 s after 380 was sent: asked without it, then sent at 1 s
-    assert want[-3:] == [290, [True, None], [True, 280]]
+    assert want[-7:-3] == [[True, 379], [True, 29], [False, None], [True, None]]
+    # 289 left 0.6 s after 379 was sent: asked without it, then sent at 1 s
+    assert want[-3:] == [289, [True, None], [True, 279]]
 
 
 def test_both_take_a_census_by_the_same_rule(node):
@@ -269,7 +271,9 @@ process.stdout.write(JSON.stringify(out));"""
         ["census", 3, 0, [1, 2, 3, 4], 6.5], ["census", 1, 290, [1, 2, 3, 4], 7.0],
         # slots 6 and 5 taken: counted at the next batch of another, once each
         ["census", 1, 290, [1, 2, 3, 4, 6, 5], 7.1], ["census", 1, 290, [1, 2, 3, 4, 6, 5], 7.2],
-        ["census", 5, None, [1, 2, 3, 4, 6, 5, 7], 7.3], ["census", 8, None, [8, 9], 7.4]]
+        ["census", 5, None, [1, 2, 3, 4, 6, 5, 7], 7.3], ["census", 8, None, [8, 9], 7.4],
+        # a census window that came back full (400 of 400): partial, nothing sent
+        ["counted", 9, 400, "k400", 7.5], ["send", 9, 7.6]]
     got = json.loads(subprocess.run(["node", "-e", js, NODE, json.dumps(trace)], capture_output=True,
                                     text=True, check=True).stdout)
     b, want = pg_claim._backlog.Backlog(10), []
@@ -289,8 +293,9 @@ process.stdout.write(JSON.stringify(out));"""
     # at 3 s while slot 4 weighs 0: no census (one per 5 s); at 6.5 s slots 2
     # and 4 are counted; a slot that did not weigh 0 starts none; slots taken
     # since (no weight yet) are counted once, in the batch of any slot (its
-    # own first one included)
-    assert want[4:] == [290, [2, 3, 4], 250, 0, 10, None, None, 0, 80, [], 0, 0, 30, [2, 4], [], [5, 6], [], [7], [8, 9]]
+    # own first one included); a partial count sends nothing
+    assert want[4:] == [290, [2, 3, 4], 250, 0, 10, None, None, 0, 80, [], 0, 0, 30, [2, 4], [], [5, 6], [], [7], [8, 9],
+                        None, None]
 
 
 def test_both_claim_again_by_the_same_rule(node):
