@@ -27,7 +27,7 @@
 
 const FIRST_WINDOW = 40; // batches
 const MAX_WINDOW = 1000; // batches
-const COUNT_EVERY_MS = 1000;
+const COUNT_EVERY_MS = 250;
 const REFRESH_MS = 5000;
 const SEND_CHANGE = 0.1;
 const SEND_MIN_MS = 1000;

@@ -182,7 +182,7 @@ def test_both_send_the_same_functions_with_the_same_named_arguments():
 # (batch 10): each step and what both libraries answer
 BACKLOG_TRACE = [
     ["window", 0, None, 0.0], ["done", 0, 10, [400, "k400"], False, 0.0], ["send", 0, 0.0],
-    ["window", 0, "k10", 0.5], ["done", 0, 10, None, False, 0.5], ["send", 0, 0.5],
+    ["window", 0, "k10", 0.2], ["done", 0, 10, None, False, 0.2], ["send", 0, 0.2],
     ["window", 0, "k20", 1.0], ["done", 0, 10, [300, "k700"], False, 1.0], ["send", 0, 1.0],
     ["window", 0, "k30", 2.0], ["done", 0, 10, None, False, 2.0], ["send", 0, 2.0],
     ["window", 0, "k40", 6.1], ["done", 0, 10, [5, "k705"], False, 6.1], ["send", 0, 6.1],

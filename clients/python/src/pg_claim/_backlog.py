@@ -58,7 +58,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 FIRST_WINDOW = 40  # batches
 MAX_WINDOW = 1000  # batches
-COUNT_EVERY_S = 1.0
+COUNT_EVERY_S = 0.25
 REFRESH_S = 5.0
 SEND_CHANGE = 0.1
 SEND_MIN_S = 1.0
