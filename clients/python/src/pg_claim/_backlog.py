@@ -43,8 +43,8 @@ sends nothing until it is whole or its windows have grown to MAX_WINDOW: a
 lower bound taken as the weight makes a holder whose slots are half
 counted look light, and the planner would hand it the slots of holders
 whose counts are whole (in an even fleet of 32 workers on n = 64 with
-15,625 rows per slot, 601 hand-overs in a 1,000,000-row drain, against 20
-once partial counts were not sent; `scripts/bench balance --scenario e`).
+15,625 rows per slot, 601 hand-overs in a 1,000,000-row drain, against 27
+to 49 once partial counts were not sent; `scripts/bench balance --scenario e`).
 A batch with
 no weight to send carries no report at all unless the worker's last one is
 REPORT_EVERY_S old (the report also tells the slots wanted elsewhere). A
