@@ -114,7 +114,11 @@ def freeze(fleet, rng, mode, where):
             # inside the transaction: the library opens it with the fence in
             # one message, so a transaction idle is always past its fence
             fenced = state == "idle in transaction"
-            if (state == "idle" or fenced) and where in (None, state):
+            # session: the slot may have moved (a rebalance of claim_slots,
+            # after a reset) between the look-ups and the freeze; the frozen
+            # worker must be the one whose session holds it now
+            moved = mode == "session" and w.claims().get(slot, (None, None))[1] != pid
+            if (state == "idle" or fenced) and where in (None, state) and not moved:
                 if mode != "elastic":
                     return w, slot, token, pid, state, t0
                 # an elastic holder holds several slots: the slot of its batch in
