@@ -98,9 +98,8 @@ def freeze(fleet, rng, mode, where):
     with fleet.cluster.connect() as c:
         while time.monotonic() < deadline:
             slot, w = rng.choice(sorted(fleet.holders(mode).items()))
+            # session: the server's view, the pid of w's session holding the slot
             token, pid = w.claims().get(slot, (None, None))
-            if mode == "session":  # the session holding the slot
-                pid = session_pid(slot, c)
             if pid is None:
                 time.sleep(0.05)
                 continue
@@ -115,8 +114,8 @@ def freeze(fleet, rng, mode, where):
             # one message, so a transaction idle is always past its fence
             fenced = state == "idle in transaction"
             # session: the slot may have moved (a rebalance of claim_slots,
-            # after a reset) between the look-ups and the freeze; the frozen
-            # worker must be the one whose session holds it now
+            # after a reset) between the look-up and the freeze; the frozen
+            # worker's session must still hold it
             moved = mode == "session" and w.claims().get(slot, (None, None))[1] != pid
             if (state == "idle" or fenced) and where in (None, state) and not moved:
                 if mode != "elastic":
