@@ -27,6 +27,21 @@ const MODES = ["lease", "session", "auto"];
 
 /** The most slots claim_leases serves (its error 22023 above that). */
 const MAX_LEASE_SLOTS = 1024;
+// Statement texts both libraries send, kept alike in the Python library's
+// _config.py (its test_parity compares them): {k} is the key column, {items}
+// the slot's share (my_items, or the Citus share of scale-out.md), {name} the
+// fleet. A window of the slot's pending rows, counted (one bounded index
+// walk), and the key of its last row: a top-1 over the window's keys, not a
+// sorted array of them (half the cost).
+const COUNT_SQL = "WITH w AS MATERIALIZED (SELECT c.{k} FROM {items} c)"
+  + " SELECT count(*) AS pending, (SELECT w.{k}::text FROM w ORDER BY w.{k} DESC LIMIT 1) AS last FROM w";
+// The end of the fetch: the batch's rows with their own failure records
+// (item_failures with the batch's keys reads those records only, by the
+// primary key; a key over 1024 bytes has none, record_failure refuses it).
+const FAILURES_SQL = " FROM t LEFT JOIN item_failures({name}, VARIADIC ARRAY(SELECT t.{k}::text FROM t"
+  + " WHERE octet_length(t.{k}::text) <= 1024)) f ON f.item = t.{k}::text ORDER BY t.{k}";
+// fill(TEXT, VALUES): TEXT with each {name} replaced by VALUES[name]
+const fill = (text, values) => text.replace(/\{(\w+)\}/g, (_, name) => values[name]);
 
 /**
  * Reads and checks a Worker's options (README.md, docs/libraries.md) into `w`.
@@ -202,22 +217,15 @@ const methods = {
       + (this.method !== null ? `, method => ${lit(this.method)}` : "");
     const cols = `SELECT t.*, t.${q(this.key)}::text AS "${KEY}", ${this.route === null ? "NULL::text" : `t.${q(this.route)}::text`} AS "${ROUTE}",`
       + ` f.state AS "${FAILURE}", extract(epoch FROM f.retry_at - clock_timestamp())::float8 * 1000 AS "${RETRY}"`;
-    // the batch's rows with their own failure records (item_failures with
-    // the batch's keys reads those records only, by the primary key; a key
-    // over 1024 bytes has none, record_failure refuses it)
-    const tail = ` FROM t LEFT JOIN item_failures(${lit(this.name)}, VARIADIC ARRAY(SELECT t.${q(this.key)}::text FROM t`
-      + ` WHERE octet_length(t.${q(this.key)}::text) <= 1024)) f ON f.item = t.${q(this.key)}::text ORDER BY t.${q(this.key)}`;
+    const tail = fill(FAILURES_SQL, { name: lit(this.name), k: q(this.key) });
     const args = (slot, batch = this.batch) => `NULL::${rowType}, ${lit(slot)}, ${lit(this.n)}, ${fixed(batch)}`;
     const fair = (slot) => `my_items_fair(${args(slot)})`;
     const keyOrder = this.shardKeys !== null ? await this._shardShare(client, t, q, lit)
       : (slot, after, batch = this.batch) => `my_items(${args(slot, batch)}, after => ${lit(after)}::text)`;
     this._fetchText = (slot, after) => `WITH t AS (SELECT * FROM ${this.tenants ? fair(slot) : keyOrder(slot, after)} s) ${cols}${tail}`;
-    // balance: a window of the slot's pending rows, counted (one bounded index
-    // walk), and the key of its last row (a top-1 over the window's keys, not a
-    // sorted array of them: half the cost); my_items_fair has no cursor: no count
-    this._countText = this.tenants ? null : (slot, after, bound) => `WITH w AS MATERIALIZED`
-      + ` (SELECT c.${q(this.key)} FROM ${keyOrder(slot, after, bound)} c) SELECT count(*)::int8 AS pending,`
-      + ` (SELECT w.${q(this.key)}::text FROM w ORDER BY w.${q(this.key)} DESC LIMIT 1) AS last FROM w`;
+    // balance: COUNT_SQL; my_items_fair has no cursor: no count
+    this._countText = this.tenants ? null
+      : (slot, after, bound) => fill(COUNT_SQL, { k: q(this.key), items: keyOrder(slot, after, bound) });
     // the first fetch checks the columns and the method now, not at the first batch
     await client.query(`SELECT count(*) FROM (${this._fetchText(0, null)} LIMIT 0) x`);
     if (this.pollMs === null) this.pollMs = this.mode === "session" || this.notifyConnection ? 30000 : 1000;
@@ -262,4 +270,4 @@ const methods = {
   },
 };
 
-module.exports = { configure, methods, NotASessionError, MODES, MAX_LEASE_SLOTS, KEY, ROUTE, FAILURE, RETRY };
+module.exports = { configure, methods, NotASessionError, MODES, MAX_LEASE_SLOTS, COUNT_SQL, FAILURES_SQL, KEY, ROUTE, FAILURE, RETRY };

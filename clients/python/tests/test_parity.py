@@ -333,3 +333,19 @@ def test_both_keep_the_same_constants():
                    1000)
     assert SHARED_CONSTANTS <= set(py) & set(js), SHARED_CONSTANTS - (set(py) & set(js))
     assert {k: py[k] for k in SHARED_CONSTANTS} == {k: js[k] for k in SHARED_CONSTANTS}
+
+
+def test_both_send_the_same_statement_texts(node):
+    """The statements both compose from one text, with the same placeholders:
+    the balance count's window and the fetch's failure join."""
+    from pg_claim import _config
+    js = """
+const c = require(process.argv[1] + "/lib/config");
+process.stdout.write(JSON.stringify([c.COUNT_SQL, c.FAILURES_SQL]));"""
+    got = json.loads(subprocess.run(["node", "-e", js, NODE], capture_output=True, text=True, check=True).stdout)
+    assert got == [_config.COUNT_SQL, _config.FAILURES_SQL]
+    # each is used: composed in both sources from the one text
+    assert "sql.SQL(COUNT_SQL)" in sources(PY_SRC, ".py")["_config.py"]
+    assert "+ FAILURES_SQL" in sources(PY_SRC, ".py")["_config.py"]
+    node_config = sources(os.path.join(NODE, "lib"), ".js")["config.js"]
+    assert "fill(COUNT_SQL," in node_config and "fill(FAILURES_SQL," in node_config

@@ -28,6 +28,19 @@ EventHook = Callable[[str, Dict[str, Any]], None]
 MODES = ("lease", "session", "auto")
 # The most slots claim_leases serves (its error 22023 above that).
 MAX_LEASE_SLOTS = 1024
+# Statement texts both libraries send, kept alike in clients/node/lib/config.js
+# (test_parity compares them): {k} is the key column, {items} the slot's share
+# (my_items, or the Citus share of scale-out.md), {name} the fleet.
+# A window of the slot's pending rows, counted (one bounded index walk), and
+# the key of its last row: a top-1 over the window's keys (a sorted array of
+# them doubled the count's cost, 30 ms against 15 for 16,000 rows).
+COUNT_SQL = ("WITH w AS MATERIALIZED (SELECT c.{k} FROM {items} c)"
+             " SELECT count(*) AS pending, (SELECT w.{k}::text FROM w ORDER BY w.{k} DESC LIMIT 1) AS last FROM w")
+# The end of the fetch: the batch's rows with their own failure records
+# (item_failures with the batch's keys reads those records only, by the
+# primary key; a key over 1024 bytes has none, record_failure refuses it).
+FAILURES_SQL = (" FROM t LEFT JOIN item_failures({name}, VARIADIC ARRAY(SELECT t.{k}::text FROM t"
+                " WHERE octet_length(t.{k}::text) <= 1024)) f ON f.item = t.{k}::text ORDER BY t.{k}")
 
 
 def make_holder() -> str:
@@ -280,25 +293,13 @@ class Config:
         else:
             fetched = sql.SQL(items).format(args=sql.SQL(", ").join(args))
             windowed = sql.SQL(items).format(args=sql.SQL(", ").join(counted))
-        # balance: a window of the slot's pending rows, counted (one bounded
-        # index walk), and the key of its last row (a top-1 over the window's
-        # keys: a sorted array of them doubled the count's cost, 30 ms against
-        # 15 for 16,000 rows); my_items_fair has no cursor: no count
-        self._count = None if self._tenants else sql.SQL(
-            "WITH w AS MATERIALIZED (SELECT c.{k} FROM {items} c)"
-            " SELECT count(*) AS pending, (SELECT w.{k}::text FROM w ORDER BY w.{k} DESC LIMIT 1) AS last"
-            " FROM w").format(items=windowed, k=k).as_string(conn)
-        # the batch's rows with their own failure records (item_failures with
-        # the batch's keys reads those records only, by the primary key; a
-        # key over 1024 bytes has none, record_failure refuses it)
+        # balance: COUNT_SQL; my_items_fair has no cursor: no count
+        self._count = None if self._tenants else sql.SQL(COUNT_SQL).format(items=windowed, k=k).as_string(conn)
         self._fetch = sql.SQL(
             "WITH t AS (SELECT * FROM {items} s)"
             " SELECT t.*, t.{k}::text AS {kc}, f.state AS {sc},"
-            " extract(epoch FROM f.retry_at - clock_timestamp())::float8 AS {rc}"
-            " FROM t LEFT JOIN item_failures(%(name)s, VARIADIC ARRAY(SELECT t.{k}::text FROM t"
-            " WHERE octet_length(t.{k}::text) <= 1024)) f"
-            " ON f.item = t.{k}::text ORDER BY t.{k}").format(
-                items=fetched, k=k, kc=sql.Identifier(_KEY),
+            " extract(epoch FROM f.retry_at - clock_timestamp())::float8 AS {rc}" + FAILURES_SQL).format(
+                items=fetched, k=k, kc=sql.Identifier(_KEY), name=sql.SQL("%(name)s"),
                 sc=sql.Identifier(_STATE), rc=sql.Identifier(_RETRY)).as_string(conn)
 
     def _shard_share(self, conn: psycopg.Connection, oid: int, key: str) -> Callable[[str, str], sql.Composable]:
