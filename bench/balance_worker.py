@@ -46,10 +46,12 @@ LIFETIME_S = float(os.environ.get("BAL_LIFETIME_S", "900"))
 
 emit = emitter(LABEL)
 # BAL_BACKLOG="NAME=VALUE,...": constants of the library's weight counting
-# (pg_claim/_backlog.py) set for a trial of another rule
+# (pg_claim/_backlog.py) set for a trial of another rule; MODULE.NAME for
+# another module of the library (_claimer.HUNGRY_S=0.1)
 for setting in filter(None, os.environ.get("BAL_BACKLOG", "").split(",")):
     key, value = setting.split("=")
-    setattr(pg_claim._backlog, key, int(value) if value.isdigit() else float(value))
+    module, _, key = key.rpartition(".")
+    setattr(getattr(pg_claim, module or "_backlog"), key, int(value) if value.isdigit() else float(value))
 # the Worker's events the driver reads (not one per batch: the queue sends none)
 EVENTS = {"started", "slots", "rejected", "claim_failed", "reconnecting", "left", "leave_failed", "stopped"}
 MARK = "UPDATE items SET done_at = clock_timestamp(), done_by = %s, times = times + 1 WHERE id = ANY(%s)"
