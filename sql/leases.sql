@@ -44,9 +44,10 @@
 --
 -- Advisory locks (two-int4 keys, key1 = crc32(name) as int4; src/locks.rs):
 --   (key1, 269484034 = 0x10100002)  the lease mutex of the name, exclusive,
---        session-level, held by claim_lease for its statement only (released
---        before it returns, also on error) and taken and at once released
---        by pg_claim_leased (claim_slot's check)
+--        session-level, held by claim_lease and claim_leases for their
+--        statement only (released before it returns, also on error; waited
+--        for at most ttl / 3, pg_claim_lease_mutex) and taken and at once
+--        released by pg_claim_leased (claim_slot's check)
 --   (key1, slot), ShareLock, transaction-level: taken by claim_lease on the
 --        slot it takes, so that claim_slot cannot take that slot while the
 --        lease is not yet committed
@@ -263,6 +264,49 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_hand(oid, text, integer, integer, text, interval, integer, timestamptz) FROM PUBLIC;
 
+-- The name's lease mutex for claim_lease and claim_leases (fn, the caller's
+-- name for the error), taken at session level for the calling statement:
+-- waited for at most ttl / 3, the period at which holders renew (or the
+-- caller's lock_timeout when that is shorter). A claim queued longer has
+-- been given up by its holder, whose next call comes by then: under a
+-- burst of load the queue behind the mutex stays as long as the fleet's
+-- holders, not as long as every call they gave up on (each of which would
+-- still run, for a reply nobody reads). Past the bound: 55P03, the
+-- caller's lock_timeout as it was.
+CREATE FUNCTION @extschema@.pg_claim_lease_mutex(name text, key_ integer, ttl interval, fn text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    prev text;
+    bound bigint;
+    caller bigint;
+BEGIN
+    IF pg_catalog.pg_try_advisory_lock(key_, 269484034) THEN
+        RETURN;
+    END IF;
+    -- its callers pass checked values; a direct call is checked the same way
+    PERFORM @extschema@.lease_check(name, 0::integer, 0::bigint, ttl);
+    prev := pg_catalog.current_setting('lock_timeout');
+    bound := greatest(1, (extract(epoch FROM ttl) * 1000 / 3)::bigint);
+    SELECT s.setting::bigint INTO caller FROM pg_catalog.pg_settings s WHERE s.name = 'lock_timeout';
+    IF caller > 0 AND caller < bound THEN
+        bound := caller;
+    END IF;
+    PERFORM pg_catalog.set_config('lock_timeout', bound::text, true);
+    BEGIN
+        PERFORM pg_catalog.pg_advisory_lock(key_, 269484034);
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM pg_catalog.set_config('lock_timeout', prev, true);
+        RAISE EXCEPTION '% of "%" gave up after % ms waiting for the name''s claim mutex, which other claims of the name hold',
+            fn, name, bound
+            USING ERRCODE = '55P03',
+            HINT = 'The claims of one name run one at a time, and one waits for the others at most ttl / 3 (the period at which holders renew) or lock_timeout if that is shorter. Call again (the worker libraries do, at their next call). If it happens often, the server is overloaded or a claim of the name runs long: SELECT pid, now() - query_start, query FROM pg_stat_activity WHERE query LIKE ''%claim_lease%''.';
+    END;
+    PERFORM pg_catalog.set_config('lock_timeout', prev, true);
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_mutex(text, integer, interval, text) FROM PUBLIC;
+
 -- claim_lease (src/leases.rs) for `role`: takes the name's lease mutex at
 -- session level for this statement only, and always gives it back.
 CREATE FUNCTION @extschema@.pg_claim_lease_claim(
@@ -284,7 +328,7 @@ BEGIN
     key_ := (crc_::bit(32))::integer;
     -- One claimer of a name at a time, for this statement only: a
     -- claim_lease in an open transaction does not hold up other claimers.
-    PERFORM pg_catalog.pg_advisory_lock(key_, 269484034);
+    PERFORM @extschema@.pg_claim_lease_mutex(name, key_, ttl, 'claim_lease');
     BEGIN
         SELECT t.slot, t.token, t.expires_at INTO slot, token, expires_at
         FROM @extschema@.pg_claim_lease_take(role, name, n, holder, ttl, crc_, key_) t;

@@ -2268,3 +2268,106 @@ BEGIN
     WHERE l.name = pg_claim_lease_release.name AND l.slot = pg_claim_lease_release.slot;
     RETURN true;
 END $$;
+
+-- ==== the claim mutex ====
+-- (the bodies are those of sql/leases.sql and sql/leases_fleet.sql)
+-- claim_lease and claim_leases wait for the name's claim mutex at most
+-- ttl / 3 (or lock_timeout when shorter), then raise 55P03.
+CREATE FUNCTION @extschema@.pg_claim_lease_mutex(name text, key_ integer, ttl interval, fn text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    prev text;
+    bound bigint;
+    caller bigint;
+BEGIN
+    IF pg_catalog.pg_try_advisory_lock(key_, 269484034) THEN
+        RETURN;
+    END IF;
+    -- its callers pass checked values; a direct call is checked the same way
+    PERFORM @extschema@.lease_check(name, 0::integer, 0::bigint, ttl);
+    prev := pg_catalog.current_setting('lock_timeout');
+    bound := greatest(1, (extract(epoch FROM ttl) * 1000 / 3)::bigint);
+    SELECT s.setting::bigint INTO caller FROM pg_catalog.pg_settings s WHERE s.name = 'lock_timeout';
+    IF caller > 0 AND caller < bound THEN
+        bound := caller;
+    END IF;
+    PERFORM pg_catalog.set_config('lock_timeout', bound::text, true);
+    BEGIN
+        PERFORM pg_catalog.pg_advisory_lock(key_, 269484034);
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM pg_catalog.set_config('lock_timeout', prev, true);
+        RAISE EXCEPTION '% of "%" gave up after % ms waiting for the name''s claim mutex, which other claims of the name hold',
+            fn, name, bound
+            USING ERRCODE = '55P03',
+            HINT = 'The claims of one name run one at a time, and one waits for the others at most ttl / 3 (the period at which holders renew) or lock_timeout if that is shorter. Call again (the worker libraries do, at their next call). If it happens often, the server is overloaded or a claim of the name runs long: SELECT pid, now() - query_start, query FROM pg_stat_activity WHERE query LIKE ''%claim_lease%''.';
+    END;
+    PERFORM pg_catalog.set_config('lock_timeout', prev, true);
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_mutex(text, integer, interval, text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION @extschema@.pg_claim_lease_claim(
+    role oid, name text, n integer, holder text, ttl interval,
+    OUT slot integer, OUT token bigint, OUT expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    crc_ bigint;
+    key_ integer;
+BEGIN
+    PERFORM @extschema@.pg_claim_need_read_committed('claim_lease'::text);
+    PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
+    -- The name registry (no two names share a lock key), before the name
+    -- mutex: a claim_slot registering the name keeps the registry row
+    -- locked until its transaction ends, and then takes the mutex.
+    PERFORM @extschema@.pg_claim_register_name(name::pg_catalog.text);
+    crc_ := @extschema@.crc32(name);
+    key_ := (crc_::bit(32))::integer;
+    -- One claimer of a name at a time, for this statement only: a
+    -- claim_lease in an open transaction does not hold up other claimers.
+    PERFORM @extschema@.pg_claim_lease_mutex(name, key_, ttl, 'claim_lease');
+    BEGIN
+        SELECT t.slot, t.token, t.expires_at INTO slot, token, expires_at
+        FROM @extschema@.pg_claim_lease_take(role, name, n, holder, ttl, crc_, key_) t;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        PERFORM pg_catalog.pg_advisory_unlock(key_, 269484034);
+        RAISE;
+    END;
+    PERFORM pg_catalog.pg_advisory_unlock(key_, 269484034);
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_claim(oid, text, integer, text, interval) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION @extschema@.pg_claim_leases_claim(
+    role oid, name text, n integer, holder text, max integer, ttl interval,
+    OUT slots integer[], OUT tokens bigint[], OUT expires timestamptz[])
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    crc_ bigint;
+    key_ integer;
+    max_ integer := coalesce(max, n);
+BEGIN
+    PERFORM @extschema@.pg_claim_need_read_committed('claim_leases'::text);
+    PERFORM @extschema@.pg_claim_lease_claim_check(name, n, holder, ttl);
+    PERFORM @extschema@.pg_claim_leases_check(n, max_);
+    -- the name registry before the mutex, as claim_lease
+    PERFORM @extschema@.pg_claim_register_name(name::pg_catalog.text);
+    IF max_ = 0 THEN
+        -- leaving: no mutex (it may wait for the holder's fenced transactions)
+        PERFORM @extschema@.pg_claim_leases_leave(role, name, holder);
+        RETURN;
+    END IF;
+    crc_ := @extschema@.crc32(name);
+    key_ := (crc_::bit(32))::integer;
+    PERFORM @extschema@.pg_claim_lease_mutex(name, key_, ttl, 'claim_leases');
+    BEGIN
+        SELECT t.slots, t.tokens, t.expires INTO slots, tokens, expires
+        FROM @extschema@.pg_claim_leases_take(role, name, n, holder, max_, ttl, crc_, key_) t;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        PERFORM pg_catalog.pg_advisory_unlock(key_, 269484034);
+        RAISE;
+    END;
+    PERFORM pg_catalog.pg_advisory_unlock(key_, 269484034);
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_leases_claim(oid, text, integer, text, integer, interval) FROM PUBLIC;

@@ -42,7 +42,7 @@ ALLOWED = {
     "42710": "duplicate_object: a name whose lock key (crc32) another name already has in the database's name registry",
     "53400": "configuration_limit_exceeded: more advisory locks than pg_claim.max_locks_per_session",
     "55000": "object_not_in_prerequisite_state: a name leased with another n or in the other mode; resize_fleet of a name with session claims; a foreign table whose wrapper cannot scan",
-    "55P03": "lock_not_available: resize_fleet while another resize of the name is in progress",
+    "55P03": "lock_not_available: resize_fleet while another resize of the name is in progress; claim_lease or claim_leases after ttl / 3 waiting for the name's claim mutex",
     "PC001": "fence: the token is not the slot's current one",
     "PC002": "claim_leases, claim_lease: the call's n is not the fleet's (after a resize_fleet, or another n than its live claim_leases members')",
 }

@@ -65,13 +65,15 @@ function isConnectionLost(e) {
  * fence, commit; never the handler's) is the server's state rather than a
  * fault of the Worker: a lost connection, or class 40 (serialization
  * failure, deadlock), 53 (resources), 57 (a cancel, an operator
- * intervention) or 58 (system error). The Worker reconnects and goes on.
+ * intervention), 58 (system error) or a lock wait given up (55P03: a claim
+ * gives up waiting for its fleet's claim mutex after ttl / 3). The Worker
+ * reconnects and goes on.
  * @param {any} e
  */
 function isServerState(e) {
   if (isConnectionLost(e)) return true;
   const code = e && typeof e.code === "string" ? e.code : "";
-  return /^(40|53|57|58)/.test(code);
+  return /^(40|53|57|58|55P03)/.test(code);
 }
 
 /** The first pause of the back-off (transient failures, reconnects), and its longest. */

@@ -38,7 +38,7 @@ test("isConnectionLost tells a lost connection from a statement's error", () => 
 });
 
 test("isServerState: a cancel or a deadlock of the Worker's own statement is not fatal", () => {
-  for (const code of ["57014", "40001", "40P01", "53300", "58030", "08006", "ECONNRESET"]) {
+  for (const code of ["57014", "55P03", "40001", "40P01", "53300", "58030", "08006", "ECONNRESET"]) {
     assert.ok(isServerState({ code, message: "" }), code);
   }
   for (const code of ["PC001", "23505", "42P01", "22023", "PG_CLAIM_NOT_A_SESSION"]) {

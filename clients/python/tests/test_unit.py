@@ -60,12 +60,15 @@ def test_held_next_passes_over_resting_slots_unless_all_rest():
 def test_transient_errors():
     assert pg_claim.transient(psycopg.OperationalError("connection lost"))
     for state, expected in (("08006", True), ("40001", True), ("40P01", True), ("57P01", True),
-                            ("53300", True), ("57014", False), ("23505", False), ("22P02", False)):
+                            ("53300", True), ("57014", False), ("55P03", False), ("23505", False),
+                            ("22P02", False)):
         e = psycopg.errors.lookup(state)("x")
         assert pg_claim.transient(e) is expected, state
     # a cancel of the Worker's own statement (its fetch waiting on a lock)
     # is not the item's: the Worker goes on
     assert pg_claim.transient(psycopg.errors.lookup("57014")("x"), own=True)
+    # a claim that gave up waiting for its fleet's claim mutex
+    assert pg_claim.transient(psycopg.errors.lookup("55P03")("x"), own=True)
     assert not pg_claim.transient(psycopg.errors.lookup("23505")("x"), own=True)
     assert not pg_claim.transient(RuntimeError("550 no such mailbox"))
 

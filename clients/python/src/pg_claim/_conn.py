@@ -37,8 +37,8 @@ def transient(e: BaseException, conn: Optional[psycopg.Connection] = None,
     work's: a lost connection, a server shutting down or restarting, a
     serialization failure or deadlock, resources exhausted. `own`: the
     error came from one of the Worker's own statements (claim, fetch,
-    fence, commit), never from the handler, so a cancel (57014) is
-    transient too."""
+    fence, commit), never from the handler, so a cancel (57014) and a lock
+    wait given up (55P03) are transient too."""
     if not isinstance(e, psycopg.Error):
         return False
     if conn is not None and (conn.broken or conn.closed):
@@ -46,9 +46,11 @@ def transient(e: BaseException, conn: Optional[psycopg.Connection] = None,
     state = e.sqlstate
     if state is None:
         return isinstance(e, (psycopg.OperationalError, psycopg.InterfaceError))
-    if state == "57014":
-        # query_canceled: a statement_timeout in the handler is the item's;
-        # a cancel of the Worker's own statement is not
+    if state in ("57014", "55P03"):
+        # query_canceled, lock_not_available: a statement_timeout or
+        # lock_timeout in the handler is the item's; in the Worker's own
+        # statement it is the server's state (a claim gives up waiting for
+        # its fleet's claim mutex after ttl / 3)
         return own
     return state[:2] in ("08", "40", "53", "57", "58")
 
