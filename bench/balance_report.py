@@ -66,6 +66,7 @@ def measure(d, run, ttl_s):
         r["handover_max_s"] = max(lat) if lat else None
         r["handover_never"] = sum(1 for x in r["handover_latency_s"].values() if x is None)
         r["joiner_most_slots"] = most_held(run)
+        r["handover_trace"] = handover_trace(run)
     r["series"] = series(d, t0)
     # when each worker made its first call, after the release (joiners: their start-up)
     r["started_s"] = {w: round(run.started(w) - t0, 2) for w in run.procs if run.started(w) is not None}
@@ -145,6 +146,30 @@ def joiner_share(run, done):
             pts.append([round(t - began, 2), len(mine), sum(rows_left(done, s, t) for s in mine),
                         round(sum(rows_left(done, s, t) for s in done) / holders)])
         out[label] = pts
+    return out
+
+
+def handover_trace(run, window_s=3.0):
+    """joiner -> where a hand-over's time goes, from the workers' "slots"
+    events in the window_s after the joiner's "started": "own", the
+    joiner's changes [seconds after its start, slots held, slots gained];
+    "given", the seconds after its start at which the other workers gave a
+    slot back (one entry per slot)."""
+    out = {}
+    for _at, action, label in run.applied:
+        began = run.started(label)
+        if action != "join" or began is None:
+            continue
+        own, given = [], []
+        for w, p in run.procs.items():
+            with p.cond:
+                events = [e for e in p.events if e["event"] == "slots" and began <= e["t"] <= began + window_s]
+            for e in events:
+                if w == label:
+                    own.append([round(e["t"] - began, 3), len(e["held"]), len(e["gained"])])
+                else:
+                    given += [round(e["t"] - began, 3)] * len(e["lost"])
+        out[label] = {"own": own, "given": sorted(given)}
     return out
 
 
