@@ -278,26 +278,26 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+    -- the caller's lock_timeout, in milliseconds (0: none)
     prev text;
     bound bigint;
-    caller bigint;
 BEGIN
     IF pg_catalog.pg_try_advisory_lock(key_, 269484034) THEN
         RETURN;
     END IF;
     -- its callers pass checked values; a direct call is checked the same way
     PERFORM @extschema@.lease_check(name, 0::integer, 0::bigint, ttl);
-    prev := pg_catalog.current_setting('lock_timeout');
+    SELECT s.setting INTO prev FROM pg_catalog.pg_settings s WHERE s.name = 'lock_timeout';
     bound := greatest(1, (extract(epoch FROM ttl) * 1000 / 3)::bigint);
-    SELECT s.setting::bigint INTO caller FROM pg_catalog.pg_settings s WHERE s.name = 'lock_timeout';
-    IF caller > 0 AND caller < bound THEN
-        bound := caller;
+    IF prev::bigint > 0 AND prev::bigint < bound THEN
+        bound := prev::bigint;
     END IF;
     PERFORM pg_catalog.set_config('lock_timeout', bound::text, true);
     BEGIN
         PERFORM pg_catalog.pg_advisory_lock(key_, 269484034);
     EXCEPTION WHEN lock_not_available THEN
-        PERFORM pg_catalog.set_config('lock_timeout', prev, true);
+        -- the error ends the caller's (sub)transaction, which sets
+        -- lock_timeout back as it was
         RAISE EXCEPTION '% of "%" gave up after % ms waiting for the name''s claim mutex, which other claims of the name hold',
             fn, name, bound
             USING ERRCODE = '55P03',
@@ -328,7 +328,7 @@ BEGIN
     key_ := (crc_::bit(32))::integer;
     -- One claimer of a name at a time, for this statement only: a
     -- claim_lease in an open transaction does not hold up other claimers.
-    PERFORM @extschema@.pg_claim_lease_mutex(name, key_, ttl, 'claim_lease');
+    PERFORM @extschema@.pg_claim_lease_mutex(name, key_, ttl, 'claim_lease'::text);
     BEGIN
         SELECT t.slot, t.token, t.expires_at INTO slot, token, expires_at
         FROM @extschema@.pg_claim_lease_take(role, name, n, holder, ttl, crc_, key_) t;

@@ -118,7 +118,7 @@ BEGIN
     END IF;
     crc_ := @extschema@.crc32(name);
     key_ := (crc_::bit(32))::integer;
-    PERFORM @extschema@.pg_claim_lease_mutex(name, key_, ttl, 'claim_leases');
+    PERFORM @extschema@.pg_claim_lease_mutex(name, key_, ttl, 'claim_leases'::text);
     BEGIN
         SELECT t.slots, t.tokens, t.expires INTO slots, tokens, expires
         FROM @extschema@.pg_claim_leases_take(role, name, n, holder, max_, ttl, crc_, key_) t;
