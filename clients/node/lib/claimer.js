@@ -11,6 +11,12 @@ const { RESIZED, ResizeError } = require("./resize");
 // before renewInterval applies again.
 const HUNGRY_MS = 200;
 const HUNGRY_CALLS = 10;
+// How long the claimer waits for the reply to its claim_leases: 2/3 of the
+// ttl. A reply later than that grants nothing a batch could use (none
+// starts once 2/3 of the ttl passed since the last good call was sent), and
+// a shorter wait gives up on a call that a busy server or pool answers late
+// but in time. The Python library has the same rule (CLAIM_DEADLINE).
+const claimDeadlineMs = (ttlMs) => Math.round((ttlMs * 2) / 3);
 
 /** Whether the claimer's next call comes after HUNGRY_MS (not the period). */
 function quick(burst) {
@@ -84,8 +90,8 @@ const methods = {
 
   /**
    * claim_leases every renewInterval (ttl / 3) on a connection of its own,
-   * each call bounded by the ttl (through a busy pool a call may queue a
-   * while): no new batch once no call succeeded for 2/3 of the ttl
+   * each call bounded by 2/3 of the ttl (claimDeadlineMs; through a busy
+   * pool a call may queue a while): no new batch once no call succeeded for 2/3 of the ttl
    * (_leaseOk), every slot dropped after a ttl (a timer). A call refused
    * as resized (PC002) follows the new n and calls again at once (resize.js).
    */
@@ -102,7 +108,7 @@ const methods = {
       try {
         c = c || await this._connect(this.connection, "_renewClient");
         const { rows } = await c.query({ text: "SELECT slot, token FROM claim_leases($1, $2, $3, max => $4, ttl => $5)",
-          values: [this.name, usedN, this.holder, this.maxSlots, intervalText(this.ttlMs)], query_timeout: this.ttlMs });
+          values: [this.name, usedN, this.holder, this.maxSlots, intervalText(this.ttlMs)], query_timeout: claimDeadlineMs(this.ttlMs) });
         if (!this._renewing) break;
         if (this.n !== usedN) continue; // a refused fence followed a resize meanwhile: these tokens are dead
         // the leases are good for a ttl from when the call was sent, at the least

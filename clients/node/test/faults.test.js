@@ -6,6 +6,7 @@
 // named like a built-in type, the metrics endpoint's address.
 const test = require("node:test");
 const assert = require("node:assert");
+const { Client } = require("pg");
 const { Worker } = require("..");
 const { SKIP, sleep, until, freshDatabase, sql: sqlIn, halfOpenProxy } = require("./helpers");
 
@@ -167,6 +168,42 @@ test("faults", { skip: SKIP }, async (t) => {
     await w.stop();
     await running;
     assert.ok(Date.now() - t0 <= TTL + 500, `stop() took ${Date.now() - t0} ms`);
+  });
+
+  await t.test("a claim answered late but within 2/3 of the ttl keeps the slots", async () => {
+    // ttl 6 s: the claimer's call waits 3 s on a row lock another session
+    // holds on the holder's member row (longer than the renew period of 2 s,
+    // shorter than 2/3 of the ttl)
+    await table("late", 0);
+    const events = [];
+    const w = new Worker({
+      connection: direct, name: "late", table: "late", n: 2, pending: "done", mode: "lease", ttl: "6 seconds",
+      holder: "late-reply", pollInterval: 100, handler: mark("late"), onEvent: (e) => events.push({ t: Date.now(), type: e.type }),
+    });
+    const running = w.run();
+    try {
+      await until(() => w.held.size === 2, 10000, "both slots");
+      const t0 = Date.now();
+      const locker = new Client({ database: DB });
+      await locker.connect();
+      try {
+        await locker.query("BEGIN");
+        await locker.query("SELECT 1 FROM pg_claim_lease_members WHERE name = 'late' AND holder = 'late-reply' FOR UPDATE");
+        await until(async () => (await sql(`SELECT count(*)::int AS k FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+          AND query LIKE '%claim_leases%' AND now() - query_start > interval '3 seconds'`))[0].k > 0, 10000, "a claim_leases call waiting 3 s");
+        await locker.query("COMMIT");
+      } finally {
+        await locker.end();
+      }
+      await sql("INSERT INTO late (id) SELECT generate_series(1, 20)");
+      await until(async () => (await sql("SELECT count(*)::int AS k FROM late WHERE NOT done"))[0].k === 0, 10000, "the rows done after the lock");
+      const late = events.filter((e) => e.t > t0 && (e.type === "claim_failed" || e.type === "lost"));
+      assert.deepStrictEqual(late, []);
+      assert.strictEqual(w.held.size, 2);
+    } finally {
+      await w.stop();
+      await running;
+    }
   });
 
   await t.test("a lost slot's reason: taken by another holder, given back for balance", async () => {

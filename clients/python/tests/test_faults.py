@@ -218,7 +218,8 @@ def test_a_half_open_connection_is_bounded_by_the_ttl(db):
         t0 = time.monotonic()
         proxy.stall()
         db.execute("INSERT INTO halfopen SELECT g, 'p', false FROM generate_series(21, 40) g")
-        wait_for(lambda: any(t > t0 for t, e, _ in r.events if e == "claim_failed"), ttl, "claim_failed")
+        # the next call within ttl/3, its reply given up after 2/3 of the ttl
+        wait_for(lambda: any(t > t0 for t, e, _ in r.events if e == "claim_failed"), ttl + 1, "claim_failed")
         wait_for(lambda: not r.worker.slots, ttl + 2.5, "every slot dropped")
         dropped = time.monotonic() - t0
         assert dropped <= ttl + 2.5, dropped
@@ -237,4 +238,31 @@ def test_a_half_open_connection_is_bounded_by_the_ttl(db):
         proxy.close()
         if r.thread.is_alive():
             r.stop()
+    assert r.error is None, r.error
+
+
+def test_a_claim_answered_late_but_in_time_keeps_the_slots(db):
+    """Lease mode, ttl 6 s: the claimer's call waits 3 s on a row lock that
+    another session holds on the holder's member row (longer than the
+    renew period of 2 s, shorter than 2/3 of the ttl, 4 s). The reply is
+    awaited and taken: no claim_failed, no slot lost."""
+    make_table(db, "late_reply", 0)
+    r = Run(name="late_reply", table="late_reply", n=2, pending="done", ttl=6, holder="late-reply",
+            handler=handler_for("late_reply"), poll_interval=0.2)
+    try:
+        wait_for(lambda: len(r.worker.slots) == 2, what="both slots held")
+        t0 = time.monotonic()
+        with psycopg.connect(dbname=DB) as locker:
+            locker.execute("SELECT 1 FROM pg_claim_lease_members WHERE name = 'late_reply' AND holder = 'late-reply'"
+                           " FOR UPDATE")
+            waited = ("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                      " AND query LIKE '%%claim_leases%%' AND now() - query_start > interval '3 seconds'")
+            wait_for(lambda: db.execute(waited).fetchone()[0] > 0, 10, "a claim_leases call waiting 3 s")
+        db.execute("INSERT INTO late_reply SELECT g, 'p', false FROM generate_series(1, 20) g")
+        wait_for(lambda: items_done(db, "late_reply") == 20, 10, "the rows done after the lock")
+        late = [(e, f) for t, e, f in r.events if t > t0 and e in ("claim_failed", "lost")]
+        assert late == [], late
+        assert len(r.worker.slots) == 2
+    finally:
+        r.stop()
     assert r.error is None, r.error

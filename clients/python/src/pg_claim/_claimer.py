@@ -30,6 +30,12 @@ HUNGRY_CALLS = 10
 # that holds slots (between batches and while idle; a notification is read
 # at once, by a call then). The Node.js library has the same constant.
 SESSION_CLAIM_S = 1.0
+# lease mode: how long the claimer waits for the reply to its claim_leases,
+# as a part of the ttl. A reply later than that grants nothing a batch could
+# use (none starts once 2/3 of the ttl passed since the last good call was
+# sent), and a shorter wait gives up on a call that a busy server or pool
+# answers late but in time. The Node.js library has the same rule.
+CLAIM_DEADLINE = 2 / 3
 
 
 def quick(burst: int) -> bool:
@@ -81,7 +87,8 @@ class Claimer:
 
     def _claimer(self, conn: Optional[psycopg.Connection]) -> None:
         """claim_leases every ttl/3 on a connection of its own, whatever the
-        batches do. A failed call is tried again at the next period on a new
+        batches do, each reply awaited for 2/3 of the ttl (CLAIM_DEADLINE).
+        A failed call is tried again at the next period on a new
         connection; the slots are dropped once no call succeeded for a ttl.
         An error that is not the connection's stops the worker. A call
         refused as resized (PC002) follows the new n and calls again at once
@@ -93,7 +100,7 @@ class Claimer:
             asked = time.monotonic()
             used = self.n
             try:
-                conn = conn or self._connect(self.conninfo, deadline=1 / 3)
+                conn = conn or self._connect(self.conninfo, deadline=CLAIM_DEADLINE)
                 rows = self._claim(conn, n=used)
                 again = {s for s, _ in rows}
                 with self._resize_lock:
@@ -172,7 +179,7 @@ class Claimer:
 
         def claim_first() -> None:
             nonlocal first
-            first = self._connect(self.conninfo, deadline=1 / 3)
+            first = self._connect(self.conninfo, deadline=CLAIM_DEADLINE)
             asked = time.monotonic()
             try:
                 used = self.n
