@@ -4,7 +4,7 @@ against a FOR UPDATE SKIP LOCKED queue with the same handler, rows, workers
 and pooler (PgBouncer in transaction mode), every scheme in one run, side by
 side (bench/76-balance.sh, `scripts/bench balance`).
 
-    bench/balance.py [--quick] [--scenario NAME]... [--scheme S]... [--out-dir DIR] [--svg FILE]
+    bench/balance.py [--quick] [--scenario NAME]... [--scheme S]... [--repeat K] [--out-dir DIR] [--svg FILE]
     bench/balance.py --plot DIR/balance.json [--svg FILE]    (the plot again)
 
 Needs PGHOST/PGPORT/PGUSER of a server where pg_claim can be created and
@@ -33,6 +33,11 @@ Scenarios (n slots, W workers at most, batches of 50):
 --scenario takes a name (a, b0, ...) or a letter (b: b0 and b2); --scheme
 queue, count or lease runs only those schemes (a trial of one change).
 --quick: fewer rows and a shorter timeline (a few minutes on 2 cores).
+--repeat K: each scenario's schemes K times in a row, the order reversed
+every other round (so that neither scheme always runs first on a machine
+whose speed drifts); the ratios pair the runs of one round, and the
+balancing planner's items/s against the count planner's is given per round
+with the median of the rounds.
 
 Reported per run (bench/balance_report.py): makespan (release to the last
 row done) and its ratio to the queue's; items/s; the idle tail (from the
@@ -318,7 +323,7 @@ def run_case(spec, scheme, args, seq, cust):
 
 
 def plot(meta, results, path):
-    a = [r for r in results if r["scenario"] == "a" and "series" in r]
+    a = [r for r in results if r["scenario"] == "a" and r.get("round", 1) == 1 and "series" in r]
     if a:
         with open(path, "w") as f:
             f.write(report.svg(a, meta))
@@ -342,6 +347,8 @@ def main():
     ap.add_argument("--scheme", action="append", default=[], choices=("queue", "count", "lease"),
                     help="run only this scheme (repeatable; default all three)")
     ap.add_argument("--time-limit", type=float, default=None, help="seconds per run (120 quick, 600 full)")
+    ap.add_argument("--repeat", type=int, default=1, metavar="K",
+                    help="run each scenario's schemes K times, the order reversed every other round")
     ap.add_argument("--plot", metavar="JSON", help="only draw the plot of scenario a again from a balance.json")
     ap.add_argument("--pooler-port", type=int, default=int(os.environ.get("PGC_POOLER_PORT", "0")))
     args = ap.parse_args()
@@ -351,6 +358,8 @@ def main():
         return plot(saved["meta"], saved["runs"], args.svg or os.path.join(os.path.dirname(args.plot), "balance-a.svg"))
     if not args.pooler_port:
         sys.exit("balance: PgBouncer's port is needed (--pooler-port or PGC_POOLER_PORT)")
+    if args.repeat < 1:
+        sys.exit(f"balance: --repeat must be at least 1, got {args.repeat}")
     args.time_limit = args.time_limit or (120.0 if args.quick else 600.0)
     specs = [s for s in scenarios(args.quick)
              if not args.scenario or s.name in args.scenario or s.name[0] in args.scenario]
@@ -374,15 +383,17 @@ def main():
             if spec.name == "h":  # a hand-over figure: the queue has none
                 order = tuple(o for o in order if o != "queue")
             order = tuple(o for o in order if not args.scheme or o in args.scheme)
-            for scheme in order:
-                print(f"balance: {spec.name} {scheme} ({spec.rows} rows)", file=sys.stderr, flush=True)
-                results.append(run_case(spec, scheme, args, i, cust))
+            for j in range(args.repeat):
+                for scheme in (order if j % 2 == 0 else order[::-1]):
+                    print(f"balance: {spec.name} {scheme} ({spec.rows} rows"
+                          + (f", round {j + 1} of {args.repeat})" if args.repeat > 1 else ")"), file=sys.stderr, flush=True)
+                    results.append(dict(run_case(spec, scheme, args, i * args.repeat + j, cust), round=j + 1))
     finally:
         for run in ACTIVE:
             run.kill_all()
     command = os.environ.get("BENCH_COMMAND") or " ".join(["bench/balance.py"] + sys.argv[1:])
     meta = {"date": started.strftime("%Y-%m-%d %H:%M UTC"), "cores": os.cpu_count(), "postgresql": version,
-            "command": command, "quick": args.quick, "ttl_s": TTL_S, "batch": BATCH,
+            "command": command, "quick": args.quick, "repeat": args.repeat, "ttl_s": TTL_S, "batch": BATCH,
             "pool": int(os.environ.get("PGC_POOLER_POOL", "0")) or None,
             "planner": "lease: shares by remaining work (balance=True, the default); count: balance=False",
             "load_avg_5min": [round(load_before, 1), round(os.getloadavg()[1], 1)],

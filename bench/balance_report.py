@@ -4,6 +4,7 @@ what one run's table and samples say (measure), the ratios between schemes
 hand-written writer)."""
 import bisect
 import math
+import statistics
 from xml.sax.saxutils import escape
 
 BUCKET_S = 0.5  # the plot's resolution
@@ -191,13 +192,38 @@ def series(d, t0):
 
 
 def ratios(results):
-    """Each run's makespan and items/s against the queue's in the same scenario."""
-    queue = {r["scenario"]: r for r in results if r["scheme"] == "queue" and "makespan_s" in r}
+    """Each run's makespan and items/s against the queue's in the same
+    scenario and round; the balancing planner's items/s against the count
+    planner's (balance=False) in the same scenario and round."""
+    def at(scheme):
+        return {(r["scenario"], r.get("round", 1)): r for r in results if r["scheme"] == scheme and "makespan_s" in r}
+    queue, count = at("queue"), at("count")
     for r in results:
-        q = queue.get(r["scenario"])
+        c = count.get((r["scenario"], r.get("round", 1)))
+        if r["scheme"] == "lease" and c is not None and "makespan_s" in r:
+            r["items_per_s_to_count"] = round(r["items_per_s"] / c["items_per_s"], 3)
+        q = queue.get((r["scenario"], r.get("round", 1)))
         if q is not None and "makespan_s" in r:
             r["ratio_to_queue"] = round(r["makespan_s"] / q["makespan_s"], 3)
             r["items_per_s_ratio"] = round(r["items_per_s"] / q["items_per_s"], 3)
+
+
+def case(r, meta):
+    """A run's scenario, with its round when the scenarios were repeated."""
+    return f"{r['scenario']}/{r['round']}" if meta.get("repeat", 1) > 1 else r["scenario"]
+
+
+def balance_cost(results):
+    """Per scenario: the balancing planner's items/s against the count
+    planner's, each round and the median of the rounds."""
+    lines, by = [], {}
+    for r in results:
+        if "items_per_s_to_count" in r:
+            by.setdefault(r["scenario"], []).append(r["items_per_s_to_count"])
+    for name, got in by.items():
+        lines.append(f"balance against count: {name}: items/s pg_claim (lease) / pg_claim (count)"
+                     f" {', '.join(f'{x:.2f}x' for x in got)}" + (f"; median of {len(got)} rounds {statistics.median(got):.2f}x" if len(got) > 1 else ""))
+    return lines
 
 
 def fmt(v, spec="{:.2f}"):
@@ -216,11 +242,11 @@ def table(meta, results):
     lines += [head, "-" * len(head)]
     for r in results:
         if "makespan_s" not in r:
-            lines.append(f"{r['scenario']:<5} {r['scheme']:<6} FAILED: {r.get('error')}")
+            lines.append(f"{case(r, meta):<5} {r['scheme']:<6} FAILED: {r.get('error')}")
             continue
         lease = r["scheme"] != "queue"
         lines.append(
-            f"{r['scenario']:<5} {r['scheme']:<6} {r['rows']:>7} {r['makespan_s']:>10.2f}"
+            f"{case(r, meta):<5} {r['scheme']:<6} {r['rows']:>7} {r['makespan_s']:>10.2f}"
             f" {fmt(r.get('ratio_to_queue'), '{:.2f}x'):>7} {r['items_per_s']:>8.0f}"
             f" {r['idle_tail_s']:>11.2f} {r['idle_tail_pct']:>6.1f} {r['handovers']:>10}"
             f" {fmt(r['rows_moved_mean'], '{:.0f}') if lease else '-':>8}"
@@ -236,6 +262,7 @@ def table(meta, results):
                 line += (f"; {r['ratio_to_bound']:.2f}x the bound of the heaviest slot"
                          f" ({r['heaviest_slot_rows']} rows x {r['handler_ms']} ms = {r['slot_bound_s']:.1f} s)")
             lines.append(line)
+    lines += balance_cost(results)
     lines.append("(hand-overs: changes of the worker writing a slot's rows; rows/ho: the slot's rows done after"
                  " each; ho: from a joiner's first claim_leases to holding its share, floor(n/H) slots by count,"
                  " by weight slots of at least 0.9 the mean weight (the planner's slack is a tenth of the mean); bound: the heaviest"
