@@ -48,7 +48,11 @@ the hand-over latency (from a joiner's first claim_leases call to the first
 sample, every 0.1 s, where it holds its share: floor(n/H) slots by count, H
 the live holders; by weight, slots whose reported weights reach 0.9 of the
 live holders' mean); the lower bound one slot's serial work sets (its rows x the
-handler's time per row) and the ratio to it. Every row must be done exactly
+handler's time per row) and the ratio to it; the CPU seconds the worker
+processes and the server's processes used from the release to the last
+row, and per 1,000 rows (on a machine that the run keeps busy, a steadier
+figure of what a scheme costs than its items/s, which the machine's other
+load moves from run to run). Every row must be done exactly
 once (times = 1): otherwise the run fails, loudly, and the exit status is 1.
 A text table on stdout and in DIR/balance.txt, DIR/balance.json, and FILE (default
 DIR/balance-a.svg): rows done over time per worker in scenario a.
@@ -168,6 +172,16 @@ def make_table(spec, cust):
         d.execute("VACUUM ANALYZE items")
 
 
+def proc_cpu_s(pid):
+    """A process's CPU seconds so far (utime + stime), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Run:
     """One scheme on one scenario: its worker processes, the timeline, the
     samples of lease_holders, and the checks at the end."""
@@ -180,8 +194,12 @@ class Run:
         self.gone = set()    # killed or left: not running at the end
         self.applied = []    # (seconds after the release, action, label)
         self.samples = []    # (epoch, {holder: live slots})
-        self.slots = []      # (epoch, {slot: live holder}), the lease scheme
+        self.slots = []      # (epoch, {slot: live holder}), the lease schemes
         self.t0 = None
+        self.cpu_at_release = self.cpu_at_end = None  # Run.cpu
+        self.functions = None  # Run.function_times
+        self.tracked = False   # track_functions is on: the functions' times and calls are read
+        self.claim_calls = []  # (seconds after the release, claim_leases calls so far), when tracked
 
     def spawn(self, label):
         env = dict(os.environ, BAL_SCHEME=self.scheme, BAL_LABEL=label, BAL_DSN=self.dsn,
@@ -247,7 +265,14 @@ class Run:
                     d.execute("UPDATE items SET done_at = NULL")
                     d.execute("ANALYZE items")
                 self.t0 = time.time()
+                self.cpu_at_release = self.cpu(d)
+                self.tracked = d.execute("SELECT current_setting('track_functions') <> 'none'").fetchone()[0]
+                if self.tracked:
+                    d.execute("SELECT pg_stat_reset()")
                 self.follow(d)
+                self.cpu_at_end = self.cpu(d)
+                if self.tracked:
+                    self.functions = self.function_times()
         finally:
             self.end_workers()
 
@@ -264,9 +289,14 @@ class Run:
             self.check_alive()
             # both schemes (the queue has none): the same load on the server
             self.samples.append((time.time(), self.holders(d)))
-            if self.scheme == "lease":
+            if self.scheme != "queue":  # both lease schemes: the same sampling load
                 self.slots.append((time.time(), self.held_slots(d)))
             if now >= next_count:
+                if self.tracked:  # the claims so far (the backends send their counts about every second)
+                    d.execute("SELECT pg_stat_clear_snapshot()")
+                    self.claim_calls.append((round(now - self.t0, 1), d.execute(
+                        "SELECT coalesce(sum(calls), 0)::int FROM pg_stat_user_functions"
+                        " WHERE funcname = 'pg_claim_leases_claim'").fetchone()[0]))
                 left = d.execute("SELECT count(*) FROM items WHERE done_at IS NULL").fetchone()[0]
                 if left == 0:
                     # the paused worker resumes before the end in every timeline
@@ -291,6 +321,28 @@ class Run:
             except Exception:  # noqa: BLE001 - not gone in time: killed
                 p.proc.kill()
                 p.proc.wait()
+
+    def cpu(self, d):
+        """CPU seconds used so far (user + system, from /proc): each live
+        worker process's, and each server process's (the backends of
+        pg_stat_activity: PgBouncer's server connections, which it keeps,
+        and the server's own processes)."""
+        pids = [p for (p,) in d.execute("SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid()")]
+        return {"workers": {label: proc_cpu_s(p.pid) for label, p in self.procs.items() if p.proc.poll() is None},
+                "server": {pid: proc_cpu_s(pid) for pid in pids}}
+
+    def function_times(self):
+        """With track_functions set (BENCH_SERVER_CONF="track_functions = all"):
+        the server time of each function called since the release, the
+        busiest first, read on a new connection once the workers' backends
+        have sent their counts (at most a second apart while they run)."""
+        time.sleep(1.5)
+        with direct() as d:
+            d.execute("SELECT pg_stat_clear_snapshot()")
+            return [{"function": f, "calls": c, "total_ms": round(t, 1), "self_ms": round(st, 1)}
+                    for f, c, t, st in d.execute(
+                        "SELECT funcname, calls, total_time, self_time FROM pg_stat_user_functions"
+                        " ORDER BY self_time DESC LIMIT 12")]
 
     def started(self, label):
         """When the worker made its first call (its "started" event)."""

@@ -16,10 +16,30 @@ def nearest_rank(values, p):
     return v[max(0, math.ceil(p / 100 * len(v)) - 1)] if v else None
 
 
+def cpu_used(run):
+    """CPU seconds from the release to the last row done: the worker
+    processes' and the server processes' (those there at both ends; a
+    worker that joined counts from 0, one killed or gone before the end
+    not at all), and per 1,000 rows."""
+    a, b = run.cpu_at_release, run.cpu_at_end
+    if a is None or b is None:
+        return {}
+    def spent(kind, since_start):
+        return sum(v - (a[kind].get(k) or 0.0) for k, v in b[kind].items()
+                   if v is not None and (k in a[kind] or since_start) and a[kind].get(k, 0.0) is not None)
+    workers, server = spent("workers", True), spent("server", False)
+    per = 1000 / run.spec.rows
+    return {"cpu_workers_s": round(workers, 2), "cpu_server_s": round(server, 2),
+            "cpu_ms_per_1000_rows": {"workers": round(workers * per * 1000, 1), "server": round(server * per * 1000, 1)}}
+
+
 def measure(d, run, ttl_s):
     """The figures of one finished run (d: a connection to its database)."""
     spec, t0 = run.spec, run.t0
-    r = {}
+    r = cpu_used(run)
+    if run.functions is not None:
+        r["functions"] = run.functions
+        r["claim_calls"] = run.claim_calls
     missing, dup = d.execute("SELECT count(*) FILTER (WHERE done_at IS NULL),"
                              " count(*) FILTER (WHERE times <> 1) FROM items").fetchone()
     r["exactly_once"] = missing == 0 and dup == 0
@@ -263,6 +283,16 @@ def table(meta, results):
                          f" ({r['heaviest_slot_rows']} rows x {r['handler_ms']} ms = {r['slot_bound_s']:.1f} s)")
             lines.append(line)
     lines += balance_cost(results)
+    for r in results:
+        if "cpu_workers_s" in r:
+            per = r["cpu_ms_per_1000_rows"]
+            lines.append(f"cpu: {case(r, meta)} {r['scheme']}: workers {r['cpu_workers_s']:.1f} s, server"
+                         f" {r['cpu_server_s']:.1f} s, from the release to the last row"
+                         f" ({per['workers']:.0f} and {per['server']:.0f} ms per 1,000 rows)")
+        if r.get("functions"):
+            lines.append(f"functions: {case(r, meta)} {r['scheme']}: "
+                         + "; ".join(f"{f['function']} {f['calls']} calls {f['self_ms']:.0f} ms self"
+                                     f" ({f['total_ms']:.0f} ms total)" for f in r["functions"][:8]))
     lines.append("(hand-overs: changes of the worker writing a slot's rows; rows/ho: the slot's rows done after"
                  " each; ho: from a joiner's first claim_leases to holding its share, floor(n/H) slots by count,"
                  " by weight slots of at least 0.9 the mean weight (the planner's slack is a tenth of the mean); bound: the heaviest"
