@@ -24,9 +24,13 @@ def cpu_used(run):
     a, b = run.cpu_at_release, run.cpu_at_end
     if a is None or b is None:
         return {}
-    def spent(kind, since_start):
-        return sum(v - (a[kind].get(k) or 0.0) for k, v in b[kind].items()
-                   if v is not None and (k in a[kind] or since_start) and a[kind].get(k, 0.0) is not None)
+    def spent(kind, new_from_zero):
+        total = 0.0
+        for k, v in b[kind].items():
+            start = a[kind].get(k, 0.0 if new_from_zero else None)
+            if v is not None and start is not None:
+                total += v - start
+        return total
     workers, server = spent("workers", True), spent("server", False)
     per = 1000 / run.spec.rows
     return {"cpu_workers_s": round(workers, 2), "cpu_server_s": round(server, 2),
@@ -37,7 +41,7 @@ def measure(d, run, ttl_s):
     """The figures of one finished run (d: a connection to its database)."""
     spec, t0 = run.spec, run.t0
     r = cpu_used(run)
-    if run.functions is not None:
+    if run.tracked:
         r["functions"] = run.functions
         r["claim_calls"] = run.claim_calls
     missing, dup = d.execute("SELECT count(*) FILTER (WHERE done_at IS NULL),"
@@ -215,14 +219,16 @@ def ratios(results):
     """Each run's makespan and items/s against the queue's in the same
     scenario and round; the balancing planner's items/s against the count
     planner's (balance=False) in the same scenario and round."""
+    def key(r):
+        return r["scenario"], r.get("round", 1)
     def at(scheme):
-        return {(r["scenario"], r.get("round", 1)): r for r in results if r["scheme"] == scheme and "makespan_s" in r}
+        return {key(r): r for r in results if r["scheme"] == scheme and "makespan_s" in r}
     queue, count = at("queue"), at("count")
     for r in results:
-        c = count.get((r["scenario"], r.get("round", 1)))
+        c = count.get(key(r))
         if r["scheme"] == "lease" and c is not None and "makespan_s" in r:
             r["items_per_s_to_count"] = round(r["items_per_s"] / c["items_per_s"], 3)
-        q = queue.get((r["scenario"], r.get("round", 1)))
+        q = queue.get(key(r))
         if q is not None and "makespan_s" in r:
             r["ratio_to_queue"] = round(r["makespan_s"] / q["makespan_s"], 3)
             r["items_per_s_ratio"] = round(r["items_per_s"] / q["items_per_s"], 3)
