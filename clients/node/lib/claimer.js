@@ -91,9 +91,10 @@ const methods = {
   /**
    * claim_leases every renewInterval (ttl / 3) on a connection of its own,
    * each call bounded by 2/3 of the ttl (claimDeadlineMs; through a busy
-   * pool a call may queue a while): no new batch once no call succeeded for 2/3 of the ttl
-   * (_leaseOk), every slot dropped after a ttl (a timer). A call refused
-   * as resized (PC002) follows the new n and calls again at once (resize.js).
+   * pool a call may queue a while): no new batch once no call succeeded
+   * for 2/3 of the ttl (_leaseOk), every slot dropped after a ttl (a
+   * timer). A call refused as resized (PC002) follows the new n and calls
+   * again at once (resize.js).
    */
   async _renewLoop() {
     let c = null;

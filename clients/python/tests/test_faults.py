@@ -256,7 +256,7 @@ def test_a_claim_answered_late_but_in_time_keeps_the_slots(db):
             locker.execute("SELECT 1 FROM pg_claim_lease_members WHERE name = 'late_reply' AND holder = 'late-reply'"
                            " FOR UPDATE")
             waited = ("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                      " AND query LIKE '%%claim_leases%%' AND now() - query_start > interval '3 seconds'")
+                      " AND query LIKE '%claim_leases%' AND now() - query_start > interval '3 seconds'")
             wait_for(lambda: db.execute(waited).fetchone()[0] > 0, 10, "a claim_leases call waiting 3 s")
         db.execute("INSERT INTO late_reply SELECT g, 'p', false FROM generate_series(1, 20) g")
         wait_for(lambda: items_done(db, "late_reply") == 20, 10, "the rows done after the lock")
