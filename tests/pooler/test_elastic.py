@@ -380,7 +380,7 @@ def test_elastic_fleet(workdir, databases):
         f" {servers.max} server connections (pool {pool_size()}); batches written: {per_lang['python']} Python,"
         f" {per_lang['node']} Node, with {tokens} tokens; no write of an older token after a newer one"
         f" in any slot, each customer's items in key order; {len(rejected)} writes refused or rejected by fence ({len(given_back)} of them batches"
-        f" of {sum(e['items'] for e in given_back)} items in all whose slot a rebalance moved while they"
+        f" of {sum(e.get('items', 0) for e in given_back)} items in all whose slot a rebalance moved while they"
         f" were worked on); {history.handovers(0)} hand-overs in all")
 
 
@@ -389,7 +389,8 @@ def given_back_in_flight(workers):
     claim_leases gave back between the batch's fetch and its write, the
     stopped workers' late writes apart: the cost of a rebalance (none when,
     as in the libraries, the batch's fenced transaction holds the slot from
-    before its fetch to its write)."""
+    before its fetch to its write). A "rejected" event (the library's: the
+    fence refused the token) names the slot and token, not the items."""
     out = []
     for w in workers:
         late = getattr(w, "stop", (None, None))[1]
