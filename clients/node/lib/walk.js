@@ -60,7 +60,7 @@ const methods = {
           const before = this._backlog.weight(slot);
           this._backlog.batchDone(slot, this._lastFetch.fetched, this._lastFetch.counted, done.end, Date.now());
           const census = this._countText === null ? [] : this._backlog.census(slot, before, [...this.held.keys()], Date.now());
-          if (census.length) await this._census(client, census);
+          if (census.length) await this._census(client, census, slot);
         }
         if (this._wanted.size) { // this slot or others: none is in a batch now
           await this._handOver(client, [...this._wanted].sort((a, b) => a - b));
@@ -83,18 +83,21 @@ const methods = {
   },
 
   /**
-   * Counts the slots from their shares' start, one first window each in one
-   * message, and reports their weights in one statement (docs/leases.md,
-   * "Balancing"). A failure is left to the slots' own next batches.
+   * Counts the slots from their shares' start (one first window each, one
+   * message) and reports their weights with that of `own`, whose batch started
+   * the census, in one statement (docs/leases.md, "Balancing"). A failure is
+   * left to the slots' own next batches.
    */
-  async _census(client, slots) {
+  async _census(client, slots, own) {
     const bound = this._backlog.censusBound();
     try {
       const res = await client.query(slots.map((s) => this._countText(s, null, bound)).join("; "));
       const now = Date.now();
       const weights = (Array.isArray(res) ? res : [res]).map((r, i) => this._backlog.counted(slots[i], Number(r.rows[0].pending), r.rows[0].last, now));
+      const mine = slots.includes(own) ? null : this._backlog.toSend(own, now);
+      const all = mine === null ? slots : [...slots, own];
       await client.query("SELECT count(report_backlog($1, u.s, u.t, u.w)) FROM unnest($2::int[], $3::bigint[], $4::bigint[]) u(s, t, w)",
-        [this.name, slots, slots.map((s) => String(this.held.get(s))), weights]);
+        [this.name, all, all.map((s) => String(this.held.get(s))), mine === null ? weights : [...weights, mine]]);
     } catch (e) {
       if (isConnectionLost(e)) throw e;
     }

@@ -1,10 +1,10 @@
 "use strict";
 // Lease mode's census (docs/leases.md, "Balancing") against a real server, as
 // clients/python/tests/test_balance.py: a batch that finds rows in a slot
-// that weighed 0 counts the worker's other slots that weigh 0 at once, so
-// once rows come to every slot of an idle worker, every lease carries its
-// weight after fewer batches than the worker holds slots. Skipped when
-// PGPORT is not set.
+// that weighed 0 counts the worker's other slots that weigh 0 at once and
+// reports their weights with its own, so once rows come to every slot of an
+// idle worker, every lease carries its weight after its first batch (a
+// poll's lag: two), not one batch per slot. Skipped when PGPORT is not set.
 const test = require("node:test");
 const assert = require("node:assert");
 const { Worker } = require("..");
@@ -38,6 +38,6 @@ test("new rows are weighed in every slot at once", { skip: SKIP }, async (t) => 
     await w.stop();
     await running;
   }
-  assert.ok(seen < N, `every slot weighed only after ${seen} batches`);
+  assert.ok(seen <= 2, `every slot weighed only after ${seen} batches`);
   assert.ok(weights.every((x) => x > 0 && x <= 100), JSON.stringify(weights));
 });

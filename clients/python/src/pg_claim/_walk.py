@@ -67,7 +67,7 @@ class Walker:
             held = self._held.snapshot()
             census = [] if self._count is None else self._backlog.census(slot, before, list(held), time.monotonic())
             if census:
-                self._census(conn, {s: held[s] for s in census})
+                self._census(conn, {s: held[s] for s in census}, (slot, token))
             if self._wanted:  # this slot or others: none is in a batch now
                 held = self._held.snapshot()
                 self._hand_over(conn, {s: held.get(s) for s in sorted(self._wanted)})
@@ -85,10 +85,12 @@ class Walker:
         self._held.advance(slot, token, cursor)
         return True
 
-    def _census(self, conn: psycopg.Connection, slots: Dict[int, int]) -> None:
+    def _census(self, conn: psycopg.Connection, slots: Dict[int, int], own: Tuple[int, int]) -> None:
         """Counts the slots (slot -> token) from their shares' start, one
         first window each in one message, and reports their weights in one
-        statement (docs/leases.md, "Balancing"). A failure is left to the
+        statement (docs/leases.md, "Balancing"), with the weight of `own`,
+        the slot whose batch started the census (else its next batch, a
+        turn of every held slot later, would). A failure is left to the
         slots' own next batches."""
         bound = self._backlog.census_bound()
         cur = psycopg.ClientCursor(conn)
@@ -102,6 +104,9 @@ class Walker:
                 cur.nextset()
             now = time.monotonic()
             weights = [self._backlog.counted(s, pending, last, now) for s, pending, last in counts]
+            mine = None if own[0] in slots else self._backlog.to_send(own[0], now)
+            if mine is not None:
+                slots, weights = {**slots, own[0]: own[1]}, weights + [mine]
             cur.execute("SELECT count(report_backlog(%s, u.s, u.t, u.w)) FROM unnest(%s::int[], %s::bigint[],"
                         " %s::bigint[]) u(s, t, w)", (self.name, list(slots), list(slots.values()), weights))
         except psycopg.Error as e:
