@@ -71,8 +71,8 @@ class Worker(pg_claim.Worker):
         return rows
 
 
-    def _census(self, conn, slots):
-        super()._census(conn, slots)
+    def _census(self, conn, slots, own):
+        super()._census(conn, slots, own)
         for slot in slots:  # one count window each, in one message
             emit("count", slot=slot, pending=None, sharded=self.shard_keys is not None)
 
