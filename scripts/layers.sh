@@ -153,14 +153,15 @@ elastic() {
 
 # The Node.js worker library (clients/node, pg-claim): its declarations
 # (tsc --strict), its unit tests and its tests against the server and a
-# PgBouncer in transaction mode (node --test clients/node/test); then a fleet
+# PgBouncer in transaction mode (node --test clients/node/test, four files at
+# a time: each has a database of its own); then a fleet
 # of its workers in lease mode through that PgBouncer with a join, SIGSTOP
 # past the ttl, SIGKILL, a leave, two joins, a poison item and a server
 # restart: every item exactly once, the poison item dead after its attempts,
 # SIGTERM stops every worker within 15 s (tests/libs/test_node_fleet.py).
 libs_node() {
     pgc_pgbouncer_start 4 &&
-        (cd clients/node && npm run --silent typecheck && node --test test/) &&
+        (cd clients/node && npm run --silent typecheck && node --test --test-concurrency=4 test/) &&
         PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" pytests tests/libs/test_node_fleet.py -- "$@"
 }
 
@@ -188,7 +189,9 @@ libs_python() {
     pgc_pgbouncer_start 4 || return 1
     local k=()
     (($# == 0)) || k=(-k "$*")
-    PYTHONPATH="$PGC_ROOT/clients/python/src" python3 -m pytest -q -p no:cacheprovider --durations=8 "${k[@]}" clients/python/tests &&
+    # two modules at a time (pytest-xdist), each worker with a database of its own
+    PYTHONPATH="$PGC_ROOT/clients/python/src" python3 -m pytest -q -p no:cacheprovider -n 2 --dist loadfile \
+        --durations=8 "${k[@]}" clients/python/tests &&
         PGC_DATA="${PGC_CLUSTERS[-1]}" PGC_BIN="$PGC_BIN" pytests tests/libs/test_python_fleet.py
 }
 

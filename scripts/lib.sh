@@ -253,13 +253,14 @@ pgc_ensure_prometheus() {
 }
 
 # What the Python worker library (clients/python) needs beside psycopg 3, and
-# its tests: prometheus_client (its `metrics` extra) and pytest. The tests and
+# its tests: prometheus_client (its `metrics` extra), pytest and pytest-xdist. The tests and
 # the example worker use the checkout's library (PYTHONPATH), not an
 # installed copy.
 pgc_ensure_python_libs() {
     local p missing=()
-    for p in prometheus_client pytest; do
-        python3 -c "import $p" 2>/dev/null || missing+=("$p")
+    # module=package: pytest-xdist runs the library's test modules two at a time
+    for p in prometheus_client=prometheus_client pytest=pytest xdist=pytest-xdist; do
+        python3 -c "import ${p%%=*}" 2>/dev/null || missing+=("${p#*=}")
     done
     if ((${#missing[@]})); then
         pgc_log "installing ${missing[*]} for $(command -v python3)"

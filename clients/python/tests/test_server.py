@@ -17,7 +17,9 @@ import pytest
 import pg_claim
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DB = "py_lib_test"
+# one database per pytest-xdist worker (the libs-python layer runs the
+# modules two at a time); the modules of one worker run one after another
+DB = "py_lib_test" + os.environ.get("PYTEST_XDIST_WORKER", "")
 
 
 def connect(dbname=DB):
