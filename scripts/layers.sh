@@ -315,17 +315,22 @@ demo_gap() {
 # report), a fourth joins, one pauses past its TTL and its late write is
 # rejected, one leaves with max => 0; every item exactly once.
 demo_pooler() {
-    local out rc=0 want
+    local out rc=0 want missing=
     cargo build --profile tools --quiet -p pg_claim_demo --bin pg_claim_demo || return 1
     pgc_pgbouncer_start 3 || return 1
     out=$(PGDATABASE=postgres target/tools/pg_claim_demo --leases --items 40000 \
         --worker-dsn "host=127.0.0.1 port=$PGC_POOLER_PORT user=postgres dbname=postgres" </dev/null) || rc=$?
     printf '%s\n' "$out" | grep -vE '^\[ *[0-9.]+s\] +(slot|progress)' | tail -30
-    ((rc == 0)) || { echo "demo --pooler: exit $rc" >&2; return 1; }
     for want in "JOIN worker-3" "LEAVE worker-" "REJECTED worker-" "live leases after max => 0 +0" \
         "wanted by a holder with less work \(report_backlog\): [1-9]" "VERDICT: PASS"; do
-        grep -qE "$want" <<<"$out" || { echo "demo --pooler: no line matching '$want'" >&2; return 1; }
+        grep -qE "$want" <<<"$out" || { missing="$want"; break; }
     done
+    if ((rc != 0)) || [ -n "$missing" ]; then
+        # the whole run, events and shares included, for the failure's cause
+        { echo "demo --pooler: exit $rc${missing:+, no line matching '$missing'}; its whole output:"
+          printf '%s\n' "$out"; } >&2
+        return 1
+    fi
 }
 
 # Native sharding (docs/scale-out.md): the test cluster as the coordinator of

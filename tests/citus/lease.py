@@ -140,8 +140,16 @@ class Fleet:
             p.proc.send_signal(sig)
 
     def check_alive(self):
-        dead = [(w, p.proc.returncode) for w, p in zip(self.labels, self.procs) if p.proc.poll() is not None]
-        check(not dead, f"workers exited early: {dead}")
+        dead = [(w, p) for w, p in zip(self.labels, self.procs) if p.proc.poll() is not None]
+        # what each said last: its "error" event (tests/pylib/fleet_worker.py), else its stderr
+        why = {w: [e.get("error") for e in p.events if e["event"] == "error"]
+               or "".join(open(p.err_path).readlines()[-5:]) for w, p in dead}
+        check(not dead, f"workers exited early: {[(w, p.proc.returncode) for w, p in dead]}: {why}")
+
+    def handled(self, k):
+        """Whether the fleet handled k batches; a worker that exited fails the wait at once."""
+        self.check_alive()
+        return self.count("handled") >= k
 
     def kill(self):
         for p in self.procs:
@@ -240,7 +248,7 @@ def run(coord, nodes, workdir):
         fleet = Fleet(pooler, workdir, keys)
         driver = Driver(coord, fleet, pooler)
         try:
-            poll(lambda: fleet.count("handled") >= 2 * N, 30, "the fleet to handle batches")
+            poll(lambda: fleet.handled(2 * N), 30, "the fleet to handle batches")
             poll(lambda: driver.paused(held_views) is not None, 30, "every slot held", interval=0.3)
             # a shard move while the fleet runs: slot 0's shard to the other node
             src = node_of(c, keys[0])
