@@ -253,9 +253,9 @@ pgc_ensure_prometheus() {
 }
 
 # What the Python worker library (clients/python) needs beside psycopg 3, and
-# its tests: prometheus_client (its `metrics` extra), pytest and pytest-xdist. The tests and
-# the example worker use the checkout's library (PYTHONPATH), not an
-# installed copy.
+# its tests: prometheus_client (its `metrics` extra), pytest and pytest-xdist.
+# The tests and the example worker use the checkout's library (PYTHONPATH),
+# not an installed copy.
 pgc_ensure_python_libs() {
     local p missing=()
     # module=package: pytest-xdist runs the library's test modules two at a time

@@ -141,10 +141,18 @@ class Fleet:
 
     def check_alive(self):
         dead = [(w, p) for w, p in zip(self.labels, self.procs) if p.proc.poll() is not None]
-        # what each said last: its "error" event (tests/pylib/fleet_worker.py), else its stderr
-        why = {w: [e.get("error") for e in p.events if e["event"] == "error"]
-               or "".join(open(p.err_path).readlines()[-5:]) for w, p in dead}
+        why = {w: self._why(p) for w, p in dead}
         check(not dead, f"workers exited early: {[(w, p.proc.returncode) for w, p in dead]}: {why}")
+
+    @staticmethod
+    def _why(p):
+        """What a worker that exited said last: its "error" event
+        (tests/pylib/fleet_worker.py), else the end of its stderr."""
+        e = p.last(("error",))
+        if e is not None:
+            return e.get("error")
+        with open(p.err_path) as f:
+            return "".join(f.readlines()[-5:])
 
     def handled(self, k):
         """Whether the fleet handled k batches; a worker that exited fails the wait at once."""
