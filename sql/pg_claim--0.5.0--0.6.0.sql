@@ -1105,6 +1105,7 @@ DECLARE
     best integer;
     fit numeric;
     marks integer := 0;
+    moves integer := 0;
     damp timestamptz;
     -- a weight counts for a minute after its report
     fresh timestamptz;
@@ -1229,12 +1230,12 @@ BEGIN
         END LOOP;
     END IF;
 
-    -- 3. marks on the heaviest members' slots: once below the mean by more
+    -- 3. the heaviest members' slots, taken or marked: once below the mean by more
     -- than the slack, up to half the slack below it (a joiner that stopped
     -- at the slack's edge would sit there by the estimates and below it by
     -- the rows)
-    WHILE marked = 0 AND own < mean - slack * CASE WHEN marks > 0 THEN 0.5 ELSE 1 END
-          AND mine + marks < max AND marks < 32 LOOP
+    WHILE marked = 0 AND own < mean - slack * CASE WHEN moves > 0 THEN 0.5 ELSE 1 END
+          AND mine + marks < max AND moves < 32 LOOP
         best := NULL;
         FOR i IN 1 .. coalesce(pg_catalog.cardinality(weights), 0) LOOP
             IF weights[i] IS NOT NULL AND (best IS NULL OR weights[i] > weights[best]) THEN
@@ -1259,9 +1260,29 @@ BEGIN
             weights[best] := NULL;
             CONTINUE;
         END IF;
-        UPDATE @extschema@.pg_claim_leases l SET wanted_by = holder
-        WHERE l.name = pg_claim_leases_balance.name AND l.slot = r.slot;
-        marks := marks + 1;
+        -- taken at once when no fenced transaction holds it (its holder is
+        -- between two batches of it, and learns it at its next fence:
+        -- PC001), else marked: given back after the batch in hand. A fenced
+        -- transaction holds the row FOR KEY SHARE (under REPEATABLE READ, and
+        -- in the portable edition: the row lock FOR UPDATE that
+        -- pg_claim_lease_hand's caller holds is then not to be had) or the
+        -- slot's fence lock (pg_claim_lease_hand's try)
+        PERFORM 1 FROM @extschema@.pg_claim_leases l
+        WHERE l.name = pg_claim_leases_balance.name AND l.slot = r.slot
+        FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            i := (SELECT h.slot FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h);
+        ELSE
+            i := NULL;
+        END IF;
+        IF i IS NOT NULL THEN
+            mine := mine + 1;
+        ELSE
+            UPDATE @extschema@.pg_claim_leases l SET wanted_by = holder
+            WHERE l.name = pg_claim_leases_balance.name AND l.slot = r.slot;
+            marks := marks + 1;
+        END IF;
+        moves := moves + 1;
         own := own + r.w;
         weights[best] := weights[best] - r.w;
     END LOOP;

@@ -5,6 +5,7 @@ use crate::config::Config;
 use crate::state::{event, lock, State};
 use crate::table::unserved;
 use postgres::Client;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// Whether the run is past `--timeout` (recorded as an event).
@@ -25,10 +26,14 @@ pub fn timeout(cfg: &Config, state: &State, start: Instant) -> bool {
 
 /// Watches `slot_status` once a second for slots nobody serves: a slot
 /// unserved (and unfinished) for `limit` has nobody left to take it, its
-/// items would never be done, and the run stops.
+/// items would never be done, and the run stops. Timed per slot: in an
+/// elastic fleet some slot is briefly unserved at almost every check (a
+/// hand-over waits for the taker's next claim_leases, a leaver's and a
+/// paused holder's slots for the others' calls), which is no gap.
 pub struct GapWatch {
     pub limit: Duration,
-    since: Option<Instant>,
+    /// The unfinished slots unserved at every check since then.
+    since: HashMap<i32, Instant>,
     last_check: Instant,
 }
 
@@ -36,7 +41,7 @@ impl GapWatch {
     pub fn new(cfg: &Config) -> GapWatch {
         GapWatch {
             limit: Duration::from_secs(3).max(2 * cfg.ttl),
-            since: None,
+            since: HashMap::new(),
             last_check: Instant::now(),
         }
     }
@@ -59,11 +64,57 @@ impl GapWatch {
                 .filter(|&g| s.slots.get(g as usize).is_some_and(|v| !v.finished))
                 .collect()
         };
-        if unfinished.is_empty() {
-            self.since = None;
-        } else if self.since.get_or_insert_with(Instant::now).elapsed() >= self.limit {
-            return Ok(Some(unfinished));
+        Ok(self.note(Instant::now(), &unfinished))
+    }
+
+    /// Records the unfinished slots a check found unserved at `now`; those
+    /// of them unserved at every check for `limit`, if any.
+    fn note(&mut self, now: Instant, unfinished: &[i32]) -> Option<Vec<i32>> {
+        self.since.retain(|s, _| unfinished.contains(s));
+        let stuck: Vec<i32> = unfinished
+            .iter()
+            .copied()
+            .filter(|s| now.duration_since(*self.since.entry(*s).or_insert(now)) >= self.limit)
+            .collect();
+        (!stuck.is_empty()).then_some(stuck)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watch() -> GapWatch {
+        GapWatch {
+            limit: Duration::from_secs(4),
+            since: HashMap::new(),
+            last_check: Instant::now(),
         }
-        Ok(None)
+    }
+
+    /// Hand-overs, a leave and a paused holder of an elastic fleet
+    /// leave a different slot unserved at each check; no slot is stuck.
+    #[test]
+    fn another_slot_unserved_at_each_check_is_no_gap() {
+        let (mut g, t0) = (watch(), Instant::now());
+        for (i, slots) in [[0], [5], [0], [3], [1]].iter().enumerate() {
+            let at = t0 + Duration::from_millis(1050 * i as u64);
+            assert_eq!(g.note(at, slots), None, "check {i}");
+        }
+    }
+
+    #[test]
+    fn one_slot_unserved_for_the_limit_stops_the_run() {
+        let (mut g, t0) = (watch(), Instant::now());
+        for i in 0..4u64 {
+            assert_eq!(
+                g.note(t0 + Duration::from_secs(i), &[2, i as i32 + 3]),
+                None
+            );
+        }
+        assert_eq!(g.note(t0 + Duration::from_secs(4), &[2]), Some(vec![2]));
+        // served again: its clock starts over
+        assert_eq!(g.note(t0 + Duration::from_secs(5), &[]), None);
+        assert_eq!(g.note(t0 + Duration::from_secs(6), &[2]), None);
     }
 }

@@ -252,7 +252,10 @@ test("the library against a server", { skip: SKIP }, async (t) => {
     await until(async () => secondEvents.some((e) => e.type === "gained"), 8000, "the joiner's first slot");
     const took = Date.now() - joined;
     assert.ok(took < 5000, `the joiner got its first slot ${took} ms after it started`);
-    assert.ok(firstEvents.some((e) => e.type === "lost" && e.reason === "given back"));
+    // taken between two batches (the first worker learns it at its next fence
+    // of the slot), or marked and given back after a batch
+    await until(() => firstEvents.some((e) => e.type === "lost" && (e.reason === "given back" || e.reason === "taken")),
+      5000, "the first worker's slot lost for balance");
     assert.ok((await sql("SELECT count(backlog)::int AS k FROM pg_claim_leases WHERE name = 'bal'"))[0].k > 0);
     await until(async () => (await sql("SELECT count(*)::int AS k FROM bal WHERE sent_at IS NULL"))[0].k === 0, 60000, "the drain");
     await first.stop();
