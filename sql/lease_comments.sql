@@ -4,8 +4,8 @@ COMMENT ON FUNCTION @extschema@.claim_lease(text, integer, text, interval) IS
     'claim the lowest free or expired slot of name in 0 .. n-1 for holder until ttl from now: one row (slot, token, expires_at), or none when all are leased';
 COMMENT ON FUNCTION @extschema@.claim_leases(text, integer, text, integer, interval) IS
     'renew, take and give back leases of name so that the live holders share its n slots evenly (at most max for this holder; max => 0: leave): every slot holder holds after the call';
-COMMENT ON FUNCTION @extschema@.report_backlog(text, integer, bigint, bigint) IS
-    'store remaining as the weight of the lease (its holder''s work left in the slot) for claim_leases'' balance: the slots of its holder that another holder wants (give them back after this batch; empty: none), NULL when token does not hold the lease';
+COMMENT ON FUNCTION @extschema@.report_backlog(text, integer, bigint, bigint, boolean) IS
+    'store remaining as the weight of the lease (its holder''s work left in the slot) for claim_leases'' balance, and fenced_batches (every batch of the slot passes fence before it reads: a lighter holder may take the slot between two batches): the slots of its holder that another holder wants (give them back after this batch; empty: none), NULL when token does not hold the lease';
 COMMENT ON FUNCTION @extschema@.renew_lease(text, integer, bigint, interval) IS
     'extend a lease to ttl from now: the new expiry, or NULL when the lease was lost (taken over or released)';
 COMMENT ON FUNCTION @extschema@.release_lease(text, integer, bigint) IS

@@ -257,7 +257,7 @@ BEGIN
     UPDATE @extschema@.pg_claim_leases l
     SET n = pg_claim_lease_hand.n, holder = pg_claim_lease_hand.holder, session = false,
         owner = role, token = @extschema@.next_token(l.token),
-        acquired_at = now_, expires_at = now_ + ttl, wanted_by = NULL
+        acquired_at = now_, expires_at = now_ + ttl, wanted_by = NULL, fenced_batches = false
     WHERE l.name = pg_claim_lease_hand.name AND l.slot = s
     RETURNING l.slot, l.token, l.expires_at
     INTO pg_claim_lease_hand.slot, pg_claim_lease_hand.token, pg_claim_lease_hand.expires_at;

@@ -17,7 +17,13 @@
 ALTER TABLE @extschema@.pg_claim_leases
     ADD COLUMN IF NOT EXISTS backlog bigint,
     ADD COLUMN IF NOT EXISTS backlog_at timestamptz,
-    ADD COLUMN IF NOT EXISTS wanted_by text;
+    ADD COLUMN IF NOT EXISTS wanted_by text,
+    -- report_backlog's fenced_batches, for the lease's token: its holder
+    -- runs every batch of the slot in one transaction that passed fence
+    -- before it read the batch's rows, so while no fenced transaction holds
+    -- the slot it is between two batches (the planner below then takes it
+    -- at once instead of marking it); pg_claim_lease_hand clears it
+    ADD COLUMN IF NOT EXISTS fenced_batches boolean NOT NULL DEFAULT false;
 
 -- The marked rows of a name by holder (report_backlog's look-up of a
 -- holder's wanted slots): a partial index, so a renewal, which changes
@@ -29,12 +35,13 @@ CREATE INDEX pg_claim_leases_wanted ON @extschema@.pg_claim_leases (name, holder
 -- token and the lease is role's; returns the slots of the lease's holder
 -- that another live holder of the fleet wants (this slot among them when it
 -- is; ascending; empty when none), NULL when the token does not hold the
--- lease (nothing stored). NULL remaining stores nothing and only asks. Every
+-- lease (nothing stored). NULL remaining stores no weight and only asks;
+-- fenced_batches is stored whatever remaining is (NULL: false). Every
 -- wanted slot, not only this one: a holder of many slots learns at its next
 -- batch of any slot that one is wanted, and gives it back after that batch
 -- (found through pg_claim_leases_wanted, an index of the marked rows only).
 CREATE FUNCTION @extschema@.pg_claim_lease_report(role oid, name text, slot integer, token bigint,
-                                                  remaining bigint)
+                                                  remaining bigint, fenced_batches boolean)
 RETURNS integer[]
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
@@ -50,7 +57,8 @@ BEGIN
         RAISE EXCEPTION 'remaining must be at least 0, got %', remaining USING ERRCODE = '22023',
             HINT = 'remaining is the number of the slot''s pending items: 0 when none is left, NULL to keep the last report.';
     END IF;
-    SELECT l.holder, l.backlog, l.backlog_at INTO r FROM @extschema@.pg_claim_leases l
+    fenced_batches := coalesce(fenced_batches, false);
+    SELECT l.holder, l.backlog, l.backlog_at, l.fenced_batches INTO r FROM @extschema@.pg_claim_leases l
     WHERE l.name = pg_claim_lease_report.name AND l.slot = pg_claim_lease_report.slot
       AND l.token = pg_claim_lease_report.token AND l.holder IS NOT NULL AND NOT l.session
       AND l.expires_at > pg_catalog.clock_timestamp()
@@ -65,7 +73,12 @@ BEGIN
     END IF;
     IF remaining IS NOT NULL AND (r.backlog IS DISTINCT FROM remaining
                                   OR r.backlog_at < pg_catalog.clock_timestamp() - interval '10 seconds') THEN
-        UPDATE @extschema@.pg_claim_leases l SET backlog = remaining, backlog_at = pg_catalog.clock_timestamp()
+        UPDATE @extschema@.pg_claim_leases l SET backlog = remaining, backlog_at = pg_catalog.clock_timestamp(),
+            fenced_batches = pg_claim_lease_report.fenced_batches
+        WHERE l.name = pg_claim_lease_report.name AND l.slot = pg_claim_lease_report.slot
+          AND l.token = pg_claim_lease_report.token;
+    ELSIF r.fenced_batches <> fenced_batches THEN
+        UPDATE @extschema@.pg_claim_leases l SET fenced_batches = pg_claim_lease_report.fenced_batches
         WHERE l.name = pg_claim_lease_report.name AND l.slot = pg_claim_lease_report.slot
           AND l.token = pg_claim_lease_report.token;
     END IF;
@@ -80,7 +93,7 @@ BEGIN
                         AND m.expires_at > pg_catalog.clock_timestamp())
         ORDER BY l.slot);
 END $$;
-REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_report(oid, text, integer, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_report(oid, text, integer, bigint, bigint, boolean) FROM PUBLIC;
 
 -- The weighted planner, for holder's claim_leases call under the name's
 -- mutex (called only by pg_claim_leases_take, after it renewed the holder's
@@ -94,8 +107,9 @@ REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_report(oid, text, integer, big
 --      those that weigh at most the slack, so that no slot stays unserved);
 --   3. moved to it, when its weight is below the mean by more than the
 --      slack (a tenth of the mean), and then until it is within half the
---      slack, slots of the heaviest members (taken at once when no fenced
---      transaction holds the slot, else marked as wanted): the
+--      slack, slots of the heaviest members (taken at once when its
+--      holder's batches of it are fenced, fenced_batches, and no fenced
+--      transaction holds it; else marked as wanted): the
 --      largest that fits in what it lacks and in what that member has
 --      above the mean, else the smallest whose move still lowers the
 --      heavier of the two; never a slot that changed hands within
@@ -284,7 +298,7 @@ BEGIN
         EXIT WHEN best IS NULL OR weights[best] <= own;
         fit := least(mean - own, weights[best] - mean);
         -- the largest slot within fit, else the smallest that lowers the larger
-        SELECT l.slot, x.w INTO r
+        SELECT l.slot, x.w, l.fenced_batches INTO r
         FROM @extschema@.pg_claim_leases l,
              LATERAL (SELECT CASE WHEN l.backlog_at > fresh THEN l.backlog ELSE avg_ END AS w) x
         WHERE l.name = pg_claim_leases_balance.name AND l.holder = donors[best] AND NOT l.session
@@ -299,17 +313,22 @@ BEGIN
             weights[best] := NULL;
             CONTINUE;
         END IF;
-        -- taken at once when no fenced transaction holds it (its holder is
-        -- between two batches of it, and learns it at its next fence:
-        -- PC001), else marked: given back after the batch in hand. A fenced
-        -- transaction holds the row FOR KEY SHARE (under REPEATABLE READ, and
-        -- in the portable edition: the row lock FOR UPDATE that
-        -- pg_claim_lease_hand's caller holds is then not to be had) or the
-        -- slot's fence lock (pg_claim_lease_hand's try)
-        PERFORM 1 FROM @extschema@.pg_claim_leases l
-        WHERE l.name = pg_claim_leases_balance.name AND l.slot = r.slot
-        FOR UPDATE SKIP LOCKED;
-        IF FOUND THEN
+        -- taken at once when its holder's batches of it are fenced
+        -- (fenced_batches) and no fenced transaction holds it: its holder
+        -- is then between two batches of it, and learns it at its next
+        -- fence (PC001). Else marked: given back after the batch in hand (a
+        -- holder that handles a batch before its fenced write is inside a
+        -- batch whatever the locks say). A fenced transaction holds the row
+        -- FOR KEY SHARE (under REPEATABLE READ, and in the portable edition:
+        -- the row lock FOR UPDATE that pg_claim_lease_hand's caller holds
+        -- is then not to be had) or the slot's fence lock
+        -- (pg_claim_lease_hand's try)
+        IF r.fenced_batches THEN
+            PERFORM 1 FROM @extschema@.pg_claim_leases l
+            WHERE l.name = pg_claim_leases_balance.name AND l.slot = r.slot
+            FOR UPDATE SKIP LOCKED;
+        END IF;
+        IF r.fenced_batches AND FOUND THEN
             i := (SELECT h.slot FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h);
         ELSE
             i := NULL;

@@ -931,7 +931,13 @@ END $$;
 ALTER TABLE @extschema@.pg_claim_leases
     ADD COLUMN IF NOT EXISTS backlog bigint,
     ADD COLUMN IF NOT EXISTS backlog_at timestamptz,
-    ADD COLUMN IF NOT EXISTS wanted_by text;
+    ADD COLUMN IF NOT EXISTS wanted_by text,
+    -- report_backlog's fenced_batches, for the lease's token: its holder
+    -- runs every batch of the slot in one transaction that passed fence
+    -- before it read the batch's rows, so while no fenced transaction holds
+    -- the slot it is between two batches (the planner below then takes it
+    -- at once instead of marking it); pg_claim_lease_hand clears it
+    ADD COLUMN IF NOT EXISTS fenced_batches boolean NOT NULL DEFAULT false;
 
 -- The marked rows of a name by holder (report_backlog's look-up of a
 -- holder's wanted slots): a partial index, so a renewal, which changes
@@ -975,7 +981,7 @@ BEGIN
     UPDATE @extschema@.pg_claim_leases l
     SET n = pg_claim_lease_hand.n, holder = pg_claim_lease_hand.holder, session = false,
         owner = role, token = @extschema@.next_token(l.token),
-        acquired_at = now_, expires_at = now_ + ttl, wanted_by = NULL
+        acquired_at = now_, expires_at = now_ + ttl, wanted_by = NULL, fenced_batches = false
     WHERE l.name = pg_claim_lease_hand.name AND l.slot = s
     RETURNING l.slot, l.token, l.expires_at
     INTO pg_claim_lease_hand.slot, pg_claim_lease_hand.token, pg_claim_lease_hand.expires_at;
@@ -1023,7 +1029,7 @@ BEGIN
 END $$;
 
 CREATE FUNCTION @extschema@.pg_claim_lease_report(role oid, name text, slot integer, token bigint,
-                                                  remaining bigint)
+                                                  remaining bigint, fenced_batches boolean)
 RETURNS integer[]
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
@@ -1039,7 +1045,8 @@ BEGIN
         RAISE EXCEPTION 'remaining must be at least 0, got %', remaining USING ERRCODE = '22023',
             HINT = 'remaining is the number of the slot''s pending items: 0 when none is left, NULL to keep the last report.';
     END IF;
-    SELECT l.holder, l.backlog, l.backlog_at INTO r FROM @extschema@.pg_claim_leases l
+    fenced_batches := coalesce(fenced_batches, false);
+    SELECT l.holder, l.backlog, l.backlog_at, l.fenced_batches INTO r FROM @extschema@.pg_claim_leases l
     WHERE l.name = pg_claim_lease_report.name AND l.slot = pg_claim_lease_report.slot
       AND l.token = pg_claim_lease_report.token AND l.holder IS NOT NULL AND NOT l.session
       AND l.expires_at > pg_catalog.clock_timestamp()
@@ -1054,7 +1061,12 @@ BEGIN
     END IF;
     IF remaining IS NOT NULL AND (r.backlog IS DISTINCT FROM remaining
                                   OR r.backlog_at < pg_catalog.clock_timestamp() - interval '10 seconds') THEN
-        UPDATE @extschema@.pg_claim_leases l SET backlog = remaining, backlog_at = pg_catalog.clock_timestamp()
+        UPDATE @extschema@.pg_claim_leases l SET backlog = remaining, backlog_at = pg_catalog.clock_timestamp(),
+            fenced_batches = pg_claim_lease_report.fenced_batches
+        WHERE l.name = pg_claim_lease_report.name AND l.slot = pg_claim_lease_report.slot
+          AND l.token = pg_claim_lease_report.token;
+    ELSIF r.fenced_batches <> fenced_batches THEN
+        UPDATE @extschema@.pg_claim_leases l SET fenced_batches = pg_claim_lease_report.fenced_batches
         WHERE l.name = pg_claim_lease_report.name AND l.slot = pg_claim_lease_report.slot
           AND l.token = pg_claim_lease_report.token;
     END IF;
@@ -1069,7 +1081,7 @@ BEGIN
                         AND m.expires_at > pg_catalog.clock_timestamp())
         ORDER BY l.slot);
 END $$;
-REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_report(oid, text, integer, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.pg_claim_lease_report(oid, text, integer, bigint, bigint, boolean) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.pg_claim_leases_balance(
     role oid, name text, n integer, holder text, max integer, ttl interval, key_ integer,
@@ -1245,7 +1257,7 @@ BEGIN
         EXIT WHEN best IS NULL OR weights[best] <= own;
         fit := least(mean - own, weights[best] - mean);
         -- the largest slot within fit, else the smallest that lowers the larger
-        SELECT l.slot, x.w INTO r
+        SELECT l.slot, x.w, l.fenced_batches INTO r
         FROM @extschema@.pg_claim_leases l,
              LATERAL (SELECT CASE WHEN l.backlog_at > fresh THEN l.backlog ELSE avg_ END AS w) x
         WHERE l.name = pg_claim_leases_balance.name AND l.holder = donors[best] AND NOT l.session
@@ -1260,17 +1272,22 @@ BEGIN
             weights[best] := NULL;
             CONTINUE;
         END IF;
-        -- taken at once when no fenced transaction holds it (its holder is
-        -- between two batches of it, and learns it at its next fence:
-        -- PC001), else marked: given back after the batch in hand. A fenced
-        -- transaction holds the row FOR KEY SHARE (under REPEATABLE READ, and
-        -- in the portable edition: the row lock FOR UPDATE that
-        -- pg_claim_lease_hand's caller holds is then not to be had) or the
-        -- slot's fence lock (pg_claim_lease_hand's try)
-        PERFORM 1 FROM @extschema@.pg_claim_leases l
-        WHERE l.name = pg_claim_leases_balance.name AND l.slot = r.slot
-        FOR UPDATE SKIP LOCKED;
-        IF FOUND THEN
+        -- taken at once when its holder's batches of it are fenced
+        -- (fenced_batches) and no fenced transaction holds it: its holder
+        -- is then between two batches of it, and learns it at its next
+        -- fence (PC001). Else marked: given back after the batch in hand (a
+        -- holder that handles a batch before its fenced write is inside a
+        -- batch whatever the locks say). A fenced transaction holds the row
+        -- FOR KEY SHARE (under REPEATABLE READ, and in the portable edition:
+        -- the row lock FOR UPDATE that pg_claim_lease_hand's caller holds
+        -- is then not to be had) or the slot's fence lock
+        -- (pg_claim_lease_hand's try)
+        IF r.fenced_batches THEN
+            PERFORM 1 FROM @extschema@.pg_claim_leases l
+            WHERE l.name = pg_claim_leases_balance.name AND l.slot = r.slot
+            FOR UPDATE SKIP LOCKED;
+        END IF;
+        IF r.fenced_batches AND FOUND THEN
             i := (SELECT h.slot FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h);
         ELSE
             i := NULL;
@@ -1294,13 +1311,14 @@ CREATE FUNCTION @extschema@."report_backlog"(
 	"name" TEXT,
 	"slot" INT,
 	"token" bigint,
-	"remaining" bigint
+	"remaining" bigint,
+	"fenced_batches" bool DEFAULT false
 ) RETURNS INT[]
 VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'report_backlog_wrapper';
-COMMENT ON FUNCTION @extschema@.report_backlog(text, integer, bigint, bigint) IS
-    'store remaining as the weight of the lease (its holder''s work left in the slot) for claim_leases'' balance: the slots of its holder that another holder wants (give them back after this batch; empty: none), NULL when token does not hold the lease';
+COMMENT ON FUNCTION @extschema@.report_backlog(text, integer, bigint, bigint, boolean) IS
+    'store remaining as the weight of the lease (its holder''s work left in the slot) for claim_leases'' balance, and fenced_batches (every batch of the slot passes fence before it reads: a lighter holder may take the slot between two batches): the slots of its holder that another holder wants (give them back after this batch; empty: none), NULL when token does not hold the lease';
 
 -- report_backlog is granted as claim_leases is (sql/grants.sql, run again)
 -- The grants to PUBLIC, made by the extension's owner: this function is

@@ -179,12 +179,16 @@ role_shells! {
     /// claim_leases' balance; NULL `remaining`: only ask): the slots of its
     /// holder that another holder wants (give them back after this batch;
     /// empty when none), NULL when `token` does not hold the lease.
+    /// `fenced_batches`: every batch of the slot runs in one transaction
+    /// that passed `fence` before it read its rows, so a lighter holder may
+    /// take the slot at once while no fenced transaction holds it.
     #[pg_extern(volatile, parallel_unsafe)]
     fn report_backlog(
         name: Option<&str>,
         slot: Option<i32>,
         token: Option<i64>,
         remaining: Option<i64>,
+        fenced_batches: Option<bool> = "false",
     ) -> Option<Vec<i32>> = pg_claim_lease_report via scalar;
 
     /// Extend a lease to `ttl` from now: the new expiry, or NULL when the lease

@@ -35,10 +35,12 @@ LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_cata
     ORDER BY u.o
 $$;
 
-CREATE FUNCTION @extschema@.report_backlog(name text, slot integer, token bigint, remaining bigint)
+CREATE FUNCTION @extschema@.report_backlog(name text, slot integer, token bigint, remaining bigint,
+                                           fenced_batches boolean DEFAULT false)
 RETURNS integer[]
 LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT @extschema@.pg_claim_lease_report(@extschema@.pg_claim_caller(), name, slot, token, remaining)
+    SELECT @extschema@.pg_claim_lease_report(@extschema@.pg_claim_caller(), name, slot, token, remaining,
+                                             fenced_batches)
 $$;
 
 CREATE FUNCTION @extschema@.renew_lease(name text, slot integer, token bigint, ttl interval DEFAULT '30 seconds')

@@ -2,7 +2,9 @@
 by another role (the layer `security`).
 
 A slot's weight steers where the planner moves slots, so only the lease's
-own holder role, with the lease's current token, may set it: another role,
+own holder role, with the lease's current token, may set it (and the same
+for fenced_batches, which lets a lighter holder take the slot between two
+batches without waiting for the batch in hand): another role,
 even one that knows the token, changes nothing and learns nothing (not even
 whether the slot is wanted), and cannot shift work by reporting on its own
 fleet's name either.
@@ -15,26 +17,38 @@ def weights(conn, name):
                         (name,)).fetchall()
 
 
+def fenced(conn, name):
+    return [r[0] for r in conn.execute("SELECT slot FROM pg_claim_leases WHERE name = %s AND fenced_batches"
+                                       " ORDER BY slot", (name,)).fetchall()]
+
+
 def test_other_role_cannot_set_a_lease_weight():
     """report_backlog with another role's lease and its true token returns
-    NULL and stores nothing; the owner role's report with the same token
-    stores its weight; a wrong token of the owner role stores nothing."""
+    NULL and stores nothing, neither a weight nor fenced_batches; the owner
+    role's report with the same token stores both; a wrong token of the
+    owner role stores nothing."""
     a, o = as_fleet("sec_worker_a"), connect("sec_other")
     held = a.execute("SELECT slot, token FROM claim_leases('sec_weights', 2, 'wa')").fetchall()
     check(len(held) == 2, f"the only member holds {len(held)} of 2 slots")
     (s0, t0), (s1, t1) = held
     with connect() as admin:
         before = weights(admin, "sec_weights")
-        got = one(o, "SELECT report_backlog('sec_weights', %s, %s, 1000000)", (s0, t0))[0]
+        got = one(o, "SELECT report_backlog('sec_weights', %s, %s, 1000000, fenced_batches => true)", (s0, t0))[0]
         check(got is None, f"another role's report with the true token answered {got!r}, not NULL")
         check(weights(admin, "sec_weights") == before,
               f"another role's report changed a weight: {before} -> {weights(admin, 'sec_weights')}")
-        got = one(a, "SELECT report_backlog('sec_weights', %s, %s, 7)", (s1, t1))[0]
+        check(fenced(admin, "sec_weights") == [], "another role's report set fenced_batches")
+        got = one(o, "SELECT report_backlog('sec_weights', %s, %s, NULL, fenced_batches => true)", (s0, t0))[0]
+        check(got is None and fenced(admin, "sec_weights") == [],
+              f"another role's report of no weight answered {got!r} or set fenced_batches")
+        got = one(a, "SELECT report_backlog('sec_weights', %s, %s, 7, fenced_batches => true)", (s1, t1))[0]
         check(got == [], f"the owner's report answered {got!r}, not an empty array (no slot wanted)")
         check(dict(weights(admin, "sec_weights")).get(s1) == 7, "the owner's report did not store its weight")
+        check(fenced(admin, "sec_weights") == [s1], "the owner's report did not store fenced_batches")
         got = one(a, "SELECT report_backlog('sec_weights', %s, %s, 9)", (s1, t1 - 1))[0]
         check(got is None, f"a wrong token's report answered {got!r}, not NULL")
         check(dict(weights(admin, "sec_weights")).get(s1) == 7, "a wrong token's report changed the weight")
+        check(fenced(admin, "sec_weights") == [s1], "a wrong token's report cleared fenced_batches")
 
 
 def test_wanted_slots_go_only_to_their_holder_role():

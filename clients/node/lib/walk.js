@@ -96,7 +96,7 @@ const methods = {
       const weights = (Array.isArray(res) ? res : [res]).map((r, i) => this._backlog.counted(slots[i], Number(r.rows[0].pending), r.rows[0].last, now));
       const mine = slots.includes(own) ? null : this._backlog.toSend(own, now);
       const all = mine === null ? slots : [...slots, own];
-      await client.query("SELECT count(report_backlog($1, u.s, u.t, u.w)) FROM unnest($2::int[], $3::bigint[], $4::bigint[]) u(s, t, w)",
+      await client.query("SELECT count(report_backlog($1, u.s, u.t, u.w, fenced_batches => true)) FROM unnest($2::int[], $3::bigint[], $4::bigint[]) u(s, t, w)",
         [this.name, all, all.map((s) => String(this.held.get(s))), mine === null ? weights : [...weights, mine]]);
     } catch (e) {
       if (isConnectionLost(e)) throw e;
@@ -231,7 +231,7 @@ const methods = {
     // balance: the slot's weight as its batches saw it, and whether another
     // holder wants it (then given back after this batch)
     const { report, weight } = token !== null && this.balance ? this._backlog.report(slot, Date.now()) : { report: false, weight: null };
-    if (report) guard += `, report_backlog(${name}, ${slot}, ${token}::bigint, ${weight === null ? "NULL" : weight}::bigint) AS wanted`;
+    if (report) guard += `, report_backlog(${name}, ${slot}, ${token}::bigint, ${weight === null ? "NULL" : weight}::bigint, fenced_batches => true) AS wanted`;
     const open = `BEGIN${idle}; ${guard}`;
     try {
       const r = await client.query([open, fetch, count].filter((x) => x !== null).join("; "));

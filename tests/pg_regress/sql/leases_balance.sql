@@ -135,6 +135,27 @@ SELECT lb_report('lbz', 'a', 0) AS a_reports;
 SELECT lb_round('lbz', 4, '{b,a,b}');
 SELECT lb_shares('lbz') AS drained_by_count;
 
+-- Fenced batches: a holder whose reports say that every batch of a slot
+-- passes fence before it reads (fenced_batches => true, as the worker
+-- libraries' batches do) loses a slot that no batch holds at once, with no
+-- mark: its old token is refused at its next batch. The mark is cleared by
+-- the hand-over (the new holder says it again), and a report without it
+-- clears it (the last report counts). (A slot whose batch is open is marked
+-- instead: tests/isolation/specs/leases_balance.spec.)
+SELECT lb_round('lbt', 4, '{a}');
+SELECT string_agg(slot || ':' || report_backlog('lbt', slot, token, 100, fenced_batches => true)::text, ','
+                  ORDER BY slot) AS a_reports_fenced
+FROM lease_holders('lbt') WHERE holder = 'a';
+SELECT string_agg(slot::text, ',' ORDER BY slot) AS fenced FROM pg_claim_leases WHERE name = 'lbt' AND fenced_batches;
+SELECT lb_age('lbt');
+SELECT lb_token('lbt', 0) AS old_token \gset
+SELECT count(*) AS b_slots FROM claim_leases('lbt', 4, 'b', ttl => '1 minute');
+SELECT lb_shares('lbt') AS taken_at_once, lb_wanted('lbt') AS wanted;
+SELECT pc_try(format('SELECT fence(%L, 0, %s)', 'lbt', :old_token)) AS old_token_fence;
+SELECT string_agg(slot::text, ',' ORDER BY slot) AS still_fenced FROM pg_claim_leases WHERE name = 'lbt' AND fenced_batches;
+SELECT lb_report('lbt', 'a', 100) AS a_reports_unfenced;
+SELECT count(*) FILTER (WHERE fenced_batches) AS fenced_left FROM pg_claim_leases WHERE name = 'lbt';
+
 -- Bad input: SQLSTATE, a message naming the value, a hint.
 SELECT lb_token('lb', 2) AS tok \gset
 SELECT pc_try(format('SELECT report_backlog(%L, 2, %s, -1)', 'lb', :tok)) AS negative_remaining;

@@ -107,7 +107,7 @@ class Walker:
             mine = None if own[0] in slots else self._backlog.to_send(own[0], now)
             if mine is not None:
                 slots, weights = {**slots, own[0]: own[1]}, weights + [mine]
-            cur.execute("SELECT count(report_backlog(%s, u.s, u.t, u.w)) FROM unnest(%s::int[], %s::bigint[],"
+            cur.execute("SELECT count(report_backlog(%s, u.s, u.t, u.w, fenced_batches => true)) FROM unnest(%s::int[], %s::bigint[],"
                         " %s::bigint[]) u(s, t, w)", (self.name, list(slots), list(slots.values()), weights))
         except psycopg.Error as e:
             if conn.closed or conn.broken:
@@ -307,7 +307,8 @@ class Walker:
             if report:
                 # the slot's weight as its batches count it, and the slots of
                 # this holder another holder wants (given back after this batch)
-                q += ", report_backlog(%(name)s, %(slot)s, %(token)s::bigint, %(weight)s::bigint) AS wanted"
+                q += (", report_backlog(%(name)s, %(slot)s, %(token)s::bigint, %(weight)s::bigint,"
+                      " fenced_batches => true) AS wanted")
         # 0: no limit (the server's own setting)
         if self._idle_s > 0:
             q += ", set_config('idle_in_transaction_session_timeout', %(idle)s, true)"
