@@ -243,3 +243,19 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION @extschema@.item_failures(text, text[]) IS
     'the failure records of the given items of name (the others are not read): item, state (retry, due or dead), attempts, last error, first and last failure, next retry';
+
+-- Whether name has any failure record (due, waiting or dead): one look-up of
+-- the primary key's first column. A worker asks it now and then to leave
+-- the failure records out of its fetch while the name has none.
+CREATE FUNCTION @extschema@.has_failures(name text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF name IS NULL OR pg_catalog.octet_length(name) > 1024 THEN
+        PERFORM @extschema@.failure_check(name, ''::text);
+    END IF;
+    RETURN EXISTS (SELECT 1 FROM @extschema@.pg_claim_failures f WHERE f.name = has_failures.name);
+END $$;
+COMMENT ON FUNCTION @extschema@.has_failures(text) IS
+    'whether name has any failure record (due, waiting or dead)';

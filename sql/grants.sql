@@ -59,7 +59,7 @@ BEGIN
                'cap_fleet', 'fleet_cap',
                'claim_partitions', 'my_partitions',
                'record_failure', 'failure_due', 'failing_items', 'clear_failure',
-               'item_failures', 'define_fleet', 'drop_fleet']::pg_catalog.name[])
+               'item_failures', 'has_failures', 'define_fleet', 'drop_fleet']::pg_catalog.name[])
            OR p.proname OPERATOR(pg_catalog.~~) 'group\_%');
     -- (in an upgrade, a function whose EXECUTE was already revoked from
     -- PUBLIC stays revoked)

@@ -1360,7 +1360,7 @@ BEGIN
                'lease_holders', 'fence', 'lease_valid', 'my_token', 'resize_fleet', 'fleet_n',
                'claim_partitions', 'my_partitions',
                'record_failure', 'failure_due', 'failing_items', 'clear_failure',
-               'item_failures', 'define_fleet', 'drop_fleet']::pg_catalog.name[])
+               'item_failures', 'has_failures', 'define_fleet', 'drop_fleet']::pg_catalog.name[])
            OR p.proname OPERATOR(pg_catalog.~~) 'group\_%');
     -- (in an upgrade, a function whose EXECUTE was already revoked from
     -- PUBLIC stays revoked)
@@ -1936,7 +1936,7 @@ BEGIN
                'lease_holders', 'fence', 'lease_valid', 'my_token', 'resize_fleet', 'fleet_n',
                'claim_partitions', 'my_partitions',
                'record_failure', 'failure_due', 'failing_items', 'clear_failure',
-               'item_failures', 'define_fleet', 'drop_fleet']::pg_catalog.name[])
+               'item_failures', 'has_failures', 'define_fleet', 'drop_fleet']::pg_catalog.name[])
            OR p.proname OPERATOR(pg_catalog.~~) 'group\_%');
     -- (in an upgrade, a function whose EXECUTE was already revoked from
     -- PUBLIC stays revoked)
@@ -2178,6 +2178,24 @@ COMMENT ON FUNCTION @extschema@.fleet_cap(text) IS
 
 -- cap_fleet and fleet_cap are granted as claim_leases is (sql/grants.sql,
 -- run again)
+-- has_failures (the body is that of sql/failures.sql), granted below as
+-- the other failure functions are
+-- Whether name has any failure record (due, waiting or dead): one look-up of
+-- the primary key's first column. A worker asks it now and then to leave
+-- the failure records out of its fetch while the name has none.
+CREATE FUNCTION @extschema@.has_failures(name text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF name IS NULL OR pg_catalog.octet_length(name) > 1024 THEN
+        PERFORM @extschema@.failure_check(name, ''::text);
+    END IF;
+    RETURN EXISTS (SELECT 1 FROM @extschema@.pg_claim_failures f WHERE f.name = has_failures.name);
+END $$;
+COMMENT ON FUNCTION @extschema@.has_failures(text) IS
+    'whether name has any failure record (due, waiting or dead)';
+
 -- The grants to PUBLIC, made by the extension's owner: this function is
 -- given to the owner below and dropped once called.
 CREATE FUNCTION @extschema@.pg_claim_grant_to_public(fns pg_catalog.regprocedure[])
@@ -2218,7 +2236,7 @@ BEGIN
                'cap_fleet', 'fleet_cap',
                'claim_partitions', 'my_partitions',
                'record_failure', 'failure_due', 'failing_items', 'clear_failure',
-               'item_failures', 'define_fleet', 'drop_fleet']::pg_catalog.name[])
+               'item_failures', 'has_failures', 'define_fleet', 'drop_fleet']::pg_catalog.name[])
            OR p.proname OPERATOR(pg_catalog.~~) 'group\_%');
     -- (in an upgrade, a function whose EXECUTE was already revoked from
     -- PUBLIC stays revoked)

@@ -40,6 +40,10 @@ const COUNT_SQL = "WITH w AS MATERIALIZED (SELECT c.{k} FROM {items} c)"
 // primary key; a key over 1024 bytes has none, record_failure refuses it).
 const FAILURES_SQL = " FROM t LEFT JOIN item_failures({name}, VARIADIC ARRAY(SELECT t.{k}::text FROM t"
   + " WHERE octet_length(t.{k}::text) <= 1024)) f ON f.item = t.{k}::text ORDER BY t.{k}";
+// The same end while the name has no failure record (has_failures: see
+// failures.js, Records): the same columns, no record read.
+const NO_FAILURES_SQL = " FROM t LEFT JOIN (SELECT NULL::text AS item, NULL::text AS state,"
+  + " NULL::timestamptz AS retry_at) f ON false ORDER BY t.{k}";
 // fill(TEXT, VALUES): TEXT with each {name} replaced by VALUES[name]
 const fill = (text, values) => text.replace(/\{(\w+)\}/g, (_, name) => values[name]);
 
@@ -217,12 +221,14 @@ const methods = {
       + (this.method !== null ? `, method => ${lit(this.method)}` : "");
     const cols = `SELECT t.*, t.${q(this.key)}::text AS "${KEY}", ${this.route === null ? "NULL::text" : `t.${q(this.route)}::text`} AS "${ROUTE}",`
       + ` f.state AS "${FAILURE}", extract(epoch FROM f.retry_at - clock_timestamp())::float8 * 1000 AS "${RETRY}"`;
+    // the batch's failure records joined, or left out (while the name has none)
     const tail = fill(FAILURES_SQL, { name: lit(this.name), k: q(this.key) });
+    const plain = fill(NO_FAILURES_SQL, { k: q(this.key) });
     const args = (slot, batch = this.batch) => `NULL::${rowType}, ${lit(slot)}, ${lit(this.n)}, ${fixed(batch)}`;
     const fair = (slot) => `my_items_fair(${args(slot)})`;
     const keyOrder = this.shardKeys !== null ? await this._shardShare(client, t, q, lit)
       : (slot, after, batch = this.batch) => `my_items(${args(slot, batch)}, after => ${lit(after)}::text)`;
-    this._fetchText = (slot, after) => `WITH t AS (SELECT * FROM ${this.tenants ? fair(slot) : keyOrder(slot, after)} s) ${cols}${tail}`;
+    this._fetchText = (slot, after, join = true) => `WITH t AS (SELECT * FROM ${this.tenants ? fair(slot) : keyOrder(slot, after)} s) ${cols}${join ? tail : plain}`;
     // balance: COUNT_SQL; my_items_fair has no cursor: no count
     this._countText = this.tenants ? null
       : (slot, after, bound) => fill(COUNT_SQL, { k: q(this.key), items: keyOrder(slot, after, bound) });
@@ -270,4 +276,4 @@ const methods = {
   },
 };
 
-module.exports = { configure, methods, NotASessionError, MODES, MAX_LEASE_SLOTS, COUNT_SQL, FAILURES_SQL, KEY, ROUTE, FAILURE, RETRY };
+module.exports = { configure, methods, NotASessionError, MODES, MAX_LEASE_SLOTS, COUNT_SQL, FAILURES_SQL, NO_FAILURES_SQL, KEY, ROUTE, FAILURE, RETRY };

@@ -25,6 +25,47 @@ function brokenBy(client, error) {
   return null;
 }
 
+/** How long a worker goes by an answer of has_failures (docs/failures.md). */
+const CHECK_EVERY_MS = 1000;
+
+/**
+ * Whether the fleet's name has failure records, as has_failures last
+ * answered: while it has none, a batch's fetch leaves the join with
+ * item_failures out. A lease-mode batch asks again in its first statement
+ * when the last answer is CHECK_EVERY_MS old, or when it is the first batch
+ * of its slot with this token (the slot's former holders may have recorded
+ * failures; a holder's records are fenced, so none comes later); a failure
+ * this worker records counts at once. Session mode and the batches of due
+ * retries always join. The same rule as the Python library's
+ * _failures.Records.
+ */
+class Records {
+  constructor() {
+    this._any = null; // null: not asked yet
+    this._at = 0;
+    this._gen = 0; // counts this worker's records: an answer asked before one is stale
+    this._checked = new Map(); // slot -> the token last checked with
+  }
+
+  /** {ask: has_failures in this batch, join: the failure records, gen: for answered}. */
+  plan(slot, token, now) {
+    if (token === null) return { ask: false, join: true, gen: this._gen };
+    const ask = this._any === null || now - this._at >= CHECK_EVERY_MS || this._checked.get(slot) !== token;
+    return { ask, join: ask || this._any, gen: this._gen };
+  }
+
+  answered(slot, token, any, now, gen) {
+    this._checked.set(slot, token);
+    if (gen === this._gen) { this._any = Boolean(any); this._at = now; }
+  }
+
+  /** This worker records a failure (before the statement). */
+  recorded() {
+    this._gen++;
+    this._any = true;
+  }
+}
+
 const ENDED = "pg-claim: the handler ended the batch's transaction (COMMIT or ROLLBACK on the batch's client),"
   + " so what it did after ran unfenced: the batch is not counted and its items are retried one by one";
 const ABORTED = "pg-claim: the transaction was aborted (an error inside the handler was caught and ignored)";
@@ -45,6 +86,7 @@ const methods = {
   },
 
   async _record(client, w, cursor, it, error) {
+    this._records.recorded();
     const state = (await client.query("SELECT record_failure($1, $2, $3, $4, $5) AS s",
       [this.name, it.key, error, this.maxAttempts, this.backoff])).rows[0].s;
     let ms = null;
@@ -151,4 +193,4 @@ const methods = {
   },
 };
 
-module.exports = { methods, TransientBatch, brokenBy, ENDED, ABORTED };
+module.exports = { methods, Records, TransientBatch, brokenBy, ENDED, ABORTED };

@@ -1,8 +1,7 @@
 "use strict";
-// A Worker's walk and fence (methods mixed into Worker.prototype): the
-// loops over the held slots (lease and session mode), each slot's walk of
-// its share in batches, the fenced transaction of a batch and its handler,
-// and the retries due at their time.
+// A Worker's walk and fence (methods mixed into Worker.prototype): the loops over the held
+// slots (lease and session mode), each slot's walk of its share in batches, the fenced
+// transaction of a batch and its handler, and the retries due at their time.
 const { isConnectionLost, isTransient, dueRows, soonest, nextSlot, Pass, errorText, TRANSIENT_LIMIT } = require("./util");
 const { KEY, ROUTE, FAILURE, RETRY, NotASessionError } = require("./config");
 const { TransientBatch, brokenBy, ENDED, ABORTED } = require("./failures");
@@ -10,9 +9,8 @@ const { SESSION_STATES } = require("./resize");
 
 /** the most retries a walk keeps a time for (beyond, the walk reaches them) */
 const MAX_RETRIES_KEPT = 10000;
-// session mode: the least time between two claim_slots calls of a worker
-// that holds slots (between rounds of batches and while idle). The Python
-// library has the same constant.
+// session mode: the least time between two claim_slots calls of a worker that holds slots
+// (between rounds of batches and while idle). The Python library has the same constant.
 const SESSION_CLAIM_MS = 1000;
 
 const methods = {
@@ -215,15 +213,14 @@ const methods = {
   },
 
   /**
-   * Opens the batch's transaction in one message (one round trip): BEGIN,
-   * in lease mode the idle limit and the fence first, then with `fetch` (the
-   * fetch's SQL) the slot's next rows. The rows ([] without `fetch`), or
-   * null when the fence refused the token (rolled back).
+   * Opens the batch's transaction in one message (one round trip): BEGIN, in lease mode the
+   * idle limit and the fence first (with `records`' has_failures when it asks), then with
+   * `fetch` (the fetch's SQL) the slot's next rows. The rows ([] without `fetch`), or null
+   * when the fence refused the token (rolled back).
    */
-  async _begin(client, slot, token, fetch = null, count = null) {
-    // a worker paused inside its fenced transaction (SIGSTOP, a GC pause)
-    // holds its slot: the server ends that transaction after idleMs, so
-    // the slot moves on as a lease would
+  async _begin(client, slot, token, fetch = null, count = null, records = null) {
+    // a worker paused inside its fenced transaction (SIGSTOP, a GC pause) holds its slot:
+    // the server ends that transaction after idleMs, so the slot moves on as a lease would
     const idle = this.idleMs > 0 ? `; SET LOCAL idle_in_transaction_session_timeout = ${this.idleMs}` : "";
     // the guard: lease mode the fence, session mode the session's own lock
     const name = client.escapeLiteral(this.name);
@@ -232,6 +229,7 @@ const methods = {
     // holder wants it (then given back after this batch)
     const { report, weight } = token !== null && this.balance ? this._backlog.report(slot, Date.now()) : { report: false, weight: null };
     if (report) guard += `, report_backlog(${name}, ${slot}, ${token}::bigint, ${weight === null ? "NULL" : weight}::bigint, fenced_batches => true) AS wanted`;
+    if (records && records.ask) guard += `, has_failures(${name}) AS failing`; // later fetches may leave the records out
     const open = `BEGIN${idle}; ${guard}`;
     try {
       const r = await client.query([open, fetch, count].filter((x) => x !== null).join("; "));
@@ -242,6 +240,7 @@ const methods = {
       if (token === null && !r[idle ? 2 : 1].rows[0].mine) throw Object.assign(new Error("pg-claim: the session no longer holds the slot"), { code: "PC001" });
       // the worker's slots wanted elsewhere
       if (token !== null) for (const s of r[idle ? 2 : 1].rows[0].wanted || []) this._wanted.add(s);
+      if (records && records.ask) this._records.answered(slot, token, r[idle ? 2 : 1].rows[0].failing, Date.now(), records.gen);
       return fetch === null ? [] : r[r.length - 1].rows;
     } catch (e) {
       if (isConnectionLost(e)) throw e;
@@ -297,8 +296,9 @@ const methods = {
     // balance: a window of the slot's pending rows counted in the same message
     const win = !side && token !== null && this.balance && this._countText !== null ? this._backlog.window(slot, cursor, Date.now()) : null;
     this._lastFetch = { fetched: 0, counted: null };
-    const rows = await this._begin(client, slot, token, this._fetchText(slot, cursor),
-      win === null ? null : this._countText(slot, win.after, win.bound));
+    const records = side ? null : this._records.plan(slot, token, Date.now());
+    const rows = await this._begin(client, slot, token, this._fetchText(slot, cursor, records === null || records.join),
+      win === null ? null : this._countText(slot, win.after, win.bound), records);
     if (rows === null) return { handled: 0, end: true, fenced: true };
     this._lastFetch.fetched = rows.length;
     let open = true;

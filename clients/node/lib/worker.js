@@ -6,7 +6,7 @@
 const { isServerState, errorText } = require("./util");
 const { Stats, PromMetrics } = require("./metrics");
 const config = require("./config");
-const { TransientBatch } = require("./failures");
+const { Records, TransientBatch } = require("./failures");
 const { handleSignals } = require("./signals");
 const { EVENTS } = require("./vocabulary");
 
@@ -44,6 +44,7 @@ class Worker {
     this._stopWaiters = new Set();
     this._pause = 0; // the reconnect back-off now
     this._streak = null; // {slot, key, count, pauseMs, error}: transient failures in a row of a batch's first item
+    this._records = new Records(); // whether the name has failure records (has_failures)
     this._lostItem = null; // {slot, key, error}: the item whose handler lost the connection, one by one
     this._goodAt = null; // lease mode: when the last good claim call was sent
     this._claimNow = false; // lease mode: a resize was followed, the renewal calls again at once

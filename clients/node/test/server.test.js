@@ -19,6 +19,10 @@ const markSent = async (client, rows) => {
 
 test("the library against a server", { skip: SKIP }, async (t) => {
   await freshDatabase(t, DB);
+  // calls of the extension's functions by their signature (track_functions in the Workers' sessions)
+  const functionCalls = async (fns) => Object.fromEntries((await sql(
+    `SELECT p.oid::regprocedure::text AS f, coalesce(s.calls, 0)::int AS calls FROM pg_proc p
+     LEFT JOIN pg_stat_user_functions s ON s.funcid = p.oid WHERE p.oid::regprocedure::text = ANY ($1)`, [fns])).map((r) => [r.f, r.calls]));
 
   await t.test("lease mode: every row once, a poison item dead, counters and /metrics", async () => {
     await sql(`CREATE TABLE outbox (id bigint PRIMARY KEY, body text, sent_at timestamptz);
@@ -112,10 +116,7 @@ test("the library against a server", { skip: SKIP }, async (t) => {
         INSERT INTO ${tbl} (id) SELECT generate_series(1, 300)`);
       await sql("SELECT count(record_failure($1, 'gone-' || g, 'e', 1)) FROM generate_series(1, 1000) g", [name]);
       await sql("SELECT record_failure($1, '40', 'set aside', 1), record_failure($1, '41', 'due now', 5, '0')", [name]);
-      const calls = async () => Object.fromEntries((await sql(
-        `SELECT p.oid::regprocedure::text AS f, coalesce(s.calls, 0)::int AS calls FROM pg_proc p
-         LEFT JOIN pg_stat_user_functions s ON s.funcid = p.oid
-         WHERE p.oid::regprocedure::text IN ('item_failures(text)', 'item_failures(text,text[])')`)).map((r) => [r.f, r.calls]));
+      const calls = () => functionCalls(["item_failures(text)", "item_failures(text,text[])"]);
       const before = await calls();
       const w = new Worker({
         connection: { ...direct, options: "-c track_functions=pl" }, name, table: tbl, n: 2, pending: "done", batch: 25,
@@ -137,6 +138,57 @@ test("the library against a server", { skip: SKIP }, async (t) => {
       assert.ok(after["item_failures(text,text[])"] - before["item_failures(text,text[])"] >= 300 / 25, JSON.stringify([before, after]));
     });
   }
+
+  await t.test("a fleet without failure records fetches without them", async () => {
+    // while the name has no failure record (has_failures, asked about once a
+    // second and at each slot's first batch), a lease Worker's fetch leaves the
+    // join with item_failures out: far fewer keyed item_failures calls than batches
+    await sql(`CREATE TABLE nofail (id bigint PRIMARY KEY, done boolean NOT NULL DEFAULT false);
+      INSERT INTO nofail (id) SELECT generate_series(1, 600)`);
+    const fns = ["item_failures(text,text[])", "has_failures(text)"];
+    const before = await functionCalls(fns);
+    const w = new Worker({
+      connection: { ...direct, options: "-c track_functions=pl" }, name: "nofail", table: "nofail", n: 2, pending: "done",
+      batch: 10, ttl: "3 seconds", pollInterval: 100,
+      handler: async (client, rows) => { await client.query("UPDATE nofail SET done = true WHERE id = ANY($1)", [rows.map((r) => r.id)]); },
+    });
+    const running = w.run();
+    await until(async () => (await sql("SELECT count(*)::int AS k FROM nofail WHERE done"))[0].k === 600, 20000, "the drain");
+    await w.stop();
+    await running;
+    await until(async () => (await functionCalls(fns))[fns[1]] > before[fns[1]], 5000, "the checks counted");
+    const after = await functionCalls(fns);
+    const [joined, asked] = fns.map((f) => after[f] - before[f]);
+    const batches = w.stats.batches;
+    assert.ok(batches >= 60 && asked >= 2 && asked < batches / 2, JSON.stringify({ batches, asked }));
+    assert.ok(joined <= asked, JSON.stringify({ joined, asked }));
+  });
+
+  await t.test("a failure recorded elsewhere is seen within a second", async () => {
+    // a record made while a Worker fetches without the failure records (by
+    // other code than the fleet's workers) counts from its next check, at most
+    // a second later: the item set aside then is not handled
+    await sql(`CREATE TABLE elsewhere (id bigint PRIMARY KEY, done boolean NOT NULL DEFAULT false);
+      INSERT INTO elsewhere (id) SELECT generate_series(1, 300)`);
+    const handled = [];
+    const w = new Worker({
+      connection: direct, name: "elsewhere", table: "elsewhere", n: 1, pending: "done", batch: 10, ttl: "3 seconds",
+      pollInterval: 100,
+      handler: async (client, rows) => {
+        await sleep(100); // 30 batches: the item 290 comes about 3 s after the first batch
+        handled.push(...rows.map((r) => Number(r.id)));
+        await client.query("UPDATE elsewhere SET done = true WHERE id = ANY($1)", [rows.map((r) => r.id)]);
+      },
+    });
+    const running = w.run();
+    await until(async () => (await sql("SELECT count(*)::int AS k FROM elsewhere WHERE done"))[0].k >= 10, 10000, "the first batch");
+    await sql("SELECT record_failure('elsewhere', '290', 'set aside by hand', 1)");
+    await until(async () => (await sql("SELECT count(*)::int AS k FROM elsewhere WHERE done"))[0].k === 299, 20000, "the drain");
+    await w.stop();
+    await running;
+    assert.deepStrictEqual(await sql("SELECT id::int FROM elsewhere WHERE NOT done"), [{ id: 290 }]);
+    assert.ok(!handled.includes(290));
+  });
 
   await t.test("keys over 1024 bytes: no failure record to read, the rows handled", async () => {
     await sql(`CREATE TABLE longkeys (id text PRIMARY KEY, done boolean NOT NULL DEFAULT false);

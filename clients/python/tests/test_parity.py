@@ -22,8 +22,8 @@ NODE = os.path.join(ROOT, "clients", "node")
 DOC = os.path.join(ROOT, "docs", "libraries.md")
 # the functions of the extension a worker calls (docs/libraries.md, "The SQL they send")
 FUNCTIONS = ("claim_leases", "claim_slots", "release_slot", "my_slots", "lease_holders", "fence", "report_backlog",
-             "release_lease", "my_items", "my_items_fair", "item_failures", "record_failure", "clear_failure", "slot_channel",
-             "slot_partition", "fleet_n")
+             "release_lease", "my_items", "my_items_fair", "item_failures", "has_failures", "record_failure",
+             "clear_failure", "slot_channel", "slot_partition", "fleet_n")
 
 
 def snake(name):
@@ -315,7 +315,7 @@ process.stdout.write(JSON.stringify(JSON.parse(process.argv[2]).map(([b, g, h]) 
 # NAME_S in Python and NAME_MS in Node.js)
 SHARED_CONSTANTS = {"FIRST_WINDOW", "MAX_WINDOW", "COUNT_EVERY", "REFRESH", "SEND_CHANGE", "SEND_MIN", "SEND_EVERY",
                     "REPORT_EVERY", "SHARE_CAP", "HUNGRY", "HUNGRY_CALLS", "SESSION_CLAIM", "TRANSIENT_LIMIT",
-                    "MAX_LEASE_SLOTS", "CENSUS_EVERY"}
+                    "MAX_LEASE_SLOTS", "CENSUS_EVERY", "CHECK_EVERY"}
 
 
 def constants(texts, pattern, scale):
@@ -337,15 +337,17 @@ def test_both_keep_the_same_constants():
 
 def test_both_send_the_same_statement_texts(node):
     """The statements both compose from one text, with the same placeholders:
-    the balance count's window and the fetch's failure join."""
+    the balance count's window and the fetch's failure join, with and
+    without the records."""
     from pg_claim import _config
     js = """
 const c = require(process.argv[1] + "/lib/config");
-process.stdout.write(JSON.stringify([c.COUNT_SQL, c.FAILURES_SQL]));"""
+process.stdout.write(JSON.stringify([c.COUNT_SQL, c.FAILURES_SQL, c.NO_FAILURES_SQL]));"""
     got = json.loads(subprocess.run(["node", "-e", js, NODE], capture_output=True, text=True, check=True).stdout)
-    assert got == [_config.COUNT_SQL, _config.FAILURES_SQL]
+    assert got == [_config.COUNT_SQL, _config.FAILURES_SQL, _config.NO_FAILURES_SQL]
     # each is used: composed in both sources from the one text
     py_config = sources(PY_SRC, ".py")["_config.py"]
-    assert "sql.SQL(COUNT_SQL)" in py_config and "+ FAILURES_SQL" in py_config
+    assert "sql.SQL(COUNT_SQL)" in py_config and "(FAILURES_SQL, NO_FAILURES_SQL)" in py_config
     node_config = sources(os.path.join(NODE, "lib"), ".js")["config.js"]
     assert "fill(COUNT_SQL," in node_config and "fill(FAILURES_SQL," in node_config
+    assert "fill(NO_FAILURES_SQL," in node_config

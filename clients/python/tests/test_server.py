@@ -224,9 +224,7 @@ def test_the_fetch_reads_only_the_batch_records(db, mode):
     fns = ("item_failures(text)", "item_failures(text,text[])")
 
     def calls():
-        return dict(db.execute("SELECT p.oid::regprocedure::text, coalesce(s.calls, 0) FROM pg_proc p"
-                               " LEFT JOIN pg_stat_user_functions s ON s.funcid = p.oid"
-                               " WHERE p.oid::regprocedure::text = ANY (%s)", (list(fns),)).fetchall())
+        return function_calls(db, fns)
     before = calls()
     r = Run(conninfo=dsn() + " options='-c track_functions=pl'", name=name, table=tbl, n=2, pending="done",
             batch=25, mode=mode, ttl=3, handler=handler_for(tbl), poll_interval=0.2)
@@ -242,6 +240,60 @@ def test_the_fetch_reads_only_the_batch_records(db, mode):
     after = calls()
     assert after[fns[0]] == before[fns[0]], (before, after)
     assert after[fns[1]] - before[fns[1]] >= 300 // 25
+
+
+def function_calls(db, fns):
+    return dict(db.execute("SELECT p.oid::regprocedure::text, coalesce(s.calls, 0) FROM pg_proc p"
+                           " LEFT JOIN pg_stat_user_functions s ON s.funcid = p.oid"
+                           " WHERE p.oid::regprocedure::text = ANY (%s)", (list(fns),)).fetchall())
+
+
+def test_a_fleet_without_failure_records_fetches_without_them(db):
+    """While the name has no failure record (has_failures, asked about once
+    a second and at each slot's first batch), a lease Worker's fetch leaves
+    the join with item_failures out: far fewer keyed item_failures calls
+    than batches (counted by track_functions in the Worker's sessions)."""
+    tbl, name = "t_no_failures", "no_failures"
+    make_table(db, tbl, 600)
+    fns = ("item_failures(text,text[])", "has_failures(text)")
+    before = function_calls(db, fns)
+    r = Run(conninfo=dsn() + " options='-c track_functions=pl'", name=name, table=tbl, n=2, pending="done",
+            batch=10, mode="lease", ttl=3, handler=handler_for(tbl), poll_interval=0.2)
+    try:
+        wait_for(lambda: db.execute(f"SELECT count(*) = 600 FROM {tbl} WHERE done").fetchone()[0], what="drain")
+    finally:
+        r.stop()
+    assert r.error is None, r.error
+    batches = r.worker.stats.snapshot()["batches"]
+    wait_for(lambda: function_calls(db, fns)[fns[1]] > before[fns[1]], what="the checks counted")
+    joined, asked = (function_calls(db, fns)[f] - before[f] for f in fns)
+    assert batches >= 60 and 2 <= asked < batches / 2, (batches, asked)
+    assert joined <= asked, (joined, asked)
+
+
+def test_a_failure_recorded_elsewhere_is_seen_within_a_second(db):
+    """A record made while a Worker fetches without the failure records (by
+    other code than the fleet's workers) counts from the Worker's next check,
+    at most a second later: the item set aside then is not handled."""
+    tbl, name = "t_recorded_elsewhere", "recorded_elsewhere"
+    make_table(db, tbl, 300)
+    handle = handler_for(tbl)
+
+    def slow(tx, batch):
+        time.sleep(0.1)  # 30 batches: the item 290 comes about 3 s after the first batch
+        handle(tx, batch)
+    r = Run(name=name, table=tbl, n=1, pending="done", batch=10, mode="lease", ttl=3, handler=slow,
+            poll_interval=0.2)
+    try:
+        wait_for(lambda: db.execute(f"SELECT count(*) >= 10 FROM {tbl} WHERE done").fetchone()[0],
+                 what="the first batch")
+        db.execute("SELECT record_failure(%s, '290', 'set aside by hand', 1)", (name,))
+        wait_for(lambda: db.execute(f"SELECT count(*) = 299 FROM {tbl} WHERE done").fetchone()[0], what="drain")
+    finally:
+        r.stop()
+    assert r.error is None, r.error
+    assert db.execute(f"SELECT array_agg(id) FROM {tbl} WHERE NOT done").fetchone()[0] == [290]
+    assert db.execute("SELECT count(*) FROM log WHERE tbl = %s AND item = 290", (tbl,)).fetchone()[0] == 0
 
 
 def test_keys_over_1024_bytes_are_fetched(db):

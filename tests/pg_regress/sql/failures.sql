@@ -11,7 +11,7 @@ RESET client_min_messages;
 -- The functions and their markings.
 SELECT p.oid::regprocedure AS function, provolatile, prosecdef, proconfig
 FROM pg_proc p
-WHERE proname IN ('record_failure', 'failure_due', 'failing_items', 'clear_failure', 'item_failures')
+WHERE proname IN ('record_failure', 'failure_due', 'failing_items', 'clear_failure', 'item_failures', 'has_failures')
 ORDER BY p.oid::regprocedure::text;
 
 -- Attempts and back-off: backoff, 2 x backoff, then set aside at max_attempts.
@@ -43,6 +43,13 @@ SELECT clear_failure('fl', '7', 'nope') AS cleared, failure_due('fl', '7') AS du
 SELECT clear_failure('fl', VARIADIC ARRAY['a', 'b', 'c']) AS cleared_array,
        clear_failure('fl', VARIADIC '{}'::text[]) AS cleared_nothing;
 SELECT count(*) AS left_over FROM item_failures('fl');
+-- has_failures: whether a name has any record (due, waiting or dead)
+SELECT has_failures('fl') AS fl_has, has_failures('fl_none') AS none_has;
+SELECT record_failure('fl_has', 'x', 'due', 3, '0') AS due_one, has_failures('fl_has') AS with_a_due_one;
+SELECT clear_failure('fl_has', 'x') AS cleared, has_failures('fl_has') AS after_clearing;
+SELECT record_failure('fl_has', 'y', 'dead', 1) AS dead_one, has_failures('fl_has') AS with_a_dead_one;
+SELECT pc_try($$SELECT has_failures(NULL)$$) AS null_name;
+SELECT pc_try($$SELECT has_failures(repeat('n', 1025))$$) AS long_name;
 
 -- The records of given items only (a worker's batch): the same columns and
 -- states as item_failures(name), no record of another item or name; a key

@@ -17,6 +17,7 @@ from ._backlog import Backlog
 from ._conn import Interval
 from ._conn import interval_param as _interval_param
 from ._conn import seconds as _seconds
+from ._failures import Records
 from ._held import Held
 from ._metrics import Stats
 from ._types import _KEY, _RETRY, _STATE, Error, Handler, PoolerError
@@ -41,6 +42,10 @@ COUNT_SQL = ("WITH w AS MATERIALIZED (SELECT c.{k} FROM {items} c)"
 # primary key; a key over 1024 bytes has none, record_failure refuses it).
 FAILURES_SQL = (" FROM t LEFT JOIN item_failures({name}, VARIADIC ARRAY(SELECT t.{k}::text FROM t"
                 " WHERE octet_length(t.{k}::text) <= 1024)) f ON f.item = t.{k}::text ORDER BY t.{k}")
+# The same end while the name has no failure record (has_failures: see
+# _failures.Records): the same columns, no record read.
+NO_FAILURES_SQL = (" FROM t LEFT JOIN (SELECT NULL::text AS item, NULL::text AS state,"
+                   " NULL::timestamptz AS retry_at) f ON false ORDER BY t.{k}")
 
 
 def make_holder() -> str:
@@ -170,6 +175,8 @@ class Config:
         self._strikes: Dict[int, Tuple[str, int]] = {}
         self._forced: Dict[int, bool] = {}
         self._owed: Dict[int, Dict[str, str]] = {}
+        # whether the name has failure records (has_failures), to fetch without them while not
+        self._records = Records()
         # lease mode's balance (docs/leases.md, "Balancing"): each held slot's
         # weight as its batches count it (_backlog.py), the last batch's rows
         # and window count, and the slots the last report said another holder
@@ -295,12 +302,15 @@ class Config:
             windowed = sql.SQL(items).format(args=sql.SQL(", ").join(counted))
         # balance: COUNT_SQL; my_items_fair has no cursor: no count
         self._count = None if self._tenants else sql.SQL(COUNT_SQL).format(items=windowed, k=k).as_string(conn)
-        self._fetch = sql.SQL(
+        # the fetch with the batch's failure records, and without them (while
+        # the name has none)
+        self._fetch, self._fetch_plain = (sql.SQL(
             "WITH t AS (SELECT * FROM {items} s)"
             " SELECT t.*, t.{k}::text AS {kc}, f.state AS {sc},"
-            " extract(epoch FROM f.retry_at - clock_timestamp())::float8 AS {rc}" + FAILURES_SQL).format(
+            " extract(epoch FROM f.retry_at - clock_timestamp())::float8 AS {rc}" + end).format(
                 items=fetched, k=k, kc=sql.Identifier(_KEY), name=sql.SQL("%(name)s"),
                 sc=sql.Identifier(_STATE), rc=sql.Identifier(_RETRY)).as_string(conn)
+            for end in (FAILURES_SQL, NO_FAILURES_SQL))
 
     def _shard_share(self, conn: psycopg.Connection, oid: int, key: str) -> Callable[[str, str], sql.Composable]:
         """Citus (docs/scale-out.md, "The worker library on Citus"): the

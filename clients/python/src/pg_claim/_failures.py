@@ -4,7 +4,8 @@ record_failure (retried after the back-off, dead after max_attempts)."""
 from __future__ import annotations
 
 import logging
-from typing import Any, List, Optional, Tuple
+import threading
+from typing import Any, Dict, List, Optional, Tuple
 
 import psycopg
 from psycopg import sql
@@ -13,6 +14,48 @@ from ._conn import TRANSIENT_LIMIT, interval_param, transient
 from ._types import _IDLE, Batch, Keys, Row
 
 log = logging.getLogger("pg_claim")
+
+# How long a worker goes by an answer of has_failures (docs/failures.md).
+CHECK_EVERY_S = 1.0
+
+
+class Records:
+    """Whether the fleet's name has failure records, as has_failures last
+    answered: while it has none, a batch's fetch leaves the join with
+    item_failures out. A lease-mode batch asks again in its first statement
+    when the last answer is CHECK_EVERY_S old, or when it is the first batch
+    of its slot with this token (the slot's former holders may have recorded
+    failures; a holder's records are fenced, so none comes later); a
+    failure this worker records counts at once. Session mode always joins.
+    The same rule as clients/node/lib/failures.js."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._any: Optional[bool] = None  # None: not asked yet
+        self._at = 0.0
+        self._gen = 0  # counts this worker's records: an answer asked before one is stale
+        self._checked: Dict[int, Optional[int]] = {}  # slot -> the token last checked with
+
+    def plan(self, slot: int, token: Optional[int], now: float) -> Tuple[bool, bool, int]:
+        """(ask has_failures in this batch, join the failure records, the
+        generation to pass to answered)."""
+        with self._lock:
+            if token is None:
+                return False, True, self._gen
+            ask = self._any is None or now - self._at >= CHECK_EVERY_S or self._checked.get(slot) != token
+            return ask, ask or bool(self._any), self._gen
+
+    def answered(self, slot: int, token: Optional[int], any_: bool, now: float, gen: int) -> None:
+        with self._lock:
+            self._checked[slot] = token
+            if gen == self._gen:
+                self._any, self._at = bool(any_), now
+
+    def recorded(self) -> None:
+        """This worker records a failure (before the statement)."""
+        with self._lock:
+            self._gen += 1
+            self._any = True
 
 
 class Failures:
@@ -103,6 +146,7 @@ class Failures:
             if check is not None and not self._is_pending(conn, table, check):
                 self._commit(conn)
                 return False
+            self._records.recorded()
             (outcome,) = conn.execute(
                 "SELECT record_failure(%s, %s, %s, %s, %s)",
                 (self.name, item, error, self.max_attempts,

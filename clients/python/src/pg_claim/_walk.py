@@ -315,8 +315,11 @@ class Walker:
         if self._query_s > 0:
             q += ", set_config('statement_timeout', %(query)s, true)"
         window = None
+        ask, join, gen = self._records.plan(slot, token, time.monotonic()) if fetch is not None else (False, True, 0)
+        if ask:  # whether the fetch may leave the failure records out, from the next batch on
+            q += ", has_failures(%(name)s) AS failing"
         if fetch is not None:
-            q += "; " + self._fetch
+            q += "; " + (self._fetch if join else self._fetch_plain)
             params.update(fetch)
             if token is not None and self.balance and self._count is not None:
                 # balance: a window of the slot's pending rows counted in the same message
@@ -333,6 +336,8 @@ class Walker:
                 raise _SlotLost()
             if mine and mine.get("wanted"):  # the worker's slots wanted elsewhere
                 self._wanted.update(mine["wanted"])
+            if ask and mine:
+                self._records.answered(slot, token, mine["failing"], time.monotonic(), gen)
             rows: List[Row] = []
             if fetch is not None:
                 cur.nextset()
