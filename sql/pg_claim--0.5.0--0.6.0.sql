@@ -1282,15 +1282,14 @@ BEGIN
         -- the row lock FOR UPDATE that pg_claim_lease_hand's caller holds
         -- is then not to be had) or the slot's fence lock
         -- (pg_claim_lease_hand's try)
+        i := NULL;
         IF r.fenced_batches THEN
             PERFORM 1 FROM @extschema@.pg_claim_leases l
             WHERE l.name = pg_claim_leases_balance.name AND l.slot = r.slot
             FOR UPDATE SKIP LOCKED;
-        END IF;
-        IF r.fenced_batches AND FOUND THEN
-            i := (SELECT h.slot FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h);
-        ELSE
-            i := NULL;
+            IF FOUND THEN
+                i := (SELECT h.slot FROM @extschema@.pg_claim_lease_hand(role, name, r.slot, n, holder, ttl, key_, now_) h);
+            END IF;
         END IF;
         IF i IS NOT NULL THEN
             mine := mine + 1;

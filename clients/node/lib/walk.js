@@ -237,10 +237,10 @@ const methods = {
         const c = r.pop().rows[0];
         this._lastFetch.counted = { pending: Number(c.pending), last: c.last };
       }
-      if (token === null && !r[idle ? 2 : 1].rows[0].mine) throw Object.assign(new Error("pg-claim: the session no longer holds the slot"), { code: "PC001" });
-      // the worker's slots wanted elsewhere
-      if (token !== null) for (const s of r[idle ? 2 : 1].rows[0].wanted || []) this._wanted.add(s);
-      if (records && records.ask) this._records.answered(slot, token, r[idle ? 2 : 1].rows[0].failing, Date.now(), records.gen);
+      const guarded = r[idle ? 2 : 1].rows[0]; // the guard's row
+      if (token === null && !guarded.mine) throw Object.assign(new Error("pg-claim: the session no longer holds the slot"), { code: "PC001" });
+      if (token !== null) for (const s of guarded.wanted || []) this._wanted.add(s); // the worker's slots wanted elsewhere
+      if (records && records.ask) this._records.answered(slot, token, guarded.failing, Date.now(), records.gen);
       return fetch === null ? [] : r[r.length - 1].rows;
     } catch (e) {
       if (isConnectionLost(e)) throw e;

@@ -107,8 +107,9 @@ class Walker:
             mine = None if own[0] in slots else self._backlog.to_send(own[0], now)
             if mine is not None:
                 slots, weights = {**slots, own[0]: own[1]}, weights + [mine]
-            cur.execute("SELECT count(report_backlog(%s, u.s, u.t, u.w, fenced_batches => true)) FROM unnest(%s::int[], %s::bigint[],"
-                        " %s::bigint[]) u(s, t, w)", (self.name, list(slots), list(slots.values()), weights))
+            cur.execute("SELECT count(report_backlog(%s, u.s, u.t, u.w, fenced_batches => true))"
+                        " FROM unnest(%s::int[], %s::bigint[], %s::bigint[]) u(s, t, w)",
+                        (self.name, list(slots), list(slots.values()), weights))
         except psycopg.Error as e:
             if conn.closed or conn.broken:
                 raise
