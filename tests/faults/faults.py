@@ -169,18 +169,21 @@ def fault_sigstop(fleet, rng=None, mode=None, where=None):
     moved = fleet.moved_since(t0, {(tbl, slot)})
     os.kill(w.pid, signal.SIGCONT)
     try:
-        # its session ended (its write refused, a reconnection), or its next
-        # claim without the slot (an elastic worker may keep its other slots)
-        # (frozen inside the transaction: its late write, or its commit, must fail)
+        # its session ended (its write refused, a reconnection), its next
+        # batch's fence refused the token, or its next claim without the slot
+        # (an elastic worker may keep its other slots) (frozen inside the
+        # transaction: its late write, or its commit, must fail)
         e = w.wait_for(lambda e: e["event"] in ("refused", "reconnecting")
+                       or (state == "idle" and e["event"] == "rejected")
                        or (state == "idle" and e["event"] == "held" and slot in e["lost"]),
                        since, 30, f"the loss of slot {slot}")
     except Failure as f:
         raise Failure(f"{f}; its last events: {w.events[-4:]}") from None
     # (session mode: the token of the refused write is the claim's my_token)
-    check(e["event"] != "refused" or (e["slot"] == slot and (mode == "session" or e["token"] == token)),
-          f"{w}: {e}")
+    check(e["event"] not in ("refused", "rejected")
+          or (e["slot"] == slot and (mode == "session" or e["token"] == token)), f"{w}: {e}")
     why = {"refused": f"its late write failed ({e.get('error')})",
+           "rejected": "its next batch's fence refused the token",
            "reconnecting": f"its session was ended ({e.get('error')})"}.get(
                e["event"], "its next claim_leases call returned the slot no more")
     return f"{mode}, frozen {state}: slot {slot} taken over {moved:.2f} s after SIGSTOP; resumed: {why}", moved
